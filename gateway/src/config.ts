@@ -1,0 +1,23 @@
+import { envInt, envString, envUrl } from "@ledger/common";
+
+/** Configuration of the REST gateway, read once at start. */
+export interface GatewayConfig {
+  host: string;
+  port: number;
+  /** Base URL of the ledger service's RPC server. */
+  ledgerUrl: string;
+  /** Largest request body accepted; larger ones answer 413. */
+  bodyLimitBytes: number;
+  logLevel: string;
+}
+
+/** Reads and validates the gateway's configuration. */
+export function readGatewayConfig(env: Record<string, string | undefined> = process.env): GatewayConfig {
+  return {
+    host: envString(env, "GATEWAY_HOST", "0.0.0.0"),
+    port: envInt(env, "PORT", 8080, 0, 65535),
+    ledgerUrl: envUrl(env, "LEDGER_URL", "http://127.0.0.1:8081", ["http", "https"]),
+    bodyLimitBytes: envInt(env, "GATEWAY_BODY_LIMIT_BYTES", 1024 * 1024, 1024, 64 * 1024 * 1024),
+    logLevel: envString(env, "LOG_LEVEL", "info"),
+  };
+}

@@ -1,0 +1,46 @@
+import { createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { createLogger, listen, type RunningServer } from "@ledger/common";
+import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import type { GatewayConfig } from "./config.js";
+import { ledgerRoutes, type Clients } from "./routes.js";
+import { createRestHandler } from "./server.js";
+
+/** A running gateway. */
+export interface GatewayHandle {
+  server: RunningServer;
+  close(): Promise<void>;
+}
+
+/**
+ * Starts the REST gateway. It speaks Connect with binary protobuf over one HTTP/2 connection
+ * per service, kept alive, so a REST call costs one multiplexed stream, not a new connection.
+ */
+export async function startGateway(config: GatewayConfig): Promise<GatewayHandle> {
+  const log = createLogger("gateway", config.logLevel);
+  const transport = createConnectTransport({
+    baseUrl: config.ledgerUrl,
+    httpVersion: "2",
+    useBinaryFormat: true,
+    pingIntervalMs: 30_000,
+  });
+  const clients: Clients = { ledger: createClient(LedgerService, transport) };
+  const handler = createRestHandler(ledgerRoutes, clients, { bodyLimitBytes: config.bodyLimitBytes, log });
+  const server = await listen({
+    name: "gateway",
+    host: config.host,
+    port: config.port,
+    log,
+    fallback: (req, res) => void handler(req as never, res as never),
+    readiness: {
+      ledger: async () => (await fetch(new URL("/healthz", config.ledgerUrl), { signal: AbortSignal.timeout(1_500) })).ok,
+    },
+  });
+  return {
+    server,
+    async close() {
+      await server.close();
+      log.info("gateway stopped");
+    },
+  };
+}

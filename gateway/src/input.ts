@@ -1,0 +1,110 @@
+import type { JsonObject } from "@bufbuild/protobuf";
+import { invalidArgument, MAX_PAGE_SIZE } from "@ledger/common";
+
+/** A parsed JSON body or query string, with the names it may contain. */
+export type Fields = Record<string, unknown>;
+
+const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
+
+/** Refuses names the endpoint does not know: a typo such as `ammount` must not pass silently. */
+export function onlyKnown(fields: Fields, known: readonly string[], where: "body" | "query"): void {
+  for (const name of Object.keys(fields)) {
+    if (!known.includes(name)) {
+      const noun = where === "body" ? "field" : "query parameter";
+      throw invalidArgument(`unknown ${noun} ${JSON.stringify(name)}; expected one of: ${known.join(", ")}`, { [where === "body" ? "field" : "parameter"]: name });
+    }
+  }
+}
+
+/** A string field; absent or null reads as "", which the service treats as not given. */
+export function stringField(fields: Fields, name: string): string {
+  const value = fields[name];
+  if (value === undefined || value === null) return "";
+  if (typeof value !== "string") throw invalidArgument(`${name} must be a string`, { field: name });
+  return value;
+}
+
+/**
+ * An amount: a JSON integer in minor units, 1 to 2^53-1. Floats, strings, zero and negatives are
+ * refused here with the field's name; an absent amount reads as 0 and the service says it is required.
+ */
+export function amountField(fields: Fields, name: string): bigint {
+  const value = fields[name];
+  if (value === undefined || value === null) throw invalidArgument(`${name} is required`, { field: name });
+  if (typeof value !== "number") throw invalidArgument(`${name} must be an integer number of minor units, not a ${typeName(value)}`, { field: name });
+  if (!Number.isInteger(value)) throw invalidArgument(`${name} must be an integer number of minor units`, { field: name });
+  if (value <= 0) throw invalidArgument(`${name} must be greater than zero`, { field: name });
+  const amount = BigInt(value);
+  if (amount > MAX_SAFE || !Number.isSafeInteger(value)) throw invalidArgument(`${name} must be at most ${MAX_SAFE}`, { field: name });
+  return amount;
+}
+
+/** A JSON object field such as `metadata`. */
+export function objectField(fields: Fields, name: string): JsonObject | undefined {
+  const value = fields[name];
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== "object" || Array.isArray(value)) throw invalidArgument(`${name} must be a JSON object`, { field: name });
+  return value as JsonObject;
+}
+
+/** An array field. */
+export function arrayField(fields: Fields, name: string): unknown[] | undefined {
+  const value = fields[name];
+  if (value === undefined || value === null) return undefined;
+  if (!Array.isArray(value)) throw invalidArgument(`${name} must be an array`, { field: name });
+  return value;
+}
+
+/** A boolean field. */
+export function booleanField(fields: Fields, name: string): boolean | undefined {
+  const value = fields[name];
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== "boolean") throw invalidArgument(`${name} must be true or false`, { field: name });
+  return value;
+}
+
+/** `limit` from a query string: a whole number 1 to 100, or absent (0 asks for the default). */
+export function limitParam(query: Fields): number {
+  const raw = query["limit"];
+  if (raw === undefined) return 0;
+  if (typeof raw !== "string" || !/^\d{1,4}$/.test(raw) || Number(raw) < 1 || Number(raw) > MAX_PAGE_SIZE) {
+    throw invalidArgument(`limit must be a whole number from 1 to ${MAX_PAGE_SIZE}`, { parameter: "limit" });
+  }
+  return Number(raw);
+}
+
+/** A required query parameter. */
+export function requiredParam(query: Fields, name: string): string {
+  const value = query[name];
+  if (typeof value !== "string" || value === "") throw invalidArgument(`query parameter ${name} is required`, { parameter: name });
+  return value;
+}
+
+/** An optional query parameter. */
+export function optionalParam(query: Fields, name: string): string {
+  const value = query[name];
+  return typeof value === "string" ? value : "";
+}
+
+/** Turns a query string into fields; a repeated parameter is refused rather than guessed at. */
+export function parseQuery(search: URLSearchParams): Fields {
+  const fields: Fields = {};
+  for (const [name, value] of search) {
+    if (name in fields) throw invalidArgument(`query parameter ${name} is given more than once`, { parameter: name });
+    fields[name] = value;
+  }
+  return fields;
+}
+
+/** Requires the parsed body to be a JSON object. */
+export function asObject(body: unknown): Fields {
+  if (typeof body !== "object" || body === null || Array.isArray(body)) {
+    throw invalidArgument("the request body must be a JSON object");
+  }
+  return body as Fields;
+}
+
+function typeName(value: unknown): string {
+  if (Array.isArray(value)) return "array";
+  return value === null ? "null" : typeof value;
+}

@@ -1,0 +1,120 @@
+import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
+import type { PageInfo } from "@ledger/proto/common/v1/common_pb.js";
+import {
+  Direction,
+  TransactionStatus,
+  type Entity,
+  type Leg,
+  type Program,
+  type TransactionGroup,
+} from "@ledger/proto/ledger/v1/ledger_pb.js";
+
+// Proto messages to the JSON shapes of SPEC.md and DESIGN.md. Field names are snake_case, enums
+// are lowercase words, timestamps are ISO 8601 UTC, and amounts stay bigint until written.
+
+const STATUS: Record<TransactionStatus, string> = {
+  [TransactionStatus.UNSPECIFIED]: "unknown",
+  [TransactionStatus.PENDING]: "pending",
+  [TransactionStatus.POSTED]: "posted",
+  [TransactionStatus.CANCELED]: "canceled",
+  [TransactionStatus.FAILED]: "failed",
+  [TransactionStatus.REVERSED]: "reversed",
+};
+
+/** The REST spelling of a transaction status. */
+export function statusName(status: TransactionStatus): string {
+  return STATUS[status];
+}
+
+/** The proto status of a REST spelling, or undefined for an unknown word. */
+export function statusFromName(name: string): TransactionStatus | undefined {
+  const entry = Object.entries(STATUS).find(([, word]) => word === name && word !== "unknown");
+  return entry ? (Number(entry[0]) as TransactionStatus) : undefined;
+}
+
+function iso(ts: Timestamp | undefined): string | null {
+  return ts ? timestampDate(ts).toISOString() : null;
+}
+
+/** An entity with its balances. */
+export function renderEntity(entity: Entity) {
+  const b = entity.balances;
+  return {
+    entity_id: entity.entityId,
+    entity_name: entity.entityName,
+    entity_type: entity.entityType,
+    status: entity.status,
+    currency_code: entity.currencyCode,
+    metadata: entity.metadata ?? {},
+    program_id: entity.programId,
+    is_external: entity.isExternal,
+    created_at: iso(entity.createdAt),
+    balances: {
+      posted: b?.posted ?? 0n,
+      pending_debits: b?.pendingDebits ?? 0n,
+      pending_credits: b?.pendingCredits ?? 0n,
+      held: b?.held ?? 0n,
+      available: b?.available ?? 0n,
+    },
+  };
+}
+
+/** A leg as returned on creation: with its entity and group. */
+export function renderLeg(leg: Leg) {
+  return {
+    transaction_id: leg.transactionId,
+    transaction_group_id: leg.transactionGroupId,
+    entity_id: leg.entityId,
+    direction: leg.direction === Direction.DEBIT ? "debit" : "credit",
+    amount: leg.amount,
+    status: statusName(leg.status),
+    created_at: iso(leg.createdAt),
+  };
+}
+
+/** A leg as GET /transaction returns it: SPEC.md 2.5 leaves entity_id out of the retrieve response. */
+export function renderRetrievedLeg(leg: Leg) {
+  const { entity_id: _omitted, ...rest } = renderLeg(leg);
+  return rest;
+}
+
+/** A transaction group with all its legs. */
+export function renderGroup(group: TransactionGroup) {
+  return {
+    transaction_group_id: group.transactionGroupId,
+    status: statusName(group.status),
+    description: group.description,
+    metadata: group.metadata ?? {},
+    currency_code: group.currencyCode,
+    amount: group.amount,
+    disputed: group.disputed,
+    program_id: group.programId,
+    legs: group.legs.map(renderLeg),
+    reverses_transaction_group_id: group.reversesTransactionGroupId || null,
+    reversed_by_transaction_group_id: group.reversedByTransactionGroupId || null,
+    reason: group.reason || null,
+    created_at: iso(group.createdAt),
+    updated_at: iso(group.updatedAt),
+  };
+}
+
+/** A program. */
+export function renderProgram(program: Program) {
+  return {
+    program_id: program.programId,
+    program_name: program.programName,
+    currency_code: program.currencyCode,
+    external_entity_id: program.externalEntityId,
+    is_default: program.isDefault,
+    created_at: iso(program.createdAt),
+  };
+}
+
+/** The pagination object of SPEC.md 4.7. */
+export function renderPage(page: PageInfo | undefined) {
+  return {
+    limit: page?.limit ?? 0,
+    has_next: page?.hasNext ?? false,
+    next_cursor: page?.hasNext ? page.nextCursor : null,
+  };
+}

@@ -1,0 +1,321 @@
+import type { CallOptions, Client } from "@connectrpc/connect";
+import { invalidArgument } from "@ledger/common";
+import { Direction, TransactionStatus, type LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import {
+  amountField,
+  arrayField,
+  asObject,
+  limitParam,
+  objectField,
+  optionalParam,
+  requiredParam,
+  stringField,
+  type Fields,
+} from "./input.js";
+import { renderEntity, renderGroup, renderLeg, renderPage, renderProgram, renderRetrievedLeg, statusFromName } from "./render.js";
+
+/** The RPC clients routes call. */
+export interface Clients {
+  ledger: Client<typeof LedgerService>;
+}
+
+/** What a route handler gets: the parsed request and the options to forward on every RPC. */
+export interface RouteRequest {
+  query: Fields;
+  body: Fields;
+  /** The `program_id` header, or "" for the caller's default program. */
+  programId: string;
+  call: CallOptions;
+}
+
+/** One REST endpoint: its method and path under /v1, the names it accepts, and its mapping. */
+export interface Route {
+  method: "GET" | "POST" | "PUT" | "DELETE";
+  path: string;
+  query?: readonly string[];
+  body?: readonly string[];
+  handle(req: RouteRequest, clients: Clients): Promise<Record<string, unknown>>;
+}
+
+const PAGE = ["limit", "cursor"] as const;
+const GROUP_ACTION = ["transaction_group_id"] as const;
+
+function transactionStatusParam(query: Fields): TransactionStatus {
+  const word = optionalParam(query, "status");
+  if (word === "") return TransactionStatus.UNSPECIFIED;
+  const status = statusFromName(word);
+  if (status === undefined) {
+    throw invalidArgument("status must be one of pending, posted, canceled, failed, reversed", { parameter: "status" });
+  }
+  return status;
+}
+
+function createStatus(body: Fields): TransactionStatus {
+  const word = stringField(body, "status");
+  if (word === "" || word === "pending") return TransactionStatus.PENDING;
+  if (word === "posted") return TransactionStatus.POSTED;
+  throw invalidArgument("status must be pending or posted", { field: "status" });
+}
+
+/** The transaction form of POST /transaction: two-party (`amount` + `account`) or multi-leg (`entries`). */
+function transactionForm(body: Fields) {
+  const entries = arrayField(body, "entries");
+  const hasTwoParty = body["account"] !== undefined || body["amount"] !== undefined;
+  if (entries && hasTwoParty) throw invalidArgument("give either amount with account {from, to}, or entries, not both");
+  if (entries) {
+    return {
+      case: "entries" as const,
+      value: {
+        entries: entries.map((raw, i) => {
+          const entry = asObject(raw);
+          const where = `entries[${i}]`;
+          for (const name of Object.keys(entry)) {
+            if (!["entity_id", "direction", "amount"].includes(name)) throw invalidArgument(`unknown field ${where}.${name}`);
+          }
+          const direction = stringField(entry, "direction");
+          if (direction !== "debit" && direction !== "credit") throw invalidArgument(`${where}.direction must be debit or credit`);
+          const entityId = stringField(entry, "entity_id");
+          if (entityId === "") throw invalidArgument(`${where}.entity_id is required`);
+          return {
+            entityId,
+            direction: direction === "debit" ? Direction.DEBIT : Direction.CREDIT,
+            amount: amountField(entry, "amount"),
+          };
+        }),
+      },
+    };
+  }
+  if (!hasTwoParty) throw invalidArgument("give either amount with account {from, to}, or entries");
+  const account = objectField(body, "account");
+  if (!account) throw invalidArgument("account {from, to} is required with amount", { field: "account" });
+  for (const name of Object.keys(account)) {
+    if (name !== "from" && name !== "to") throw invalidArgument(`unknown field account.${name}; expected from and to`);
+  }
+  const from = stringField(account, "from");
+  const to = stringField(account, "to");
+  if (from === "") throw invalidArgument("account.from is required");
+  if (to === "") throw invalidArgument("account.to is required");
+  return { case: "transfer" as const, value: { fromEntityId: from, toEntityId: to, amount: amountField(body, "amount") } };
+}
+
+/** Every REST path of the ledger (SPEC.md 4.1, 4.2, 4.4 and DESIGN.md section 4). */
+export const ledgerRoutes: Route[] = [
+  {
+    method: "POST",
+    path: "/entity",
+    body: ["entity_name", "entity_type", "metadata", "currency_code"],
+    async handle({ body, programId, call }, { ledger }) {
+      const res = await ledger.createEntity(
+        {
+          programId,
+          entityName: stringField(body, "entity_name"),
+          entityType: stringField(body, "entity_type"),
+          currencyCode: stringField(body, "currency_code"),
+          ...(objectField(body, "metadata") ? { metadata: objectField(body, "metadata")! } : {}),
+        },
+        call,
+      );
+      return { entity: renderEntity(res.entity!) };
+    },
+  },
+  {
+    method: "GET",
+    path: "/entity",
+    query: ["entity_id"],
+    async handle({ query, programId, call }, { ledger }) {
+      const res = await ledger.getEntity({ programId, entityId: requiredParam(query, "entity_id") }, call);
+      return { entity: renderEntity(res.entity!) };
+    },
+  },
+  {
+    method: "GET",
+    path: "/entities",
+    query: [...PAGE, "entity_type"],
+    async handle({ query, programId, call }, { ledger }) {
+      const res = await ledger.listEntities(
+        { programId, limit: limitParam(query), cursor: optionalParam(query, "cursor"), entityType: optionalParam(query, "entity_type") },
+        call,
+      );
+      return { entities: res.entities.map(renderEntity), pagination: renderPage(res.page) };
+    },
+  },
+  {
+    method: "POST",
+    path: "/entity/fund",
+    body: ["amount", "entity_id", "description"],
+    async handle({ body, programId, call }, { ledger }) {
+      const res = await ledger.fundEntity(
+        { programId, entityId: stringField(body, "entity_id"), amount: amountField(body, "amount"), description: stringField(body, "description") },
+        call,
+      );
+      return { transaction: { credit: renderLeg(res.credit!) } };
+    },
+  },
+  {
+    method: "POST",
+    path: "/entity/defund",
+    body: ["amount", "entity_id", "description"],
+    async handle({ body, programId, call }, { ledger }) {
+      const res = await ledger.defundEntity(
+        { programId, entityId: stringField(body, "entity_id"), amount: amountField(body, "amount"), description: stringField(body, "description") },
+        call,
+      );
+      return { transaction: { debit: renderLeg(res.debit!) } };
+    },
+  },
+  {
+    method: "POST",
+    path: "/transaction",
+    body: ["description", "status", "metadata", "amount", "account", "entries"],
+    async handle({ body, programId, call }, { ledger }) {
+      const metadata = objectField(body, "metadata");
+      const res = await ledger.createTransaction(
+        {
+          programId,
+          description: stringField(body, "description"),
+          status: createStatus(body),
+          ...(metadata ? { metadata } : {}),
+          form: transactionForm(body),
+        },
+        call,
+      );
+      const group = res.transactionGroup!;
+      return { transactions: group.legs.map(renderLeg), transaction_group_id: group.transactionGroupId };
+    },
+  },
+  {
+    method: "GET",
+    path: "/transaction",
+    query: ["entity_id", "transaction_id"],
+    async handle({ query, programId, call }, { ledger }) {
+      const res = await ledger.getTransaction(
+        { programId, entityId: requiredParam(query, "entity_id"), transactionId: requiredParam(query, "transaction_id") },
+        call,
+      );
+      return { transaction: renderRetrievedLeg(res.leg!) };
+    },
+  },
+  {
+    method: "GET",
+    path: "/transactions",
+    query: [...PAGE, "entity_id", "status"],
+    async handle({ query, programId, call }, { ledger }) {
+      const res = await ledger.listTransactions(
+        {
+          programId,
+          entityId: requiredParam(query, "entity_id"),
+          limit: limitParam(query),
+          cursor: optionalParam(query, "cursor"),
+          status: transactionStatusParam(query),
+        },
+        call,
+      );
+      return { transactions: res.legs.map(renderLeg), pagination: renderPage(res.page) };
+    },
+  },
+  {
+    method: "GET",
+    path: "/transaction/group",
+    query: ["transaction_group_id"],
+    async handle({ query, programId, call }, { ledger }) {
+      const res = await ledger.getTransactionGroup({ programId, transactionGroupId: requiredParam(query, "transaction_group_id") }, call);
+      return { transaction_group: renderGroup(res.transactionGroup!) };
+    },
+  },
+  {
+    method: "POST",
+    path: "/transaction/post",
+    body: GROUP_ACTION,
+    async handle({ body, programId, call }, { ledger }) {
+      const res = await ledger.postTransaction({ programId, transactionGroupId: stringField(body, "transaction_group_id") }, call);
+      return { transaction_group: renderGroup(res.transactionGroup!) };
+    },
+  },
+  {
+    method: "POST",
+    path: "/transaction/cancel",
+    body: GROUP_ACTION,
+    async handle({ body, programId, call }, { ledger }) {
+      const res = await ledger.cancelTransaction({ programId, transactionGroupId: stringField(body, "transaction_group_id") }, call);
+      return { transaction_group: renderGroup(res.transactionGroup!) };
+    },
+  },
+  {
+    method: "POST",
+    path: "/transaction/fail",
+    body: [...GROUP_ACTION, "reason"],
+    async handle({ body, programId, call }, { ledger }) {
+      const res = await ledger.failTransaction(
+        { programId, transactionGroupId: stringField(body, "transaction_group_id"), reason: stringField(body, "reason") },
+        call,
+      );
+      return { transaction_group: renderGroup(res.transactionGroup!) };
+    },
+  },
+  {
+    method: "POST",
+    path: "/transaction/reverse",
+    body: [...GROUP_ACTION, "description"],
+    async handle({ body, programId, call }, { ledger }) {
+      const res = await ledger.reverseTransaction(
+        { programId, transactionGroupId: stringField(body, "transaction_group_id"), description: stringField(body, "description") },
+        call,
+      );
+      return {
+        transaction_group: renderGroup(res.transactionGroup!),
+        reversal_transaction_group_id: res.reversalTransactionGroupId,
+      };
+    },
+  },
+  {
+    method: "POST",
+    path: "/transaction/dispute",
+    body: [...GROUP_ACTION, "reason"],
+    async handle({ body, programId, call }, { ledger }) {
+      const res = await ledger.disputeTransaction(
+        { programId, transactionGroupId: stringField(body, "transaction_group_id"), reason: stringField(body, "reason") },
+        call,
+      );
+      return { transaction_group: renderGroup(res.transactionGroup!) };
+    },
+  },
+  {
+    method: "POST",
+    path: "/program",
+    body: ["program_name", "currency_code"],
+    async handle({ body, call }, { ledger }) {
+      const res = await ledger.createProgram(
+        { programName: stringField(body, "program_name"), currencyCode: stringField(body, "currency_code") },
+        call,
+      );
+      return { program: renderProgram(res.program!) };
+    },
+  },
+  {
+    method: "GET",
+    path: "/program",
+    query: [],
+    async handle({ programId, call }, { ledger }) {
+      const res = await ledger.getProgram({ programId }, call);
+      return { program: renderProgram(res.program!) };
+    },
+  },
+  {
+    method: "GET",
+    path: "/programs",
+    query: PAGE,
+    async handle({ query, call }, { ledger }) {
+      const res = await ledger.listPrograms({ limit: limitParam(query), cursor: optionalParam(query, "cursor") }, call);
+      return { programs: res.programs.map(renderProgram), pagination: renderPage(res.page) };
+    },
+  },
+  {
+    method: "PUT",
+    path: "/program",
+    body: ["program_name"],
+    async handle({ body, programId, call }, { ledger }) {
+      const res = await ledger.updateProgram({ programId, programName: stringField(body, "program_name") }, call);
+      return { program: renderProgram(res.program!) };
+    },
+  },
+];

@@ -1,0 +1,89 @@
+import { randomUUID } from "node:crypto";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { CallOptions } from "@connectrpc/connect";
+import { IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER, REQUEST_ID_HEADER, type Logger } from "@ledger/common";
+import { errorEnvelope } from "./errors.js";
+import { methodNotAllowed, parseJsonBody, PayloadTooLarge, readBody } from "./http.js";
+import { asObject, onlyKnown, parseQuery, type Fields } from "./input.js";
+import { toJson } from "./json.js";
+import type { Clients, Route } from "./routes.js";
+
+/** The version segment every REST path starts with (SPEC.md section 9). */
+export const API_PREFIX = "/v1";
+
+function send(res: ServerResponse, status: number, body: object, headers: Record<string, string> = {}) {
+  const text = toJson(body);
+  res.writeHead(status, { "content-type": "application/json; charset=utf-8", "content-length": Buffer.byteLength(text), ...headers });
+  res.end(text);
+}
+
+function header(req: IncomingMessage, name: string): string | undefined {
+  const value = req.headers[name];
+  return Array.isArray(value) ? value[0] : value;
+}
+
+/**
+ * The REST handler: finds the route, parses and checks the query and body, forwards the
+ * caller's Authorization, program_id, Idempotency-Key and request id to the RPC, and writes the
+ * result or the error envelope. It owns no data and no business rule.
+ */
+export function createRestHandler(routes: Route[], clients: Clients, options: { bodyLimitBytes: number; log: Logger }) {
+  const table = new Map(routes.map((route) => [`${route.method} ${route.path}`, route]));
+  const methodsByPath = new Map<string, string[]>();
+  for (const route of routes) methodsByPath.set(route.path, [...(methodsByPath.get(route.path) ?? []), route.method]);
+
+  return async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    const started = performance.now();
+    const incomingId = header(req, REQUEST_ID_HEADER);
+    const requestId = incomingId && /^[\w.:-]{1,128}$/.test(incomingId) ? incomingId : randomUUID();
+    const url = new URL(req.url ?? "/", "http://gateway");
+    const path = url.pathname.startsWith(API_PREFIX + "/") ? url.pathname.slice(API_PREFIX.length).replace(/\/+$/, "") : undefined;
+    const method = req.method ?? "GET";
+    let status = 200;
+    try {
+      const route = path === undefined ? undefined : table.get(`${method} ${path}`);
+      if (!route) {
+        const allowed = path === undefined ? undefined : methodsByPath.get(path);
+        if (allowed) throw methodNotAllowed(allowed);
+        status = 404;
+        send(res, 404, { status: "error", error: { code: "not_found", message: `no endpoint ${method} ${url.pathname}` } }, { [REQUEST_ID_HEADER]: requestId });
+        return;
+      }
+      const query = parseQuery(url.searchParams);
+      onlyKnown(query, route.query ?? [], "query");
+      let body: Fields = {};
+      if (method === "POST" || method === "PUT") {
+        body = asObject(parseJsonBody(await readBody(req, options.bodyLimitBytes)));
+        onlyKnown(body, route.body ?? [], "body");
+      }
+      const headers: Record<string, string> = { [REQUEST_ID_HEADER]: requestId };
+      const authorization = header(req, "authorization");
+      if (authorization) headers["authorization"] = authorization;
+      const idempotencyKey = header(req, IDEMPOTENCY_KEY_HEADER);
+      if (idempotencyKey !== undefined && method !== "GET") headers[IDEMPOTENCY_KEY_HEADER] = idempotencyKey;
+      let replayed = false;
+      const call: CallOptions = {
+        headers,
+        onHeader: (h) => {
+          if (h.get(IDEMPOTENT_REPLAYED_HEADER) === "true") replayed = true;
+        },
+      };
+      const result = await route.handle({ query, body, programId: header(req, "program_id") ?? "", call }, clients);
+      const extra: Record<string, string> = { [REQUEST_ID_HEADER]: requestId };
+      if (replayed) extra["Idempotent-Replayed"] = "true";
+      send(res, 200, { status: "success", ...result }, extra);
+    } catch (err) {
+      if (err instanceof PayloadTooLarge) {
+        status = 413;
+        send(res, 413, { status: "error", error: { code: "payload_too_large", message: err.message } }, { [REQUEST_ID_HEADER]: requestId, connection: "close" });
+        return;
+      }
+      const envelope = errorEnvelope(err, requestId);
+      status = envelope.status;
+      if (status >= 500) options.log.error({ request_id: requestId, err }, "request failed");
+      send(res, envelope.status, envelope.body, { [REQUEST_ID_HEADER]: requestId });
+    } finally {
+      options.log.info({ request_id: requestId, method, path: url.pathname, status, ms: Math.round(performance.now() - started) }, "request");
+    }
+  };
+}

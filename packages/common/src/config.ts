@@ -1,0 +1,95 @@
+/**
+ * Reading configuration from the environment, once, at start. A bad value stops the start with a
+ * message that names the variable, instead of failing later in a request.
+ */
+export class ConfigError extends Error {
+  constructor(variable: string, problem: string) {
+    super(`configuration: ${variable} ${problem}`);
+    this.name = "ConfigError";
+  }
+}
+
+type Env = Record<string, string | undefined>;
+
+/** A string variable, or its default when unset or empty. */
+export function envString(env: Env, name: string, fallback: string): string {
+  const value = env[name];
+  return value === undefined || value === "" ? fallback : value;
+}
+
+/** An optional string variable. */
+export function envOptional(env: Env, name: string): string | undefined {
+  const value = env[name];
+  return value === undefined || value === "" ? undefined : value;
+}
+
+/** An integer variable within [min, max]. */
+export function envInt(env: Env, name: string, fallback: number, min = 0, max = Number.MAX_SAFE_INTEGER): number {
+  const raw = env[name];
+  if (raw === undefined || raw === "") return fallback;
+  if (!/^-?\d+$/.test(raw.trim())) throw new ConfigError(name, `must be an integer, got ${JSON.stringify(raw)}`);
+  const value = Number(raw);
+  if (value < min || value > max) throw new ConfigError(name, `must be between ${min} and ${max}, got ${value}`);
+  return value;
+}
+
+/** A boolean variable: true/false/1/0/yes/no. */
+export function envBool(env: Env, name: string, fallback: boolean): boolean {
+  const raw = env[name];
+  if (raw === undefined || raw === "") return fallback;
+  const lowered = raw.trim().toLowerCase();
+  if (["true", "1", "yes"].includes(lowered)) return true;
+  if (["false", "0", "no"].includes(lowered)) return false;
+  throw new ConfigError(name, `must be true or false, got ${JSON.stringify(raw)}`);
+}
+
+/** A URL variable whose scheme is one of `schemes`. */
+export function envUrl(env: Env, name: string, fallback: string, schemes: string[]): string {
+  const value = envString(env, name, fallback);
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new ConfigError(name, `must be a URL, got ${JSON.stringify(value)}`);
+  }
+  if (!schemes.includes(url.protocol.replace(/:$/, ""))) {
+    throw new ConfigError(name, `must use ${schemes.join(" or ")}, got ${url.protocol}`);
+  }
+  return value;
+}
+
+/** Settings every service process shares: where Postgres and NATS are, and how events are named. */
+export interface InfraConfig {
+  natsUrl: string;
+  natsStream: string;
+  natsSubjectPrefix: string;
+  logLevel: string;
+}
+
+/** Reads the settings shared by every process. */
+export function readInfraConfig(env: Env = process.env): InfraConfig {
+  const natsSubjectPrefix = envString(env, "NATS_SUBJECT_PREFIX", "ledger");
+  if (!/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/.test(natsSubjectPrefix)) {
+    throw new ConfigError("NATS_SUBJECT_PREFIX", "must be dot-separated tokens of letters, digits, - and _");
+  }
+  const natsStream = envString(env, "NATS_STREAM", "LEDGER_EVENTS");
+  if (!/^[A-Za-z0-9_-]+$/.test(natsStream)) {
+    throw new ConfigError("NATS_STREAM", "must contain only letters, digits, - and _");
+  }
+  return {
+    natsUrl: envUrl(env, "NATS_URL", "nats://127.0.0.1:4222", ["nats", "tls", "ws", "wss"]),
+    natsStream,
+    natsSubjectPrefix,
+    logLevel: envString(env, "LOG_LEVEL", "info"),
+  };
+}
+
+/** The default database of every service; each may override it with its own variable. */
+export const DEFAULT_DATABASE_URL = "postgres://127.0.0.1:5432/ledger";
+
+/** A service's database URL: its own variable, else DATABASE_URL, else the default. */
+export function readDatabaseUrl(env: Env, serviceVariable: string): string {
+  const own = envOptional(env, serviceVariable);
+  if (own) return envUrl(env, serviceVariable, own, ["postgres", "postgresql"]);
+  return envUrl(env, "DATABASE_URL", DEFAULT_DATABASE_URL, ["postgres", "postgresql"]);
+}

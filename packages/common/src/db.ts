@@ -1,0 +1,103 @@
+import { readdir, readFile } from "node:fs/promises";
+import { join } from "node:path";
+import postgres from "postgres";
+import type { Logger } from "pino";
+
+/** A postgres.js client; one per process and database, shared by everything in it. */
+export type Sql = postgres.Sql<{ bigint: bigint }>;
+/** A client inside `sql.begin`, for code that must run in the caller's transaction. */
+export type Tx = postgres.TransactionSql<{ bigint: bigint }>;
+
+/** Options for `openDatabase`. */
+export interface DatabaseOptions {
+  url: string;
+  /** The service's own schema; its tables are found without a prefix. */
+  schema: string;
+  /** Folder of numbered `NNNN_name.sql` files, applied in order at start. */
+  migrationsDir: string;
+  /** Pool size. */
+  max?: number;
+  log: Logger;
+  applicationName: string;
+}
+
+/**
+ * Connects to the service's database, creating the database when it is missing, and applies the
+ * service's migrations. Money is bigint end to end: int8 columns arrive as JavaScript bigint.
+ */
+export async function openDatabase(options: DatabaseOptions): Promise<Sql> {
+  await ensureDatabaseExists(options.url, options.log);
+  const sql = postgres(options.url, {
+    max: options.max ?? 10,
+    types: { bigint: postgres.BigInt },
+    onnotice: () => {},
+    connection: { application_name: options.applicationName, search_path: options.schema },
+  }) as unknown as Sql;
+  await migrate(sql, options.schema, options.migrationsDir, options.log);
+  return sql;
+}
+
+/** Creates the database named in `url` when it does not exist yet (DESIGN.md section 7). */
+export async function ensureDatabaseExists(url: string, log: Logger): Promise<void> {
+  const target = new URL(url);
+  const name = decodeURIComponent(target.pathname.replace(/^\//, ""));
+  if (!name) return;
+  const probe = postgres(url, { max: 1, onnotice: () => {}, connect_timeout: 10 });
+  try {
+    await probe`select 1`;
+    return;
+  } catch (err) {
+    // 3D000: invalid_catalog_name, the database does not exist. Anything else is a real problem.
+    if ((err as { code?: string }).code !== "3D000") throw describeConnectionError(err, url);
+  } finally {
+    await probe.end({ timeout: 1 });
+  }
+  const admin = new URL(url);
+  admin.pathname = "/postgres";
+  const adminSql = postgres(admin.toString(), { max: 1, onnotice: () => {} });
+  try {
+    await adminSql.unsafe(`create database "${name.replace(/"/g, '""')}"`);
+    log.info({ database: name }, "created database");
+  } catch (err) {
+    // 42P04: duplicate_database, another process created it first.
+    if ((err as { code?: string }).code !== "42P04") throw describeConnectionError(err, url);
+  } finally {
+    await adminSql.end({ timeout: 1 });
+  }
+}
+
+function describeConnectionError(err: unknown, url: string): Error {
+  const safe = new URL(url);
+  safe.password = safe.password ? "***" : "";
+  const message = err instanceof Error ? err.message : String(err);
+  return new Error(`cannot use the database at ${safe.toString()}: ${message}`, { cause: err });
+}
+
+/**
+ * Applies the files of `dir` that the schema has not seen, in order, in one transaction, under an
+ * advisory lock so that replicas starting together do not race.
+ */
+export async function migrate(sql: Sql, schema: string, dir: string, log: Logger): Promise<void> {
+  const files = (await readdir(dir)).filter((f) => /^\d{4}_[\w-]+\.sql$/.test(f)).sort();
+  await sql.begin(async (tx) => {
+    await tx`select pg_advisory_xact_lock(hashtext(${"migrations:" + schema}))`;
+    await tx.unsafe(`create schema if not exists "${schema}"`);
+    await tx.unsafe(`set local search_path to "${schema}"`);
+    await tx`create table if not exists schema_migrations (
+      version int primary key, name text not null, applied_at timestamptz not null default now())`;
+    const applied = new Set((await tx<{ version: number }[]>`select version from schema_migrations`).map((r) => r.version));
+    for (const file of files) {
+      const version = Number(file.slice(0, 4));
+      if (applied.has(version)) continue;
+      // Migration files are part of the code, never user input: running them as text is safe.
+      await tx.unsafe(await readFile(join(dir, file), "utf8"));
+      await tx`insert into schema_migrations (version, name) values (${version}, ${file})`;
+      log.info({ schema, migration: file }, "applied migration");
+    }
+  });
+}
+
+/** SQLSTATE of a Postgres error, for mapping to domain errors. */
+export function sqlState(err: unknown): string | undefined {
+  return typeof err === "object" && err !== null && "code" in err ? String((err as { code: unknown }).code) : undefined;
+}

@@ -1,0 +1,99 @@
+import { createHash } from "node:crypto";
+import { create, fromBinary, toBinary, type DescMessage, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
+import type { HandlerContext } from "@connectrpc/connect";
+import type { Tx } from "./db.js";
+import { invalidArgument, ruleViolation } from "./errors.js";
+
+/** Header that carries the key, on REST and on RPC alike. */
+export const IDEMPOTENCY_KEY_HEADER = "idempotency-key";
+/** Response header set when a stored response is replayed. */
+export const IDEMPOTENT_REPLAYED_HEADER = "idempotent-replayed";
+/** How long a key is remembered (DESIGN.md section 5). */
+export const IDEMPOTENCY_WINDOW_HOURS = 24;
+
+/** The key of a call, validated, or undefined when the caller sent none. */
+export function idempotencyKeyOf(ctx: HandlerContext): string | undefined {
+  const key = ctx.requestHeader.get(IDEMPOTENCY_KEY_HEADER);
+  if (key === null) return undefined;
+  if (key.length < 1 || key.length > 255) throw invalidArgument("Idempotency-Key must be 1 to 255 characters");
+  return key;
+}
+
+/**
+ * A fingerprint of what was asked: the method and the request message. The same JSON body always
+ * makes the same message and so the same hash; any changed field makes another.
+ */
+export function requestFingerprint<I extends DescMessage>(method: string, schema: I, request: MessageShape<I>): Buffer {
+  return createHash("sha256").update(method).update("\0").update(toBinary(schema, request)).digest();
+}
+
+/** What a claim found. */
+export type Claim = { kind: "new" } | { kind: "replay"; response: Uint8Array };
+
+/**
+ * Claims `key` inside the caller's transaction. If another transaction holds the same key, this
+ * waits for it: when it commits, its response is replayed; when it rolls back, the key is ours.
+ * Each service has an `idempotency_keys` table in its own schema.
+ */
+export async function claimIdempotencyKey(tx: Tx, accountId: string, key: string, fingerprint: Buffer): Promise<Claim> {
+  const inserted = await tx`
+    insert into idempotency_keys (account_id, key, fingerprint)
+    values (${accountId}, ${key}, ${fingerprint})
+    on conflict (account_id, key) do nothing
+    returning 1`;
+  if (inserted.length === 1) return { kind: "new" };
+  const [existing] = await tx<{ fingerprint: Buffer; response: Uint8Array | null; expired: boolean }[]>`
+    select fingerprint, response,
+           created_at < now() - make_interval(hours => ${IDEMPOTENCY_WINDOW_HOURS}) as expired
+    from idempotency_keys where account_id = ${accountId} and key = ${key} for update`;
+  if (!existing || existing.expired) {
+    // A key older than the window is forgotten: the request is new again.
+    await tx`
+      insert into idempotency_keys (account_id, key, fingerprint) values (${accountId}, ${key}, ${fingerprint})
+      on conflict (account_id, key) do update set fingerprint = excluded.fingerprint, response = null, created_at = now()`;
+    return { kind: "new" };
+  }
+  if (!Buffer.from(existing.fingerprint).equals(fingerprint)) {
+    throw ruleViolation("idempotency_conflict", "this Idempotency-Key was already used with a different request");
+  }
+  if (!existing.response) {
+    // Only a committed claim is visible, and every committed claim stores its response.
+    throw new Error("idempotency key committed without a response");
+  }
+  return { kind: "replay", response: existing.response };
+}
+
+/** Stores the response of a claimed key, in the same transaction as the effect. */
+export async function completeIdempotencyKey(tx: Tx, accountId: string, key: string, response: Uint8Array): Promise<void> {
+  await tx`update idempotency_keys set response = ${response} where account_id = ${accountId} and key = ${key}`;
+}
+
+/**
+ * Runs `effect` in `begin`'s transaction, once per key: a repeat of the same request replays the
+ * stored response (and sets `idempotent-replayed`), a different request with the key is refused.
+ * Only successful responses are stored, because a failure rolls the claim back with the effect.
+ */
+export async function runIdempotent<I extends DescMessage, O extends DescMessage>(args: {
+  ctx: HandlerContext;
+  begin: <T>(fn: (tx: Tx) => Promise<T>) => Promise<T>;
+  accountId: string;
+  requestSchema: I;
+  request: MessageShape<I>;
+  responseSchema: O;
+  effect: (tx: Tx) => Promise<MessageInitShape<O>>;
+}): Promise<MessageShape<O>> {
+  const { ctx, accountId, responseSchema } = args;
+  const key = idempotencyKeyOf(ctx);
+  if (key === undefined) return args.begin(async (tx) => create(responseSchema, await args.effect(tx)));
+  const fingerprint = requestFingerprint(`${ctx.service.typeName}/${ctx.method.name}`, args.requestSchema, args.request);
+  return args.begin(async (tx) => {
+    const claim = await claimIdempotencyKey(tx, accountId, key, fingerprint);
+    if (claim.kind === "replay") {
+      ctx.responseHeader.set(IDEMPOTENT_REPLAYED_HEADER, "true");
+      return fromBinary(responseSchema, claim.response);
+    }
+    const response = create(responseSchema, await args.effect(tx));
+    await completeIdempotencyKey(tx, accountId, key, toBinary(responseSchema, response));
+    return response;
+  });
+}

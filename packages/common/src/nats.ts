@@ -1,0 +1,97 @@
+import { jetstreamManager, type StreamConfig } from "@nats-io/jetstream";
+import { connect, nanos, type NatsConnection } from "@nats-io/transport-node";
+import type { Logger } from "pino";
+
+/**
+ * A NATS connection that is made in the background and kept alive for the life of the process.
+ * Services start and accept writes while NATS is down; the outbox holds their events until it is back.
+ */
+export interface NatsHandle {
+  /** Resolves once the first connection succeeds. */
+  connected(): Promise<NatsConnection>;
+  /** The connection, when one has been made. */
+  current(): NatsConnection | undefined;
+  /** Whether the server answers a round trip now. */
+  ping(): Promise<boolean>;
+  /** Drains pending messages and closes. */
+  close(): Promise<void>;
+}
+
+/** Opens a NATS connection that retries for ever, logging when it goes down and comes back. */
+export function connectNats(url: string, name: string, log: Logger): NatsHandle {
+  let nc: NatsConnection | undefined;
+  let closing = false;
+  const first = connect({
+    servers: url,
+    name,
+    waitOnFirstConnect: true,
+    maxReconnectAttempts: -1,
+    reconnectTimeWait: 500,
+    pingInterval: 10_000,
+  }).then((conn) => {
+    nc = conn;
+    log.info({ server: conn.getServer() }, "connected to NATS");
+    void (async () => {
+      for await (const status of conn.status()) {
+        if (status.type === "disconnect") log.warn({ server: status.server }, "NATS connection lost; retrying");
+        else if (status.type === "reconnect") log.info({ server: status.server }, "NATS connection restored");
+      }
+    })();
+    return conn;
+  });
+  first.catch((err: unknown) => {
+    if (!closing) log.error({ err }, "NATS connection failed for good");
+  });
+  return {
+    connected: () => first,
+    current: () => nc,
+    async ping() {
+      if (!nc || nc.isClosed()) return false;
+      try {
+        await nc.flush();
+        return true;
+      } catch {
+        return false;
+      }
+    },
+    async close() {
+      closing = true;
+      if (nc && !nc.isClosed()) await nc.drain().catch(() => nc?.close());
+    },
+  };
+}
+
+/** Settings of the stream that carries every domain event (DESIGN.md section 7). */
+export interface StreamSettings {
+  name: string;
+  subjectPrefix: string;
+}
+
+/** The subject an event of `type` is published on, for example `ledger.events.transaction.posted`. */
+export function eventSubject(prefix: string, type: string): string {
+  return `${prefix}.events.${type}`;
+}
+
+/**
+ * Creates the event stream, or brings its subjects up to date. The duplicate window is what makes
+ * a relay's re-publish after a crash harmless: JetStream drops a second message with the same id.
+ */
+export async function ensureEventStream(nc: NatsConnection, settings: StreamSettings): Promise<void> {
+  const jsm = await jetstreamManager(nc);
+  const config: Partial<StreamConfig> & { name: string } = {
+    name: settings.name,
+    subjects: [`${settings.subjectPrefix}.events.>`],
+    duplicate_window: nanos(10 * 60 * 1000),
+    max_age: nanos(7 * 24 * 60 * 60 * 1000),
+  };
+  try {
+    const info = await jsm.streams.info(settings.name);
+    const wanted = config.subjects![0]!;
+    if (!info.config.subjects?.includes(wanted)) {
+      await jsm.streams.update(settings.name, { ...info.config, subjects: [...(info.config.subjects ?? []), wanted] });
+    }
+  } catch (err) {
+    if (!/not found/i.test(String((err as Error).message))) throw err;
+    await jsm.streams.add(config);
+  }
+}

@@ -1,0 +1,176 @@
+import { toBinary } from "@bufbuild/protobuf";
+import { jetstream } from "@nats-io/jetstream";
+import { EventSchema, type Event } from "@ledger/proto/events/v1/events_pb.js";
+import type { Logger } from "pino";
+import { Counter, Gauge } from "prom-client";
+import type { Sql, Tx } from "./db.js";
+import { metricsRegistry } from "./metrics.js";
+import { ensureEventStream, eventSubject, type NatsHandle, type StreamSettings } from "./nats.js";
+
+const published = new Counter({
+  name: "outbox_published_total",
+  help: "Events the outbox relay published to JetStream.",
+  labelNames: ["service"],
+  registers: [metricsRegistry],
+});
+
+const publishErrors = new Counter({
+  name: "outbox_publish_errors_total",
+  help: "Relay batches that failed to publish and will be retried.",
+  labelNames: ["service"],
+  registers: [metricsRegistry],
+});
+
+const outboxes = new Map<string, Sql>();
+new Gauge({
+  name: "outbox_backlog",
+  help: "Events committed but not yet published.",
+  labelNames: ["service"],
+  registers: [metricsRegistry],
+  async collect() {
+    for (const [service, sql] of outboxes) {
+      const [row] = await sql<{ n: bigint }[]>`select count(*)::int8 as n from outbox`.catch(() => [{ n: -1n }]);
+      this.set({ service }, Number(row!.n));
+    }
+  },
+});
+new Gauge({
+  name: "outbox_oldest_age_seconds",
+  help: "Age of the oldest unpublished event; grows when NATS is unreachable.",
+  labelNames: ["service"],
+  registers: [metricsRegistry],
+  async collect() {
+    for (const [service, sql] of outboxes) {
+      const [row] = await sql<{ age: number | null }[]>`
+        select extract(epoch from now() - min(created_at))::float8 as age from outbox`.catch(() => [{ age: null }]);
+      this.set({ service }, row!.age ?? 0);
+    }
+  },
+});
+
+/** Options of `createOutbox`. Each service has an `outbox` table in its own schema. */
+export interface OutboxOptions {
+  service: string;
+  sql: Sql;
+  nats: NatsHandle;
+  stream: StreamSettings;
+  log: Logger;
+  /** Rows published per round trip. */
+  batchSize?: number;
+  /** How often to look for rows written by other replicas when nothing woke the relay. */
+  pollMs?: number;
+}
+
+/**
+ * The transactional outbox (DESIGN.md section 1): `enqueue` writes events in the caller's
+ * transaction, so an event exists exactly when its state change committed; the relay publishes
+ * them to JetStream with `Nats-Msg-Id` = event id and deletes them once JetStream has acked.
+ */
+export interface Outbox {
+  enqueue(tx: Tx, events: Event[]): Promise<void>;
+  /** Tells the relay that new rows committed, so it need not wait for its next poll. */
+  wake(): void;
+  start(): void;
+  /** Stops the relay after one last attempt to flush what is committed. */
+  stop(): Promise<void>;
+}
+
+/** Creates the outbox of one service. */
+export function createOutbox(options: OutboxOptions): Outbox {
+  const { sql, log } = options;
+  const batchSize = options.batchSize ?? 256;
+  const pollMs = options.pollMs ?? 250;
+  let running = false;
+  let loop: Promise<void> | undefined;
+  let wakeUp: (() => void) | undefined;
+  let streamReady = false;
+
+  const sleep = (ms: number) =>
+    new Promise<void>((resolve) => {
+      const timer = setTimeout(done, ms);
+      function done() {
+        clearTimeout(timer);
+        wakeUp = undefined;
+        resolve();
+      }
+      wakeUp = done;
+    });
+
+  async function publishBatch(): Promise<number> {
+    const nc = options.nats.current();
+    if (!nc || nc.isClosed()) throw new Error("NATS is not connected");
+    if (!streamReady) {
+      await ensureEventStream(nc, options.stream);
+      streamReady = true;
+    }
+    const js = jetstream(nc);
+    return sql.begin(async (tx) => {
+      // SKIP LOCKED lets several replicas relay side by side without publishing a row twice at once.
+      const rows = await tx<{ seq: bigint; event_id: string; subject: string; payload: Uint8Array }[]>`
+        select seq, event_id, subject, payload from outbox order by seq limit ${batchSize} for update skip locked`;
+      if (rows.length === 0) return 0;
+      await Promise.all(rows.map((row) => js.publish(row.subject, row.payload, { msgID: row.event_id, timeout: 5_000 })));
+      await tx`delete from outbox where seq in ${tx(rows.map((row) => row.seq))}`;
+      published.inc({ service: options.service }, rows.length);
+      return rows.length;
+    });
+  }
+
+  async function run() {
+    let failures = 0;
+    await Promise.race([options.nats.connected(), new Promise((resolve) => setTimeout(resolve, 100))]);
+    while (running) {
+      try {
+        const n = await publishBatch();
+        if (failures > 0) log.info({ after_failures: failures }, "outbox relay is publishing again");
+        failures = 0;
+        if (n < batchSize) await sleep(pollMs);
+      } catch (err) {
+        failures++;
+        streamReady = false;
+        publishErrors.inc({ service: options.service });
+        // One line when it starts failing and then one every 30 attempts, not one per second.
+        if (failures === 1 || failures % 30 === 0) {
+          log.warn({ err: (err as Error).message, failures }, "outbox relay cannot publish; events are kept and retried");
+        }
+        await sleep(Math.min(200 * 2 ** Math.min(failures, 4), 2_000));
+      }
+    }
+  }
+
+  return {
+    async enqueue(tx, events) {
+      if (events.length === 0) return;
+      const rows = events.map((event) => ({
+        event_id: event.id,
+        subject: eventSubject(options.stream.subjectPrefix, event.type),
+        payload: toBinary(EventSchema, event),
+      }));
+      await tx`insert into outbox ${tx(rows, "event_id", "subject", "payload")}`;
+    },
+    wake() {
+      wakeUp?.();
+    },
+    start() {
+      if (running) return;
+      running = true;
+      outboxes.set(options.service, sql);
+      loop = run();
+    },
+    async stop() {
+      running = false;
+      wakeUp?.();
+      await loop;
+      outboxes.delete(options.service);
+      // A last flush so a clean shutdown leaves nothing behind while NATS is up.
+      const deadline = Date.now() + 5_000;
+      while (Date.now() < deadline) {
+        try {
+          if ((await publishBatch()) === 0) break;
+        } catch {
+          break;
+        }
+      }
+    },
+  };
+}

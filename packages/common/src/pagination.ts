@@ -1,0 +1,63 @@
+import { invalidArgument } from "./errors.js";
+
+/** Page size when a request gives none, and the largest allowed (DESIGN.md section 5). */
+export const DEFAULT_PAGE_SIZE = 20;
+export const MAX_PAGE_SIZE = 100;
+
+/** A validated page request: lists are keyset-paginated on time-ordered ids, newest first. */
+export interface PageRequest {
+  limit: number;
+  /** Return only rows whose id sorts below this one. */
+  before?: string;
+}
+
+/** The `page` field of a list response. */
+export interface PageResult {
+  limit: number;
+  hasNext: boolean;
+  nextCursor: string;
+}
+
+/**
+ * Validates `limit` (0 means the default) and decodes `cursor`. `isValidId` checks the id inside
+ * the cursor, so a forged cursor is refused before it reaches a query.
+ */
+export function parsePageRequest(limit: number, cursor: string, isValidId: (id: string) => boolean): PageRequest {
+  if (!Number.isInteger(limit) || limit < 0 || limit > MAX_PAGE_SIZE) {
+    throw invalidArgument(`limit must be between 1 and ${MAX_PAGE_SIZE}`, { limit });
+  }
+  const page: PageRequest = { limit: limit === 0 ? DEFAULT_PAGE_SIZE : limit };
+  if (cursor !== "") page.before = decodeCursor(cursor, isValidId);
+  return page;
+}
+
+function decodeCursor(cursor: string, isValidId: (id: string) => boolean): string {
+  const malformed = () => invalidArgument("cursor is malformed: pass the next_cursor of the previous page unchanged");
+  if (!/^[A-Za-z0-9_-]{1,200}$/.test(cursor)) throw malformed();
+  let decoded: unknown;
+  try {
+    decoded = JSON.parse(Buffer.from(cursor, "base64url").toString("utf8"));
+  } catch {
+    throw malformed();
+  }
+  const id = (decoded as { b?: unknown } | null)?.b;
+  if (typeof id !== "string" || !isValidId(id)) throw malformed();
+  return id;
+}
+
+/** An opaque cursor that resumes a list below `id`. */
+export function encodeCursor(id: string): string {
+  return Buffer.from(JSON.stringify({ b: id }), "utf8").toString("base64url");
+}
+
+/**
+ * Turns `limit + 1` fetched rows into one page: the extra row only tells that another page exists.
+ */
+export function toPage<T>(rows: T[], page: PageRequest, idOf: (row: T) => string): { items: T[]; page: PageResult } {
+  const hasNext = rows.length > page.limit;
+  const items = hasNext ? rows.slice(0, page.limit) : rows;
+  return {
+    items,
+    page: { limit: page.limit, hasNext, nextCursor: hasNext ? encodeCursor(idOf(items[items.length - 1]!)) : "" },
+  };
+}

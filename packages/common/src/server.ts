@@ -1,0 +1,211 @@
+import * as http from "node:http";
+import * as http2 from "node:http2";
+import * as net from "node:net";
+import { Duplex } from "node:stream";
+import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import type { Logger } from "pino";
+import { metricsRegistry } from "./metrics.js";
+
+/** Checks a dependency for /readyz; resolves true when it is reachable. */
+export type ReadinessCheck = () => Promise<boolean>;
+
+type NodeHandler = (req: http.IncomingMessage | http2.Http2ServerRequest, res: http.ServerResponse | http2.Http2ServerResponse) => void;
+
+/**
+ * Answers /healthz, /readyz and /metrics. Returns false for any other path, so the caller can
+ * serve it. Readiness lists each check by name, so an operator sees which dependency is down.
+ */
+export function serveOpsEndpoint(
+  req: http.IncomingMessage | http2.Http2ServerRequest,
+  res: http.ServerResponse | http2.Http2ServerResponse,
+  checks: Record<string, ReadinessCheck>,
+): boolean {
+  const path = (req.url ?? "/").split("?")[0];
+  const reply = (status: number, type: string, body: string) => {
+    (res as http.ServerResponse).writeHead(status, { "content-type": type, "cache-control": "no-store" });
+    (res as http.ServerResponse).end(body);
+  };
+  if (path === "/healthz") {
+    reply(200, "application/json", JSON.stringify({ status: "ok" }));
+    return true;
+  }
+  if (path === "/readyz") {
+    void (async () => {
+      const names = Object.keys(checks);
+      const results = await Promise.all(names.map((name) => withTimeout(checks[name]!(), 2_000).catch(() => false)));
+      const detail = Object.fromEntries(names.map((name, i) => [name, results[i] ? "ok" : "unavailable"]));
+      const ready = results.every(Boolean);
+      reply(ready ? 200 : 503, "application/json", JSON.stringify({ status: ready ? "ok" : "unavailable", checks: detail }));
+    })();
+    return true;
+  }
+  if (path === "/metrics") {
+    void metricsRegistry.metrics().then(
+      (text) => reply(200, metricsRegistry.contentType, text),
+      () => reply(500, "text/plain", "metrics unavailable\n"),
+    );
+    return true;
+  }
+  return false;
+}
+
+function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error("timeout")), ms);
+    promise.then(
+      (value) => (clearTimeout(timer), resolve(value)),
+      (err: unknown) => (clearTimeout(timer), reject(err)),
+    );
+  });
+}
+
+/** What `listen` needs to serve a service. */
+export interface ServeOptions {
+  /** Name for logs. */
+  name: string;
+  host: string;
+  /** 0 picks a free port; read it back from the result. */
+  port: number;
+  log: Logger;
+  /** Connect routes; omitted for a process that serves only plain HTTP (the gateway). */
+  routes?: (router: ConnectRouter) => void;
+  interceptors?: Interceptor[];
+  /** Plain HTTP requests that are neither RPC nor ops endpoints. */
+  fallback?: NodeHandler;
+  readiness: Record<string, ReadinessCheck>;
+}
+
+/** A listening server; `close` drains it. */
+export interface RunningServer {
+  port: number;
+  url: string;
+  close(): Promise<void>;
+}
+
+const HTTP2_PREFACE = Buffer.from("PRI * HTTP/2.0");
+
+/**
+ * Serves HTTP/1.1 and cleartext HTTP/2 on one port by looking at the first bytes of each
+ * connection. RPC clients get HTTP/2 (gRPC needs it; Connect is faster with it) while
+ * Kubernetes probes, curl and Prometheus keep plain HTTP/1.1.
+ */
+export async function listen(options: ServeOptions): Promise<RunningServer> {
+  const notFound: NodeHandler = (_req, res) => {
+    (res as http.ServerResponse).writeHead(404, { "content-type": "application/json" });
+    (res as http.ServerResponse).end(JSON.stringify({ status: "error", error: { code: "not_found", message: "no such path" } }));
+  };
+  const fallback = options.fallback ?? notFound;
+  const rpc = options.routes
+    ? connectNodeAdapter({
+        routes: options.routes,
+        interceptors: options.interceptors ?? [],
+        fallback: (req, res) => fallback(req as http.IncomingMessage, res as unknown as http.ServerResponse),
+      })
+    : undefined;
+  const handler: NodeHandler = (req, res) => {
+    if (serveOpsEndpoint(req, res, options.readiness)) return;
+    if (rpc) rpc(req, res);
+    else fallback(req, res);
+  };
+
+  const h1 = http.createServer({ keepAliveTimeout: 65_000 }, handler as http.RequestListener);
+  const h2 = http2.createServer({}, handler as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);
+  const sessions = new Set<http2.Http2Session>();
+  h2.on("session", (session) => {
+    sessions.add(session);
+    session.once("close", () => sessions.delete(session));
+  });
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer((socket) => {
+    sockets.add(socket);
+    socket.once("close", () => sockets.delete(socket));
+    socket.once("data", (first) => {
+      socket.pause();
+      const isHttp2 = first.subarray(0, HTTP2_PREFACE.length).equals(HTTP2_PREFACE);
+      if (isHttp2) {
+        // The HTTP/2 session reads from the socket's native handle and would never see the bytes
+        // already read here, so it gets a stream that replays them first.
+        h2.emit("connection", new ReplayingSocket(socket, first));
+      } else {
+        socket.unshift(first);
+        h1.emit("connection", socket);
+      }
+      socket.resume();
+    });
+    socket.on("error", () => socket.destroy());
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(options.port, options.host, () => resolve());
+  });
+  const address = server.address() as net.AddressInfo;
+  const host = options.host === "0.0.0.0" || options.host === "::" ? "127.0.0.1" : options.host;
+  options.log.info({ port: address.port }, `${options.name} listening`);
+  return {
+    port: address.port,
+    url: `http://${host}:${address.port}`,
+    async close() {
+      // Stop accepting, let in-flight requests finish, then cut what is left after a grace period.
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      h1.closeIdleConnections();
+      for (const session of sessions) session.close();
+      const grace = setTimeout(() => {
+        for (const socket of sockets) socket.destroy();
+      }, 10_000);
+      grace.unref();
+      const idle = setInterval(() => h1.closeIdleConnections(), 100);
+      await closed;
+      clearInterval(idle);
+      clearTimeout(grace);
+    },
+  };
+}
+
+/** A duplex over `socket` whose readable side starts with `first`, bytes already taken off it. */
+class ReplayingSocket extends Duplex {
+  constructor(
+    private readonly socket: net.Socket,
+    first: Buffer,
+  ) {
+    super({ allowHalfOpen: false });
+    this.push(first);
+    socket.on("data", (chunk: Buffer) => {
+      if (!this.push(chunk)) socket.pause();
+    });
+    socket.on("end", () => this.push(null));
+    socket.on("error", (err) => this.destroy(err));
+    socket.on("close", () => this.destroy());
+  }
+  get remoteAddress() {
+    return this.socket.remoteAddress;
+  }
+  get remotePort() {
+    return this.socket.remotePort;
+  }
+  setTimeout(ms: number, callback?: () => void) {
+    this.socket.setTimeout(ms, callback);
+    return this;
+  }
+  setNoDelay(noDelay?: boolean) {
+    this.socket.setNoDelay(noDelay);
+    return this;
+  }
+  setKeepAlive(enable?: boolean, delay?: number) {
+    this.socket.setKeepAlive(enable, delay);
+    return this;
+  }
+  override _read() {
+    this.socket.resume();
+  }
+  override _write(chunk: Buffer, encoding: BufferEncoding, callback: (err?: Error | null) => void) {
+    this.socket.write(chunk, encoding, callback);
+  }
+  override _final(callback: (err?: Error | null) => void) {
+    this.socket.end(callback);
+  }
+  override _destroy(err: Error | null, callback: (err?: Error | null) => void) {
+    this.socket.destroy(err ?? undefined);
+    callback(err);
+  }
+}

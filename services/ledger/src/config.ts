@@ -1,0 +1,27 @@
+import { ConfigError, envInt, envOptional, envString, readDatabaseUrl, readInfraConfig, type InfraConfig } from "@ledger/common";
+
+/** Configuration of the ledger service, read once at start. */
+export interface LedgerConfig extends InfraConfig {
+  databaseUrl: string;
+  host: string;
+  port: number;
+  /** When set, start-up makes sure an account with this key and a default program exist. */
+  devApiKey?: string;
+  databasePoolSize: number;
+}
+
+/** Reads and validates the ledger's configuration. */
+export function readLedgerConfig(env: Record<string, string | undefined> = process.env): LedgerConfig {
+  const devApiKey = envOptional(env, "LEDGER_DEV_API_KEY");
+  if (devApiKey !== undefined && !/^[\x21-\x7e]{16,128}$/.test(devApiKey)) {
+    throw new ConfigError("LEDGER_DEV_API_KEY", "must be 16 to 128 printable characters without spaces");
+  }
+  return {
+    ...readInfraConfig(env),
+    databaseUrl: readDatabaseUrl(env, "LEDGER_DATABASE_URL"),
+    host: envString(env, "LEDGER_HOST", "127.0.0.1"),
+    port: envInt(env, "LEDGER_PORT", 8081, 0, 65535),
+    databasePoolSize: envInt(env, "LEDGER_DATABASE_POOL_SIZE", 20, 1, 500),
+    ...(devApiKey ? { devApiKey } : {}),
+  };
+}

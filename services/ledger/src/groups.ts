@@ -1,0 +1,140 @@
+import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { isId, notFound, type Sql, type Tx } from "@ledger/common";
+import {
+  Direction,
+  TransactionStatus,
+  type LegSchema,
+  type TransactionGroupSchema,
+} from "@ledger/proto/ledger/v1/ledger_pb.js";
+
+/** Statuses of a transaction group, as stored and as the REST API spells them. */
+export type GroupStatus = "pending" | "posted" | "canceled" | "failed" | "reversed";
+export type LegDirection = "debit" | "credit";
+
+/** A leg as stored. Its status is its group's. */
+export interface LegRow {
+  id: string;
+  group_id: string;
+  position: number;
+  entity_id: string;
+  direction: LegDirection;
+  amount: bigint;
+  created_at: Date;
+}
+
+/** A transaction group as stored, with its legs in request order. */
+export interface GroupRow {
+  id: string;
+  account_id: string;
+  program_id: string;
+  status: GroupStatus;
+  description: string;
+  metadata: JsonObject | null;
+  currency_code: string;
+  amount: bigint;
+  disputed: boolean;
+  reason: string;
+  reverses_group_id: string | null;
+  reversed_by_group_id: string | null;
+  created_at: Date;
+  updated_at: Date;
+  legs: LegRow[];
+}
+
+const STATUS_TO_PROTO: Record<GroupStatus, TransactionStatus> = {
+  pending: TransactionStatus.PENDING,
+  posted: TransactionStatus.POSTED,
+  canceled: TransactionStatus.CANCELED,
+  failed: TransactionStatus.FAILED,
+  reversed: TransactionStatus.REVERSED,
+};
+
+/** The stored spelling of a proto status; undefined for UNSPECIFIED. */
+export function statusFromProto(status: TransactionStatus): GroupStatus | undefined {
+  return (Object.keys(STATUS_TO_PROTO) as GroupStatus[]).find((key) => STATUS_TO_PROTO[key] === status);
+}
+
+/** The API form of a leg; its status comes from its group. */
+export function legToProto(leg: LegRow, status: GroupStatus): MessageInitShape<typeof LegSchema> {
+  return {
+    transactionId: leg.id,
+    transactionGroupId: leg.group_id,
+    entityId: leg.entity_id,
+    direction: leg.direction === "debit" ? Direction.DEBIT : Direction.CREDIT,
+    amount: leg.amount,
+    status: STATUS_TO_PROTO[status],
+    createdAt: timestampFromDate(leg.created_at),
+  };
+}
+
+/** The API form of a group with its legs. */
+export function groupToProto(group: GroupRow): MessageInitShape<typeof TransactionGroupSchema> {
+  return {
+    transactionGroupId: group.id,
+    programId: group.program_id,
+    status: STATUS_TO_PROTO[group.status],
+    description: group.description,
+    ...(group.metadata ? { metadata: group.metadata } : {}),
+    currencyCode: group.currency_code,
+    disputed: group.disputed,
+    amount: group.amount,
+    legs: group.legs.map((leg) => legToProto(leg, group.status)),
+    createdAt: timestampFromDate(group.created_at),
+    updatedAt: timestampFromDate(group.updated_at),
+    reversesTransactionGroupId: group.reverses_group_id ?? "",
+    reversedByTransactionGroupId: group.reversed_by_group_id ?? "",
+    reason: group.reason,
+  };
+}
+
+/**
+ * Reads groups by id with their legs. With `lock`, the groups are locked in id order, the first
+ * step of the fixed lock order every write follows (groups, then entities, then external entities).
+ */
+export async function loadGroups(sql: Sql | Tx, ids: string[], lock: boolean): Promise<Map<string, GroupRow>> {
+  const groups = new Map<string, GroupRow>();
+  if (ids.length === 0) return groups;
+  const sorted = [...new Set(ids)].sort();
+  const rows = lock
+    ? await sql<Omit<GroupRow, "legs">[]>`select * from transaction_groups where id = any(${sorted}) order by id for update`
+    : await sql<Omit<GroupRow, "legs">[]>`select * from transaction_groups where id = any(${sorted})`;
+  for (const row of rows) groups.set(row.id, { ...row, legs: [] });
+  const legs = await sql<LegRow[]>`select * from legs where group_id = any(${sorted}) order by group_id, position`;
+  for (const leg of legs) groups.get(leg.group_id)?.legs.push(leg);
+  return groups;
+}
+
+/** Reads one group of a program; another program's or account's group is not found. */
+export async function findGroup(sql: Sql, accountId: string, programId: string, groupId: string): Promise<GroupRow> {
+  const group = isId("group", groupId) ? (await loadGroups(sql, [groupId], false)).get(groupId) : undefined;
+  if (!group || group.account_id !== accountId || group.program_id !== programId) throw notFound("transaction group", groupId);
+  return group;
+}
+
+/** A leg with the status of its group. */
+export type LegWithStatus = LegRow & { status: GroupStatus };
+
+/** Reads one leg of one entity (the entity's tenancy is checked by the caller). */
+export async function findLeg(sql: Sql, entityId: string, legId: string): Promise<LegWithStatus> {
+  if (!isId("leg", legId)) throw notFound("transaction", legId);
+  const [row] = await sql<LegWithStatus[]>`
+    select l.*, g.status from legs l join transaction_groups g on g.id = l.group_id
+    where l.id = ${legId} and l.entity_id = ${entityId}`;
+  if (!row) throw notFound("transaction", legId);
+  return row;
+}
+
+/** Reads a page of an entity's legs, newest first, optionally of one status. */
+export async function listLegs(
+  sql: Sql,
+  entityId: string,
+  page: { limit: number; before?: string | undefined; status?: GroupStatus | undefined },
+): Promise<LegWithStatus[]> {
+  return sql<LegWithStatus[]>`
+    select l.*, g.status from legs l join transaction_groups g on g.id = l.group_id
+    where l.entity_id = ${entityId}
+      ${page.before ? sql`and l.id < ${page.before}` : sql``}
+      ${page.status ? sql`and g.status = ${page.status}` : sql``}
+    order by l.id desc limit ${page.limit + 1}`;
+}

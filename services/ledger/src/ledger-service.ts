@@ -1,0 +1,306 @@
+import type { JsonObject } from "@bufbuild/protobuf";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import {
+  invalidArgument,
+  isId,
+  parsePageRequest,
+  principalOf,
+  requestIdOf,
+  runIdempotent,
+  toPage,
+  type Outbox,
+  type Principal,
+  type Sql,
+  type Tx,
+} from "@ledger/common";
+import {
+  CancelTransactionRequestSchema,
+  CancelTransactionResponseSchema,
+  CreateEntityRequestSchema,
+  CreateEntityResponseSchema,
+  CreateProgramRequestSchema,
+  CreateProgramResponseSchema,
+  CreateTransactionRequestSchema,
+  CreateTransactionResponseSchema,
+  DefundEntityRequestSchema,
+  DefundEntityResponseSchema,
+  Direction,
+  DisputeTransactionRequestSchema,
+  DisputeTransactionResponseSchema,
+  FailTransactionRequestSchema,
+  FailTransactionResponseSchema,
+  FundEntityRequestSchema,
+  FundEntityResponseSchema,
+  LedgerService,
+  PostTransactionRequestSchema,
+  PostTransactionResponseSchema,
+  ReverseTransactionRequestSchema,
+  ReverseTransactionResponseSchema,
+  TransactionStatus,
+  UpdateProgramRequestSchema,
+  UpdateProgramResponseSchema,
+} from "@ledger/proto/ledger/v1/ledger_pb.js";
+import type { DescMessage, MessageInitShape, MessageShape } from "@bufbuild/protobuf";
+import { entityToProto, findEntity, insertEntity, listEntities, parseMetadata } from "./entities.js";
+import { findGroup, findLeg, groupToProto, legToProto, listLegs, statusFromProto } from "./groups.js";
+import { applyCommands, expectOk, parseAmount, parseLegs, type ExternalEntityCache, type LegSpec, type MoneyCommand } from "./money.js";
+import {
+  ensureExternalEntity,
+  findProgram,
+  insertProgram,
+  listPrograms,
+  parseCurrencyCode,
+  parseName,
+  programToProto,
+} from "./programs.js";
+
+/** What the ledger's handlers need. */
+export interface LedgerDeps {
+  sql: Sql;
+  outbox: Outbox;
+  resolveProgram: (principal: Principal, requested: string) => Promise<string>;
+}
+
+const MAX_TEXT = 1_000;
+
+function parseText(value: string, field: string, required: boolean): string {
+  if (required && value.trim() === "") throw invalidArgument(`${field} is required`);
+  if (value.length > MAX_TEXT) throw invalidArgument(`${field} must be at most ${MAX_TEXT} characters`);
+  return value;
+}
+
+function requireId(value: string, field: string): string {
+  if (value === "") throw invalidArgument(`${field} is required`);
+  return value;
+}
+
+/** The ledger's RPC handlers: each validates, builds a command or query, and maps the result. */
+export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof LedgerService> {
+  const { sql, outbox } = deps;
+  const externals: ExternalEntityCache = new Map();
+
+  /** Runs a mutation in one transaction, once per idempotency key, and wakes the relay after commit. */
+  async function mutate<I extends DescMessage, O extends DescMessage>(
+    ctx: HandlerContext,
+    requestSchema: I,
+    request: MessageShape<I>,
+    responseSchema: O,
+    effect: (tx: Tx) => Promise<MessageInitShape<O>>,
+  ): Promise<MessageShape<O>> {
+    const response = await runIdempotent({
+      ctx,
+      begin: (fn) => sql.begin(fn) as Promise<never>,
+      accountId: principalOf(ctx).accountId,
+      requestSchema,
+      request,
+      responseSchema,
+      effect,
+    });
+    outbox.wake();
+    return response;
+  }
+
+  /** Applies one money command and writes its events to the outbox, in the caller's transaction. */
+  async function apply(tx: Tx, command: MoneyCommand) {
+    const { outcomes, events } = await applyCommands(tx, [command], externals);
+    const outcome = expectOk(outcomes[0]!);
+    await outbox.enqueue(tx, events);
+    return outcome;
+  }
+
+  async function scope(ctx: HandlerContext, programId: string) {
+    const principal = principalOf(ctx);
+    return { principal, accountId: principal.accountId, programId: await deps.resolveProgram(principal, programId), requestId: requestIdOf(ctx) };
+  }
+
+  async function settle(ctx: HandlerContext, programId: string, groupId: string, to: "posted" | "canceled" | "failed", reason: string) {
+    const base = await scope(ctx, programId);
+    requireId(groupId, "transaction_group_id");
+    parseText(reason, "reason", false);
+    return (tx: Tx) => apply(tx, { kind: "settle", ...base, groupId, to, reason });
+  }
+
+  return {
+    async createEntity(req, ctx) {
+      const { accountId, programId } = await scope(ctx, req.programId);
+      const name = parseName(req.entityName, "entity_name");
+      const type = parseName(req.entityType, "entity_type");
+      const metadata = parseMetadata(req.metadata as JsonObject | undefined);
+      const requestedCurrency = req.currencyCode === "" ? undefined : parseCurrencyCode(req.currencyCode);
+      return mutate(ctx, CreateEntityRequestSchema, req, CreateEntityResponseSchema, async (tx) => {
+        const program = await findProgram(tx, accountId, programId);
+        const currencyCode = requestedCurrency ?? program.currency_code;
+        if (currencyCode !== program.currency_code) await ensureExternalEntity(tx, accountId, programId, currencyCode);
+        const row = await insertEntity(tx, { accountId, programId, name, type, currencyCode, metadata });
+        return { entity: entityToProto(row) };
+      });
+    },
+
+    async getEntity(req, ctx) {
+      const { accountId, programId } = await scope(ctx, req.programId);
+      const row = await findEntity(sql, accountId, programId, requireId(req.entityId, "entity_id"));
+      return { entity: entityToProto(row) };
+    },
+
+    async listEntities(req, ctx) {
+      const { programId } = await scope(ctx, req.programId);
+      const page = parsePageRequest(req.limit, req.cursor, (id) => isId("entity", id));
+      const rows = await listEntities(sql, programId, { ...page, type: req.entityType || undefined });
+      const result = toPage(rows, page, (row) => row.id);
+      return { entities: result.items.map(entityToProto), page: result.page };
+    },
+
+    async fundEntity(req, ctx) {
+      const base = await scope(ctx, req.programId);
+      const entityId = requireId(req.entityId, "entity_id");
+      const amount = parseAmount(req.amount);
+      const description = parseText(req.description, "description", false) || "Deposit";
+      return mutate(ctx, FundEntityRequestSchema, req, FundEntityResponseSchema, async (tx) => {
+        const { group } = await apply(tx, { kind: "fund", ...base, entityId, amount, description });
+        return { transactionGroup: groupToProto(group), credit: legToProto(group.legs[1]!, group.status) };
+      });
+    },
+
+    async defundEntity(req, ctx) {
+      const base = await scope(ctx, req.programId);
+      const entityId = requireId(req.entityId, "entity_id");
+      const amount = parseAmount(req.amount);
+      const description = parseText(req.description, "description", false) || "Withdrawal";
+      return mutate(ctx, DefundEntityRequestSchema, req, DefundEntityResponseSchema, async (tx) => {
+        const { group } = await apply(tx, { kind: "defund", ...base, entityId, amount, description });
+        return { transactionGroup: groupToProto(group), debit: legToProto(group.legs[0]!, group.status) };
+      });
+    },
+
+    async createTransaction(req, ctx) {
+      const base = await scope(ctx, req.programId);
+      const description = parseText(req.description, "description", true);
+      const metadata = parseMetadata(req.metadata as JsonObject | undefined);
+      let status: "pending" | "posted";
+      if (req.status === TransactionStatus.UNSPECIFIED || req.status === TransactionStatus.PENDING) status = "pending";
+      else if (req.status === TransactionStatus.POSTED) status = "posted";
+      else throw invalidArgument("status must be pending or posted");
+      let legs: LegSpec[];
+      if (req.form.case === "transfer") {
+        const { fromEntityId, toEntityId, amount } = req.form.value;
+        requireId(fromEntityId, "account.from");
+        requireId(toEntityId, "account.to");
+        if (fromEntityId === toEntityId) throw invalidArgument("account.from and account.to must be different entities");
+        parseAmount(amount);
+        legs = [
+          { entityId: fromEntityId, direction: "debit", amount },
+          { entityId: toEntityId, direction: "credit", amount },
+        ];
+      } else if (req.form.case === "entries") {
+        legs = req.form.value.entries.map((entry, i) => {
+          if (entry.direction === Direction.UNSPECIFIED) throw invalidArgument(`entries[${i}].direction must be debit or credit`);
+          return { entityId: entry.entityId, direction: entry.direction === Direction.DEBIT ? "debit" : "credit", amount: entry.amount };
+        });
+        parseLegs(legs);
+      } else {
+        throw invalidArgument("give either amount with account {from, to}, or entries");
+      }
+      return mutate(ctx, CreateTransactionRequestSchema, req, CreateTransactionResponseSchema, async (tx) => {
+        const { group } = await apply(tx, { kind: "create", ...base, description, metadata, status, legs });
+        return { transactionGroup: groupToProto(group) };
+      });
+    },
+
+    async getTransaction(req, ctx) {
+      const { accountId, programId } = await scope(ctx, req.programId);
+      const entity = await findEntity(sql, accountId, programId, requireId(req.entityId, "entity_id"));
+      const leg = await findLeg(sql, entity.id, requireId(req.transactionId, "transaction_id"));
+      return { leg: legToProto(leg, leg.status) };
+    },
+
+    async listTransactions(req, ctx) {
+      const { accountId, programId } = await scope(ctx, req.programId);
+      const entity = await findEntity(sql, accountId, programId, requireId(req.entityId, "entity_id"));
+      const page = parsePageRequest(req.limit, req.cursor, (id) => isId("leg", id));
+      const rows = await listLegs(sql, entity.id, { ...page, status: statusFromProto(req.status) });
+      const result = toPage(rows, page, (row) => row.id);
+      return { legs: result.items.map((leg) => legToProto(leg, leg.status)), page: result.page };
+    },
+
+    async getTransactionGroup(req, ctx) {
+      const { accountId, programId } = await scope(ctx, req.programId);
+      const group = await findGroup(sql, accountId, programId, requireId(req.transactionGroupId, "transaction_group_id"));
+      return { transactionGroup: groupToProto(group) };
+    },
+
+    async postTransaction(req, ctx) {
+      const run = await settle(ctx, req.programId, req.transactionGroupId, "posted", "");
+      return mutate(ctx, PostTransactionRequestSchema, req, PostTransactionResponseSchema, async (tx) => ({
+        transactionGroup: groupToProto((await run(tx)).group),
+      }));
+    },
+
+    async cancelTransaction(req, ctx) {
+      const run = await settle(ctx, req.programId, req.transactionGroupId, "canceled", "");
+      return mutate(ctx, CancelTransactionRequestSchema, req, CancelTransactionResponseSchema, async (tx) => ({
+        transactionGroup: groupToProto((await run(tx)).group),
+      }));
+    },
+
+    async failTransaction(req, ctx) {
+      const run = await settle(ctx, req.programId, req.transactionGroupId, "failed", req.reason);
+      return mutate(ctx, FailTransactionRequestSchema, req, FailTransactionResponseSchema, async (tx) => ({
+        transactionGroup: groupToProto((await run(tx)).group),
+      }));
+    },
+
+    async reverseTransaction(req, ctx) {
+      const base = await scope(ctx, req.programId);
+      const groupId = requireId(req.transactionGroupId, "transaction_group_id");
+      const description = parseText(req.description, "description", false);
+      return mutate(ctx, ReverseTransactionRequestSchema, req, ReverseTransactionResponseSchema, async (tx) => {
+        const { group, reversal } = await apply(tx, { kind: "reverse", ...base, groupId, description });
+        return {
+          transactionGroup: groupToProto(group),
+          reversalTransactionGroupId: reversal!.id,
+          reversalTransactionGroup: groupToProto(reversal!),
+        };
+      });
+    },
+
+    async disputeTransaction(req, ctx) {
+      const base = await scope(ctx, req.programId);
+      const groupId = requireId(req.transactionGroupId, "transaction_group_id");
+      const reason = parseText(req.reason, "reason", false);
+      return mutate(ctx, DisputeTransactionRequestSchema, req, DisputeTransactionResponseSchema, async (tx) => {
+        const { group } = await apply(tx, { kind: "dispute", ...base, groupId, reason });
+        return { transactionGroup: groupToProto(group) };
+      });
+    },
+
+    async createProgram(req, ctx) {
+      const { accountId } = principalOf(ctx);
+      const name = parseName(req.programName, "program_name");
+      const currencyCode = req.currencyCode === "" ? "USD" : parseCurrencyCode(req.currencyCode);
+      return mutate(ctx, CreateProgramRequestSchema, req, CreateProgramResponseSchema, async (tx) => ({
+        program: programToProto(await insertProgram(tx, { accountId, name, currencyCode, isDefault: false })),
+      }));
+    },
+
+    async getProgram(req, ctx) {
+      const { accountId, programId } = await scope(ctx, req.programId);
+      return { program: programToProto(await findProgram(sql, accountId, programId)) };
+    },
+
+    async listPrograms(req, ctx) {
+      const { accountId } = principalOf(ctx);
+      const page = parsePageRequest(req.limit, req.cursor, (id) => isId("program", id));
+      const result = toPage(await listPrograms(sql, accountId, page.limit, page.before), page, (row) => row.id);
+      return { programs: result.items.map(programToProto), page: result.page };
+    },
+
+    async updateProgram(req, ctx) {
+      const { accountId, programId } = await scope(ctx, req.programId);
+      const name = parseName(req.programName, "program_name");
+      return mutate(ctx, UpdateProgramRequestSchema, req, UpdateProgramResponseSchema, async (tx) => {
+        await tx`update programs set name = ${name} where id = ${programId} and account_id = ${accountId}`;
+        return { program: programToProto(await findProgram(tx, accountId, programId)) };
+      });
+    },
+  };
+}

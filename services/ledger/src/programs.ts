@@ -1,0 +1,112 @@
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { invalidArgument, isId, newId, notFound, type Principal, type Sql, type Tx } from "@ledger/common";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { ProgramSchema } from "@ledger/proto/ledger/v1/ledger_pb.js";
+
+/** A program row with the external entity of its default currency. */
+export interface ProgramRow {
+  id: string;
+  account_id: string;
+  name: string;
+  currency_code: string;
+  is_default: boolean;
+  created_at: Date;
+  external_entity_id: string;
+}
+
+/** Currency codes are three capital letters (ISO 4217 form); the list itself is not enforced. */
+export function parseCurrencyCode(value: string, field = "currency_code"): string {
+  if (!/^[A-Z]{3}$/.test(value)) throw invalidArgument(`${field} must be three capital letters, like USD`, { [field]: value });
+  return value;
+}
+
+/** Validates a name field: required, trimmed length 1 to 200. */
+export function parseName(value: string, field: string): string {
+  const trimmed = value.trim();
+  if (trimmed === "") throw invalidArgument(`${field} is required`);
+  if (trimmed.length > 200) throw invalidArgument(`${field} must be at most 200 characters`);
+  return trimmed;
+}
+
+/** Creates a program and the external entity of its currency. */
+export async function insertProgram(
+  tx: Tx,
+  args: { accountId: string; name: string; currencyCode: string; isDefault: boolean },
+): Promise<ProgramRow> {
+  const id = newId("program");
+  const [row] = await tx<Omit<ProgramRow, "external_entity_id">[]>`
+    insert into programs (id, account_id, name, currency_code, is_default)
+    values (${id}, ${args.accountId}, ${args.name}, ${args.currencyCode}, ${args.isDefault})
+    returning id, account_id, name, currency_code, is_default, created_at`;
+  const externalId = await ensureExternalEntity(tx, args.accountId, id, args.currencyCode);
+  return { ...row!, external_entity_id: externalId };
+}
+
+/**
+ * The program's external entity (the outside world) for one currency, created on first use.
+ * Deposits and withdrawals post against it; it alone may go negative.
+ */
+export async function ensureExternalEntity(tx: Tx, accountId: string, programId: string, currencyCode: string): Promise<string> {
+  await tx`
+    insert into entities (id, account_id, program_id, name, type, currency_code, is_external)
+    values (${newId("entity")}, ${accountId}, ${programId}, ${"External " + currencyCode}, 'external', ${currencyCode}, true)
+    on conflict (program_id, currency_code) where is_external do nothing`;
+  const [row] = await tx<{ id: string }[]>`
+    select id from entities where program_id = ${programId} and currency_code = ${currencyCode} and is_external`;
+  return row!.id;
+}
+
+/**
+ * Which program a request acts in: the one it names, which must belong to the caller, or the
+ * caller's default. A program's owner never changes, so ownership is cached for the process.
+ */
+export function createProgramResolver(sql: Sql) {
+  const owners = new Map<string, string>();
+  return async function resolveProgram(principal: Principal, requested: string): Promise<string> {
+    if (requested === "") return principal.defaultProgramId;
+    let owner = owners.get(requested);
+    if (owner === undefined && isId("program", requested)) {
+      const [row] = await sql<{ account_id: string }[]>`select account_id from programs where id = ${requested}`;
+      if (row) {
+        owner = row.account_id;
+        if (owners.size > 100_000) owners.clear();
+        owners.set(requested, owner);
+      }
+    }
+    if (owner !== principal.accountId) throw notFound("program", requested);
+    return requested;
+  };
+}
+
+/** Reads one program of an account. */
+export async function findProgram(sql: Sql | Tx, accountId: string, programId: string): Promise<ProgramRow> {
+  const [row] = await sql<ProgramRow[]>`
+    select p.id, p.account_id, p.name, p.currency_code, p.is_default, p.created_at, e.id as external_entity_id
+    from programs p
+    join entities e on e.program_id = p.id and e.is_external and e.currency_code = p.currency_code
+    where p.id = ${programId} and p.account_id = ${accountId}`;
+  if (!row) throw notFound("program", programId);
+  return row;
+}
+
+/** Reads a page of an account's programs, newest first. */
+export async function listPrograms(sql: Sql, accountId: string, limit: number, before?: string): Promise<ProgramRow[]> {
+  return sql<ProgramRow[]>`
+    select p.id, p.account_id, p.name, p.currency_code, p.is_default, p.created_at, e.id as external_entity_id
+    from programs p
+    join entities e on e.program_id = p.id and e.is_external and e.currency_code = p.currency_code
+    where p.account_id = ${accountId} ${before ? sql`and p.id < ${before}` : sql``}
+    order by p.id desc limit ${limit + 1}`;
+}
+
+/** The API form of a program. */
+export function programToProto(row: ProgramRow): MessageInitShape<typeof ProgramSchema> {
+  return {
+    programId: row.id,
+    programName: row.name,
+    currencyCode: row.currency_code,
+    externalEntityId: row.external_entity_id,
+    isDefault: row.is_default,
+    createdAt: timestampFromDate(row.created_at),
+  };
+}

@@ -1,0 +1,15 @@
+import type { ConnectRouter } from "@connectrpc/connect";
+import type { Authenticator } from "@ledger/common";
+import { IdentityService } from "@ledger/proto/ledger/v1/identity_pb.js";
+import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import { createIdentityService } from "./identity-service.js";
+import { createLedgerService, type LedgerDeps } from "./ledger-service.js";
+
+/** The ledger's RPC routes: the ledger itself and the identity look-up other services use. */
+export default (deps: LedgerDeps & { authenticate: Authenticator }) => (router: ConnectRouter) => {
+  router.service(LedgerService, createLedgerService(deps));
+  router.service(IdentityService, createIdentityService(deps.authenticate));
+};
+
+/** Methods callable without an API key header: they check a key given in the request itself. */
+export const PUBLIC_METHODS = [`${IdentityService.typeName}/Authenticate`];

@@ -1,0 +1,84 @@
+import { fileURLToPath } from "node:url";
+import {
+  authInterceptor,
+  cachedAuthenticator,
+  connectNats,
+  createLogger,
+  createOutbox,
+  listen,
+  metricsInterceptor,
+  openDatabase,
+  requestIdInterceptor,
+  type RunningServer,
+} from "@ledger/common";
+import type { LedgerConfig } from "./config.js";
+import { authenticate, ensureDevAccount } from "./identity.js";
+import { createProgramResolver } from "./programs.js";
+import routes, { PUBLIC_METHODS } from "./routes.js";
+
+const MIGRATIONS = fileURLToPath(new URL("../migrations", import.meta.url));
+
+/** A running ledger service. */
+export interface LedgerHandle {
+  server: RunningServer;
+  /** SIGTERM path: stop accepting, finish in-flight calls, flush the outbox, close connections. */
+  close(): Promise<void>;
+}
+
+/** Starts the ledger: database and migrations, the outbox relay, and the RPC server. */
+export async function startLedger(config: LedgerConfig): Promise<LedgerHandle> {
+  const log = createLogger("ledger", config.logLevel);
+  const sql = await openDatabase({
+    url: config.databaseUrl,
+    schema: "ledger",
+    migrationsDir: MIGRATIONS,
+    max: config.databasePoolSize,
+    log,
+    applicationName: "ledger",
+  });
+  if (config.devApiKey) await ensureDevAccount(sql, config.devApiKey);
+
+  const nats = connectNats(config.natsUrl, "ledger", log);
+  const outbox = createOutbox({
+    service: "ledger",
+    sql,
+    nats,
+    stream: { name: config.natsStream, subjectPrefix: config.natsSubjectPrefix },
+    log,
+  });
+  outbox.start();
+
+  const auth = cachedAuthenticator((key) => authenticate(sql, key));
+  const server = await listen({
+    name: "ledger",
+    host: config.host,
+    port: config.port,
+    log,
+    routes: routes({ sql, outbox, authenticate: auth, resolveProgram: createProgramResolver(sql) }),
+    interceptors: [requestIdInterceptor(log), metricsInterceptor(), authInterceptor(auth, PUBLIC_METHODS)],
+    readiness: {
+      database: async () => (await sql`select 1`).length === 1,
+      nats: () => nats.ping(),
+    },
+  });
+
+  // Idempotency keys are remembered for 24 hours; older ones only take space.
+  const sweep = setInterval(() => {
+    sql`delete from idempotency_keys where created_at < now() - interval '25 hours'`.catch((err: unknown) =>
+      log.warn({ err }, "idempotency key sweep failed"),
+    );
+  }, 10 * 60 * 1000);
+  sweep.unref();
+
+  return {
+    server,
+    async close() {
+      clearInterval(sweep);
+      await server.close();
+      await outbox.stop();
+      await nats.close();
+      await sql.end({ timeout: 5 });
+      log.info("ledger stopped");
+    },
+  };
+}
