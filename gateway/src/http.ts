@@ -1,16 +1,15 @@
 import type { IncomingMessage } from "node:http";
-import { appError, invalidArgument } from "@ledger/common";
-import { Code } from "@connectrpc/connect";
+import { invalidArgument } from "@ledger/common";
 
 /** Reads a request body up to `limit` bytes; a larger one is refused with 413 before it is all read. */
 export async function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
   const declared = Number(req.headers["content-length"] ?? "0");
-  if (declared > limit) throw tooLarge(limit);
+  if (declared > limit) throw new PayloadTooLarge(limit);
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of req as AsyncIterable<Buffer>) {
     size += chunk.length;
-    if (size > limit) throw tooLarge(limit);
+    if (size > limit) throw new PayloadTooLarge(limit);
     chunks.push(chunk);
   }
   return Buffer.concat(chunks);
@@ -23,9 +22,6 @@ export class PayloadTooLarge extends Error {
   }
 }
 
-function tooLarge(limit: number): PayloadTooLarge {
-  return new PayloadTooLarge(limit);
-}
 
 /** Parses a JSON body; malformed JSON is a 400 that says where it broke. */
 export function parseJsonBody(raw: Buffer): unknown {
@@ -35,9 +31,4 @@ export function parseJsonBody(raw: Buffer): unknown {
   } catch (err) {
     throw invalidArgument(`the request body is not valid JSON: ${(err as Error).message}`);
   }
-}
-
-/** The error for a path that exists under another method. */
-export function methodNotAllowed(allowed: string[]) {
-  return appError(Code.InvalidArgument, "invalid_request", `method not allowed; use ${allowed.join(" or ")}`, { allowed });
 }

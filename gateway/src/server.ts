@@ -3,7 +3,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { CallOptions } from "@connectrpc/connect";
 import { IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER, REQUEST_ID_HEADER, type Logger } from "@ledger/common";
 import { errorEnvelope } from "./errors.js";
-import { methodNotAllowed, parseJsonBody, PayloadTooLarge, readBody } from "./http.js";
+import { parseJsonBody, PayloadTooLarge, readBody } from "./http.js";
 import { asObject, onlyKnown, parseQuery, type Fields } from "./input.js";
 import { toJson } from "./json.js";
 import type { Clients, Route } from "./routes.js";
@@ -44,7 +44,12 @@ export function createRestHandler(routes: Route[], clients: Clients, options: { 
       const route = path === undefined ? undefined : table.get(`${method} ${path}`);
       if (!route) {
         const allowed = path === undefined ? undefined : methodsByPath.get(path);
-        if (allowed) throw methodNotAllowed(allowed);
+        if (allowed) {
+          status = 405;
+          const message = `${method} is not allowed on ${url.pathname}; use ${allowed.join(" or ")}`;
+          send(res, 405, { status: "error", error: { code: "method_not_allowed", message } }, { [REQUEST_ID_HEADER]: requestId, allow: allowed.join(", ") });
+          return;
+        }
         status = 404;
         send(res, 404, { status: "error", error: { code: "not_found", message: `no endpoint ${method} ${url.pathname}` } }, { [REQUEST_ID_HEADER]: requestId });
         return;

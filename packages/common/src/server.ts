@@ -116,6 +116,20 @@ export async function listen(options: ServeOptions): Promise<RunningServer> {
     sessions.add(session);
     session.once("close", () => sessions.delete(session));
   });
+  // HTTP/1.1 keep-alive sockets and how many requests each is serving, so a drain can close the
+  // idle ones at once and the busy ones as soon as their response is written.
+  const h1Busy = new Map<net.Socket, number>();
+  let draining = false;
+  h1.on("request", (req: http.IncomingMessage, res: http.ServerResponse) => {
+    const socket = req.socket;
+    h1Busy.set(socket, (h1Busy.get(socket) ?? 0) + 1);
+    if (draining) res.setHeader("connection", "close");
+    res.once("close", () => {
+      const left = (h1Busy.get(socket) ?? 1) - 1;
+      h1Busy.set(socket, left);
+      if (draining && left === 0) socket.destroy();
+    });
+  });
   const sockets = new Set<net.Socket>();
   const server = net.createServer((socket) => {
     sockets.add(socket);
@@ -129,6 +143,8 @@ export async function listen(options: ServeOptions): Promise<RunningServer> {
         h2.emit("connection", new ReplayingSocket(socket, first));
       } else {
         socket.unshift(first);
+        h1Busy.set(socket, 0);
+        socket.once("close", () => h1Busy.delete(socket));
         h1.emit("connection", socket);
       }
       socket.resume();
@@ -147,16 +163,15 @@ export async function listen(options: ServeOptions): Promise<RunningServer> {
     url: `http://${host}:${address.port}`,
     async close() {
       // Stop accepting, let in-flight requests finish, then cut what is left after a grace period.
+      draining = true;
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-      h1.closeIdleConnections();
+      for (const [socket, busy] of h1Busy) if (busy === 0) socket.destroy();
       for (const session of sessions) session.close();
       const grace = setTimeout(() => {
         for (const socket of sockets) socket.destroy();
       }, 10_000);
       grace.unref();
-      const idle = setInterval(() => h1.closeIdleConnections(), 100);
       await closed;
-      clearInterval(idle);
       clearTimeout(grace);
     },
   };

@@ -1,0 +1,220 @@
+import { randomBytes } from "node:crypto";
+import { fromBinary } from "@bufbuild/protobuf";
+import { createClient, type Client } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { connect } from "@nats-io/transport-node";
+import { startGateway, type GatewayHandle } from "@ledger/gateway";
+import { createAccount, startLedger, type LedgerHandle, type NewAccount } from "@ledger/ledger-service";
+import { EventSchema, type Event } from "@ledger/proto/events/v1/events_pb.js";
+import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import postgres from "postgres";
+import { inject } from "vitest";
+
+/** A response as a test sees it. */
+export interface ApiResponse {
+  status: number;
+  // Tests read arbitrary JSON shapes; asserting on them is the point.
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  body: any;
+  headers: Headers;
+}
+
+/** A REST client bound to one API key. */
+export interface Api {
+  request(method: string, path: string, init?: { body?: unknown; raw?: string; query?: Record<string, string>; headers?: Record<string, string> }): Promise<ApiResponse>;
+  get(path: string, query?: Record<string, string>, headers?: Record<string, string>): Promise<ApiResponse>;
+  post(path: string, body?: unknown, headers?: Record<string, string>): Promise<ApiResponse>;
+  put(path: string, body?: unknown, headers?: Record<string, string>): Promise<ApiResponse>;
+}
+
+/** Makes a REST client for `baseUrl` (ending in /v1) that sends `apiKey`. */
+export function restClient(baseUrl: string, apiKey: string | undefined): Api {
+  const request: Api["request"] = async (method, path, init = {}) => {
+    const url = new URL(baseUrl + path);
+    for (const [k, v] of Object.entries(init.query ?? {})) url.searchParams.set(k, v);
+    const headers: Record<string, string> = { ...(apiKey ? { authorization: apiKey } : {}), ...(init.headers ?? {}) };
+    let body: string | undefined = init.raw;
+    if (init.body !== undefined) {
+      body = JSON.stringify(init.body);
+      headers["content-type"] = "application/json";
+    }
+    const res = await fetch(url, { method, headers, ...(body !== undefined ? { body } : {}) });
+    const text = await res.text();
+    let parsed: unknown = text;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      // Left as text: a test asserting on a JSON shape will fail and show it.
+    }
+    return { status: res.status, body: parsed, headers: res.headers };
+  };
+  return {
+    request,
+    get: (path, query, headers) => request("GET", path, { ...(query ? { query } : {}), ...(headers ? { headers } : {}) }),
+    post: (path, body, headers) => request("POST", path, { body: body ?? {}, ...(headers ? { headers } : {}) }),
+    put: (path, body, headers) => request("PUT", path, { body: body ?? {}, ...(headers ? { headers } : {}) }),
+  };
+}
+
+/** A ledger and gateway on port 0 against the run's database and NATS, with one account. */
+export interface Stack {
+  restUrl: string;
+  ledgerUrl: string;
+  databaseUrl: string;
+  natsUrl: string;
+  stream: string;
+  subjectPrefix: string;
+  /** Direct database access for invariant checks; search_path is the ledger schema. */
+  sql: postgres.Sql<{ bigint: bigint }>;
+  account: NewAccount;
+  api: Api;
+  /** A second account, for tenancy tests. */
+  newAccount(name?: string): Promise<{ account: NewAccount; api: Api }>;
+  /** A Connect client of the ledger that sends `apiKey`. */
+  ledgerClient(apiKey: string): Client<typeof LedgerService>;
+  ledger: LedgerHandle;
+  gateway: GatewayHandle;
+  close(): Promise<void>;
+}
+
+/** Options of `startStack`. */
+export interface StackOptions {
+  /** Another NATS than the run's, for tests that stop and start their own server. */
+  natsUrl?: string;
+}
+
+/**
+ * Starts a whole ledger stack for one test file. Each stack publishes on a stream and subject
+ * prefix of its own, so test files running side by side never see each other's events.
+ */
+export async function startStack(options: StackOptions = {}): Promise<Stack> {
+  const databaseUrl = inject("databaseUrl");
+  const natsUrl = options.natsUrl ?? inject("natsUrl");
+  const tag = randomBytes(4).toString("hex");
+  const stream = `TEST_${tag}`;
+  const subjectPrefix = `test${tag}`;
+  const logLevel = process.env["TEST_LOG_LEVEL"] ?? "silent";
+  const ledger = await startLedger({
+    databaseUrl,
+    natsUrl,
+    natsStream: stream,
+    natsSubjectPrefix: subjectPrefix,
+    logLevel,
+    host: "127.0.0.1",
+    port: 0,
+    databasePoolSize: 10,
+  });
+  const gateway = await startGateway({ host: "127.0.0.1", port: 0, ledgerUrl: ledger.server.url, bodyLimitBytes: 64 * 1024, logLevel });
+  const sql = postgres(databaseUrl, { max: 4, types: { bigint: postgres.BigInt }, onnotice: () => {}, connection: { search_path: "ledger" } }) as unknown as postgres.Sql<{ bigint: bigint }>;
+  const restUrl = `${gateway.server.url}/v1`;
+  const transport = createConnectTransport({ baseUrl: ledger.server.url, httpVersion: "2", useBinaryFormat: true });
+  const newAccount = async (name = "test account") => {
+    const account = await createAccount(sql as never, name);
+    return { account, api: restClient(restUrl, account.api_key) };
+  };
+  const first = await newAccount();
+  return {
+    restUrl,
+    ledgerUrl: ledger.server.url,
+    databaseUrl,
+    natsUrl,
+    stream,
+    subjectPrefix,
+    sql,
+    account: first.account,
+    api: first.api,
+    newAccount,
+    ledgerClient: (apiKey) =>
+      createClient(LedgerService, {
+        ...transport,
+        unary: (method, signal, timeoutMs, header, input, contextValues) => {
+          const headers = new Headers(header);
+          headers.set("authorization", apiKey);
+          return transport.unary(method, signal, timeoutMs, headers, input, contextValues);
+        },
+      }),
+    ledger,
+    gateway,
+    async close() {
+      await gateway.close();
+      await ledger.close();
+      await sql.end({ timeout: 2 });
+    },
+  };
+}
+
+/**
+ * Every ledger invariant that can be checked from the tables, for the given account:
+ * posted balances sum to zero per program and currency; no ordinary entity has negative
+ * available; and every stored balance equals what its legs say it must be.
+ * Returns the violations, named; an empty list means all hold.
+ */
+export async function ledgerViolations(sql: postgres.Sql<{ bigint: bigint }>, accountId: string): Promise<string[]> {
+  const violations: string[] = [];
+  const sums = await sql<{ program_id: string; currency_code: string; total: bigint }[]>`
+    select program_id, currency_code, sum(posted)::int8 as total from entities
+    where account_id = ${accountId} group by program_id, currency_code having sum(posted) <> 0`;
+  for (const s of sums) violations.push(`program ${s.program_id} ${s.currency_code}: posted balances sum to ${s.total}, not 0`);
+  const negative = await sql<{ id: string; available: bigint }[]>`
+    select id, posted - pending_debits - held as available from entities
+    where account_id = ${accountId} and not is_external and posted - pending_debits - held < 0`;
+  for (const n of negative) violations.push(`entity ${n.id}: available is ${n.available}`);
+  const drift = await sql<{ id: string; posted: bigint; from_legs: bigint; pending_debits: bigint; pd_legs: bigint; pending_credits: bigint; pc_legs: bigint }[]>`
+    select e.id, e.posted, e.pending_debits, e.pending_credits,
+      coalesce(sum(case when g.status in ('posted', 'reversed') then
+        case l.direction when 'credit' then l.amount else -l.amount end end), 0)::int8 as from_legs,
+      coalesce(sum(case when g.status = 'pending' and l.direction = 'debit' then l.amount end), 0)::int8 as pd_legs,
+      coalesce(sum(case when g.status = 'pending' and l.direction = 'credit' then l.amount end), 0)::int8 as pc_legs
+    from entities e
+    left join legs l on l.entity_id = e.id
+    left join transaction_groups g on g.id = l.group_id
+    where e.account_id = ${accountId}
+    group by e.id
+    having e.posted <> coalesce(sum(case when g.status in ('posted', 'reversed') then
+             case l.direction when 'credit' then l.amount else -l.amount end end), 0)
+        or e.pending_debits <> coalesce(sum(case when g.status = 'pending' and l.direction = 'debit' then l.amount end), 0)
+        or e.pending_credits <> coalesce(sum(case when g.status = 'pending' and l.direction = 'credit' then l.amount end), 0)`;
+  for (const d of drift) {
+    violations.push(
+      `entity ${d.id}: stored posted/pending_debits/pending_credits ${d.posted}/${d.pending_debits}/${d.pending_credits} ` +
+        `but legs say ${d.from_legs}/${d.pd_legs}/${d.pc_legs}`,
+    );
+  }
+  return violations;
+}
+
+/** A message read back from the stream: its `Nats-Msg-Id` and the decoded event. */
+export interface StoredEvent {
+  msgId: string;
+  subject: string;
+  event: Event;
+}
+
+/** Reads every message of a stream, in order. */
+export async function readStream(natsUrl: string, stream: string): Promise<StoredEvent[]> {
+  const nc = await connect({ servers: natsUrl });
+  try {
+    const jsm = await jetstreamManager(nc);
+    const info = await jsm.streams.info(stream);
+    const out: StoredEvent[] = [];
+    for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
+      const msg = await jsm.streams.getMessage(stream, { seq }).catch(() => null);
+      if (!msg) continue;
+      out.push({ msgId: msg.header?.get("Nats-Msg-Id") ?? "", subject: msg.subject, event: fromBinary(EventSchema, msg.data) });
+    }
+    return out;
+  } finally {
+    await nc.close();
+  }
+}
+
+/** Polls `check` until it returns true or `timeoutMs` passes; returns whether it did. */
+export async function eventually(check: () => Promise<boolean>, timeoutMs = 15_000, everyMs = 100): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (await check()) return true;
+    await new Promise((resolve) => setTimeout(resolve, everyMs));
+  }
+  return check();
+}

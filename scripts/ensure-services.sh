@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Makes sure PostgreSQL (127.0.0.1:5432) and NATS with JetStream (127.0.0.1:4222) are running,
+# starting whichever is down with the commands this machine kind documents. On other machines,
+# where these commands do not exist, it only reports what is missing.
+set -uo pipefail
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_for() {
+  local port=$1 name=$2
+  for _ in $(seq 1 60); do
+    port_open "$port" && return 0
+    sleep 0.5
+  done
+  echo "ensure-services: $name did not come up on 127.0.0.1:$port" >&2
+  return 1
+}
+
+status=0
+if ! port_open 5432; then
+  if command -v pg_ctlcluster >/dev/null 2>&1 && [ -d /etc/postgresql ]; then
+    echo "ensure-services: starting PostgreSQL" >&2
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
+    wait_for 5432 PostgreSQL || status=1
+  else
+    echo "ensure-services: PostgreSQL is not running on 127.0.0.1:5432; start it or set DATABASE_URL" >&2
+    status=1
+  fi
+fi
+if ! port_open 4222; then
+  if [ -x /usr/sbin/nats-server ] && command -v start-stop-daemon >/dev/null 2>&1; then
+    echo "ensure-services: starting NATS with JetStream" >&2
+    mkdir -p /var/lib/nats-server
+    start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- \
+      -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log
+    wait_for 4222 NATS || status=1
+  else
+    echo "ensure-services: NATS is not running on 127.0.0.1:4222; start nats-server -js or set NATS_URL" >&2
+    status=1
+  fi
+fi
+exit $status

@@ -1,0 +1,13 @@
+import { defineConfig } from "vitest/config";
+
+// One run covers every package: tests live beside their source as *.test.ts.
+export default defineConfig({
+  test: {
+    include: ["packages/*/src/**/*.test.ts", "services/*/src/**/*.test.ts", "gateway/src/**/*.test.ts"],
+    globalSetup: ["packages/testing/src/global-setup.ts"],
+    pool: "forks",
+    testTimeout: 60_000,
+    hookTimeout: 60_000,
+    reporters: ["default"],
+  },
+});
