@@ -14,7 +14,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file events/v1/events.proto.
  */
 export const file_events_v1_events: GenFile = /*@__PURE__*/
-  fileDesc("ChZldmVudHMvdjEvZXZlbnRzLnByb3RvEglldmVudHMudjEiygEKBUV2ZW50EgoKAmlkGAEgASgJEgwKBHR5cGUYAiABKAkSEgoKYWNjb3VudF9pZBgDIAEoCRISCgpwcm9ncmFtX2lkGAQgASgJEisKB2NyZWF0ZWQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnJlcXVlc3RfaWQYBiABKAkSNgoLdHJhbnNhY3Rpb24YCiABKAsyHy5ldmVudHMudjEuVHJhbnNhY3Rpb25FdmVudERhdGFIAEIGCgRkYXRhItICChRUcmFuc2FjdGlvbkV2ZW50RGF0YRIcChR0cmFuc2FjdGlvbl9ncm91cF9pZBgBIAEoCRISCgpwcm9ncmFtX2lkGAIgASgJEg4KBmFtb3VudBgDIAEoAxIVCg1jdXJyZW5jeV9jb2RlGAQgASgJEg4KBnN0YXR1cxgFIAEoCRITCgtkZXNjcmlwdGlvbhgGIAEoCRIpCghtZXRhZGF0YRgHIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSIQoEbGVncxgIIAMoCzITLmV2ZW50cy52MS5FdmVudExlZxIQCghkaXNwdXRlZBgJIAEoCBIlCh1yZXZlcnNhbF90cmFuc2FjdGlvbl9ncm91cF9pZBgKIAEoCRIlCh1yZXZlcnNlc190cmFuc2FjdGlvbl9ncm91cF9pZBgLIAEoCRIOCgZyZWFzb24YDCABKAkiWAoIRXZlbnRMZWcSFgoOdHJhbnNhY3Rpb25faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJEhEKCWRpcmVjdGlvbhgDIAEoCRIOCgZhbW91bnQYBCABKANiBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChZldmVudHMvdjEvZXZlbnRzLnByb3RvEglldmVudHMudjEi9AEKBUV2ZW50EgoKAmlkGAEgASgJEgwKBHR5cGUYAiABKAkSEgoKYWNjb3VudF9pZBgDIAEoCRISCgpwcm9ncmFtX2lkGAQgASgJEisKB2NyZWF0ZWQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnJlcXVlc3RfaWQYBiABKAkSNgoLdHJhbnNhY3Rpb24YCiABKAsyHy5ldmVudHMudjEuVHJhbnNhY3Rpb25FdmVudERhdGFIABIoCgRob2xkGAsgASgLMhguZXZlbnRzLnYxLkhvbGRFdmVudERhdGFIAEIGCgRkYXRhItICChRUcmFuc2FjdGlvbkV2ZW50RGF0YRIcChR0cmFuc2FjdGlvbl9ncm91cF9pZBgBIAEoCRISCgpwcm9ncmFtX2lkGAIgASgJEg4KBmFtb3VudBgDIAEoAxIVCg1jdXJyZW5jeV9jb2RlGAQgASgJEg4KBnN0YXR1cxgFIAEoCRITCgtkZXNjcmlwdGlvbhgGIAEoCRIpCghtZXRhZGF0YRgHIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSIQoEbGVncxgIIAMoCzITLmV2ZW50cy52MS5FdmVudExlZxIQCghkaXNwdXRlZBgJIAEoCBIlCh1yZXZlcnNhbF90cmFuc2FjdGlvbl9ncm91cF9pZBgKIAEoCRIlCh1yZXZlcnNlc190cmFuc2FjdGlvbl9ncm91cF9pZBgLIAEoCRIOCgZyZWFzb24YDCABKAkiWAoIRXZlbnRMZWcSFgoOdHJhbnNhY3Rpb25faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJEhEKCWRpcmVjdGlvbhgDIAEoCRIOCgZhbW91bnQYBCABKAMizgIKDUhvbGRFdmVudERhdGESDwoHaG9sZF9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSDgoGYW1vdW50GAMgASgDEhcKD2NhcHR1cmVkX2Ftb3VudBgEIAEoAxIOCgZzdGF0dXMYBSABKAkSLgoKZXhwaXJlc19hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLZGVzY3JpcHRpb24YByABKAkSFgoOcmVsZWFzZV9yZWFzb24YCCABKAkSEgoKcHJvZ3JhbV9pZBgJIAEoCRIVCg1jdXJyZW5jeV9jb2RlGAogASgJEigKCGNhcHR1cmVkGAsgASgLMhYuZXZlbnRzLnYxLkhvbGRDYXB0dXJlEi4KCmNyZWF0ZWRfYXQYDCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIloKC0hvbGRDYXB0dXJlEg4KBmFtb3VudBgBIAEoAxIdChVkZXN0aW5hdGlvbl9lbnRpdHlfaWQYAiABKAkSHAoUdHJhbnNhY3Rpb25fZ3JvdXBfaWQYAyABKAliBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Event is the envelope of every domain event. Its id is also the JetStream `Nats-Msg-Id`,
@@ -78,6 +78,14 @@ export type Event = Message<"events.v1.Event"> & {
      */
     value: TransactionEventData;
     case: "transaction";
+  } | {
+    /**
+     * Data of the `hold.*` events.
+     *
+     * @generated from field: events.v1.HoldEventData hold = 11;
+     */
+    value: HoldEventData;
+    case: "hold";
   } | { case: undefined; value?: undefined };
 };
 
@@ -227,4 +235,137 @@ export type EventLeg = Message<"events.v1.EventLeg"> & {
  */
 export const EventLegSchema: GenMessage<EventLeg> = /*@__PURE__*/
   messageDesc(file_events_v1_events, 2);
+
+/**
+ * HoldEventData is the `data` of every `hold.*` event: the hold after the change.
+ *
+ * @generated from message events.v1.HoldEventData
+ */
+export type HoldEventData = Message<"events.v1.HoldEventData"> & {
+  /**
+   * Identifier, prefix `hold_`.
+   *
+   * @generated from field: string hold_id = 1;
+   */
+  holdId: string;
+
+  /**
+   * Entity in which the funds are reserved.
+   *
+   * @generated from field: string entity_id = 2;
+   */
+  entityId: string;
+
+  /**
+   * Reserved amount.
+   *
+   * @generated from field: int64 amount = 3;
+   */
+  amount: bigint;
+
+  /**
+   * Total captured so far.
+   *
+   * @generated from field: int64 captured_amount = 4;
+   */
+  capturedAmount: bigint;
+
+  /**
+   * held, partially_captured, captured or released.
+   *
+   * @generated from field: string status = 5;
+   */
+  status: string;
+
+  /**
+   * Auto-release time, when one was given.
+   *
+   * @generated from field: google.protobuf.Timestamp expires_at = 6;
+   */
+  expiresAt?: Timestamp | undefined;
+
+  /**
+   * Statement description.
+   *
+   * @generated from field: string description = 7;
+   */
+  description: string;
+
+  /**
+   * For a released hold: `requested` or `expired`.
+   *
+   * @generated from field: string release_reason = 8;
+   */
+  releaseReason: string;
+
+  /**
+   * Program of the entity.
+   *
+   * @generated from field: string program_id = 9;
+   */
+  programId: string;
+
+  /**
+   * Currency of the entity.
+   *
+   * @generated from field: string currency_code = 10;
+   */
+  currencyCode: string;
+
+  /**
+   * For `hold.captured`: the capture this event is about.
+   *
+   * @generated from field: events.v1.HoldCapture captured = 11;
+   */
+  captured?: HoldCapture | undefined;
+
+  /**
+   * Creation time of the hold.
+   *
+   * @generated from field: google.protobuf.Timestamp created_at = 12;
+   */
+  createdAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message events.v1.HoldEventData.
+ * Use `create(HoldEventDataSchema)` to create a new message.
+ */
+export const HoldEventDataSchema: GenMessage<HoldEventData> = /*@__PURE__*/
+  messageDesc(file_events_v1_events, 3);
+
+/**
+ * HoldCapture describes one capture of a hold.
+ *
+ * @generated from message events.v1.HoldCapture
+ */
+export type HoldCapture = Message<"events.v1.HoldCapture"> & {
+  /**
+   * Amount captured by this capture.
+   *
+   * @generated from field: int64 amount = 1;
+   */
+  amount: bigint;
+
+  /**
+   * Entity credited.
+   *
+   * @generated from field: string destination_entity_id = 2;
+   */
+  destinationEntityId: string;
+
+  /**
+   * The posted transfer that moved the money.
+   *
+   * @generated from field: string transaction_group_id = 3;
+   */
+  transactionGroupId: string;
+};
+
+/**
+ * Describes the message events.v1.HoldCapture.
+ * Use `create(HoldCaptureSchema)` to create a new message.
+ */
+export const HoldCaptureSchema: GenMessage<HoldCapture> = /*@__PURE__*/
+  messageDesc(file_events_v1_events, 4);
 
