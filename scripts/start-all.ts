@@ -2,16 +2,18 @@
 // port, talking over loopback exactly as they do when deployed apart. Topology is configuration.
 import { runMain } from "@ledger/common";
 import { readGatewayConfig, startGateway } from "@ledger/gateway";
+import { readHoldConfig, startHold } from "@ledger/hold-service";
 import { readLedgerConfig, startLedger } from "@ledger/ledger-service";
 
 runMain("ledger-all", async () => {
-  const ledgerConfig = readLedgerConfig();
-  const ledger = await startLedger(ledgerConfig);
-  const gateway = await startGateway({ ...readGatewayConfig(), ledgerUrl: process.env["LEDGER_URL"] ?? ledger.server.url });
-  console.error(`\nLedger is up. REST API: http://127.0.0.1:${gateway.server.port}/v1  (RPC: ${ledger.server.url})\n`);
+  const ledger = await startLedger(readLedgerConfig());
+  const hold = await startHold({ ...readHoldConfig(), ledgerUrl: ledger.server.url });
+  const gateway = await startGateway({ ...readGatewayConfig(), ledgerUrl: ledger.server.url, holdUrl: hold.server.url });
+  console.error(`\nLedger is up. REST API: http://127.0.0.1:${gateway.server.port}/v1  (RPC: ledger ${ledger.server.url}, hold ${hold.server.url})\n`);
   return {
     async close() {
       await gateway.close();
+      await hold.close();
       await ledger.close();
     },
   };

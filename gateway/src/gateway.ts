@@ -1,8 +1,10 @@
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { createLogger, listen, type RunningServer } from "@ledger/common";
+import { HoldService } from "@ledger/proto/hold/v1/hold_pb.js";
 import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import type { GatewayConfig } from "./config.js";
+import { holdRoutes } from "./hold-routes.js";
 import { ledgerRoutes, type Clients } from "./routes.js";
 import { createRestHandler } from "./server.js";
 
@@ -18,14 +20,12 @@ export interface GatewayHandle {
  */
 export async function startGateway(config: GatewayConfig): Promise<GatewayHandle> {
   const log = createLogger("gateway", config.logLevel);
-  const transport = createConnectTransport({
-    baseUrl: config.ledgerUrl,
-    httpVersion: "2",
-    useBinaryFormat: true,
-    pingIntervalMs: 30_000,
-  });
-  const clients: Clients = { ledger: createClient(LedgerService, transport) };
-  const handler = createRestHandler(ledgerRoutes, clients, { bodyLimitBytes: config.bodyLimitBytes, log });
+  const transport = (baseUrl: string) => createConnectTransport({ baseUrl, httpVersion: "2", useBinaryFormat: true, pingIntervalMs: 30_000 });
+  const clients: Clients = {
+    ledger: createClient(LedgerService, transport(config.ledgerUrl)),
+    hold: createClient(HoldService, transport(config.holdUrl)),
+  };
+  const handler = createRestHandler([...ledgerRoutes, ...holdRoutes], clients, { bodyLimitBytes: config.bodyLimitBytes, log });
   const server = await listen({
     name: "gateway",
     host: config.host,
@@ -34,6 +34,7 @@ export async function startGateway(config: GatewayConfig): Promise<GatewayHandle
     fallback: (req, res) => void handler(req as never, res as never),
     readiness: {
       ledger: async () => (await fetch(new URL("/healthz", config.ledgerUrl), { signal: AbortSignal.timeout(1_500) })).ok,
+      hold: async () => (await fetch(new URL("/healthz", config.holdUrl), { signal: AbortSignal.timeout(1_500) })).ok,
     },
   });
   return {

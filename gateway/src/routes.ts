@@ -1,5 +1,6 @@
 import type { CallOptions, Client } from "@connectrpc/connect";
 import { invalidArgument } from "@ledger/common";
+import type { HoldService } from "@ledger/proto/hold/v1/hold_pb.js";
 import { Direction, TransactionStatus, type LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import {
   amountField,
@@ -17,6 +18,7 @@ import { renderEntity, renderGroup, renderLeg, renderPage, renderProgram, render
 /** The RPC clients routes call. */
 export interface Clients {
   ledger: Client<typeof LedgerService>;
+  hold: Client<typeof HoldService>;
 }
 
 /** What a route handler gets: the parsed request and the options to forward on every RPC. */

@@ -93,3 +93,17 @@ export function readDatabaseUrl(env: Env, serviceVariable: string): string {
   if (own) return envUrl(env, serviceVariable, own, ["postgres", "postgresql"]);
   return envUrl(env, "DATABASE_URL", DEFAULT_DATABASE_URL, ["postgres", "postgresql"]);
 }
+
+/**
+ * The shared secret services use to call each other on behalf of an account (for work no client
+ * request carries, such as hold expiry). Required in production; a fixed development value otherwise.
+ */
+export function readServiceToken(env: Env = process.env): string {
+  const token = envOptional(env, "SERVICE_TOKEN");
+  if (token === undefined) {
+    if (env["NODE_ENV"] === "production") throw new ConfigError("SERVICE_TOKEN", "is required when NODE_ENV=production");
+    return "development-service-token-not-for-production";
+  }
+  if (!/^[\x21-\x7e]{16,256}$/.test(token)) throw new ConfigError("SERVICE_TOKEN", "must be 16 to 256 printable characters");
+  return token;
+}

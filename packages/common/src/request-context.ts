@@ -1,4 +1,4 @@
-import { randomUUID } from "node:crypto";
+import { randomUUID, timingSafeEqual } from "node:crypto";
 import { Code, ConnectError, createContextKey, type HandlerContext, type Interceptor } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { sqlState } from "./db.js";
@@ -27,19 +27,42 @@ export function apiKeyFromAuthorization(value: string | null): string | undefine
   return key === "" ? undefined : key;
 }
 
+/** Header naming the account a service acts for, next to `authorization: Service <token>`. */
+export const ACCOUNT_HEADER = "x-account-id";
+
+/** Options of `authInterceptor`. */
+export interface AuthOptions {
+  authenticate: Authenticator;
+  /** Full method names (`ledger.v1.IdentityService/Authenticate`) callable without a key. */
+  publicMethods?: string[];
+  /** Lets another service of this installation act for an account (hold expiry, recovery). */
+  service?: { token: string; resolveAccount: (accountId: string) => Promise<Principal | null> };
+}
+
 /**
- * Checks the `authorization` header of every call except `publicMethods` (full names such as
- * `ledger.v1.IdentityService/Authenticate`) and stores the principal for the handler.
+ * Checks the `authorization` header of every call except public methods and stores the principal
+ * for the handler: an API key, or `Service <token>` with the account in `x-account-id`.
  */
-export function authInterceptor(authenticate: Authenticator, publicMethods: string[] = []): Interceptor {
-  const open = new Set(publicMethods);
+export function authInterceptor(options: AuthOptions): Interceptor {
+  const open = new Set(options.publicMethods ?? []);
+  const serviceToken = options.service ? Buffer.from(options.service.token) : undefined;
   return (next) => async (req) => {
     if (open.has(`${req.service.typeName}/${req.method.name}`)) return next(req);
-    const apiKey = apiKeyFromAuthorization(req.header.get("authorization"));
-    if (!apiKey) {
-      throw appError(Code.Unauthenticated, "unauthenticated", "missing Authorization header: send your API key");
+    const header = req.header.get("authorization");
+    let principal: Principal | null = null;
+    if (serviceToken && options.service && header?.startsWith("Service ")) {
+      const given = Buffer.from(header.slice("Service ".length));
+      const accountId = req.header.get(ACCOUNT_HEADER);
+      if (given.length === serviceToken.length && timingSafeEqual(given, serviceToken) && accountId) {
+        principal = await options.service.resolveAccount(accountId);
+      }
+    } else {
+      const apiKey = apiKeyFromAuthorization(header);
+      if (!apiKey) {
+        throw appError(Code.Unauthenticated, "unauthenticated", "missing Authorization header: send your API key");
+      }
+      principal = await options.authenticate(apiKey);
     }
-    const principal = await authenticate(apiKey);
     if (!principal) throw appError(Code.Unauthenticated, "unauthenticated", "the API key is not valid");
     req.contextValues.set(principalKey, principal);
     return next(req);

@@ -5,6 +5,7 @@ import { createConnectTransport } from "@connectrpc/connect-node";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { startGateway, type GatewayHandle } from "@ledger/gateway";
+import { startHold, type HoldHandle } from "@ledger/hold-service";
 import { createAccount, startLedger, type LedgerHandle, type NewAccount } from "@ledger/ledger-service";
 import { EventSchema, type Event } from "@ledger/proto/events/v1/events_pb.js";
 import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
@@ -57,6 +58,9 @@ export function restClient(baseUrl: string, apiKey: string | undefined): Api {
   };
 }
 
+/** The SERVICE_TOKEN every service of a test stack shares. */
+export const TEST_SERVICE_TOKEN = "test-service-token-0123456789";
+
 /** A ledger and gateway on port 0 against the run's database and NATS, with one account. */
 export interface Stack {
   restUrl: string;
@@ -74,6 +78,7 @@ export interface Stack {
   /** A Connect client of the ledger that sends `apiKey`. */
   ledgerClient(apiKey: string): Client<typeof LedgerService>;
   ledger: LedgerHandle;
+  hold: HoldHandle | undefined;
   gateway: GatewayHandle;
   close(): Promise<void>;
 }
@@ -82,6 +87,10 @@ export interface Stack {
 export interface StackOptions {
   /** Another NATS than the run's, for tests that stop and start their own server. */
   natsUrl?: string;
+  /** A hold service the test runs itself (as a child process it can kill); none is started here. */
+  externalHoldUrl?: string;
+  /** How old unfinished hold work must be before recovery finishes it. */
+  recoveryAfterMs?: number;
 }
 
 /**
@@ -104,8 +113,28 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     host: "127.0.0.1",
     port: 0,
     databasePoolSize: 10,
+    serviceToken: TEST_SERVICE_TOKEN,
   });
-  const gateway = await startGateway({ host: "127.0.0.1", port: 0, ledgerUrl: ledger.server.url, bodyLimitBytes: 64 * 1024, logLevel });
+  const infra = { databaseUrl, natsUrl, natsStream: stream, natsSubjectPrefix: subjectPrefix, logLevel };
+  const hold = options.externalHoldUrl
+    ? undefined
+    : await startHold({
+        ...infra,
+        host: "127.0.0.1",
+        port: 0,
+        ledgerUrl: ledger.server.url,
+        serviceToken: TEST_SERVICE_TOKEN,
+        expiryIntervalMs: 200,
+        recoveryAfterMs: options.recoveryAfterMs ?? 1_000,
+      });
+  const gateway = await startGateway({
+    host: "127.0.0.1",
+    port: 0,
+    ledgerUrl: ledger.server.url,
+    holdUrl: options.externalHoldUrl ?? hold!.server.url,
+    bodyLimitBytes: 64 * 1024,
+    logLevel,
+  });
   const sql = postgres(databaseUrl, { max: 4, types: { bigint: postgres.BigInt }, onnotice: () => {}, connection: { search_path: "ledger" } }) as unknown as postgres.Sql<{ bigint: bigint }>;
   const restUrl = `${gateway.server.url}/v1`;
   const transport = createConnectTransport({ baseUrl: ledger.server.url, httpVersion: "2", useBinaryFormat: true });
@@ -135,9 +164,11 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
         },
       }),
     ledger,
+    hold,
     gateway,
     async close() {
       await gateway.close();
+      await hold?.close();
       await ledger.close();
       await sql.end({ timeout: 2 });
     },

@@ -1,4 +1,4 @@
-import { ConfigError, envInt, envOptional, envString, readDatabaseUrl, readInfraConfig, type InfraConfig } from "@ledger/common";
+import { ConfigError, envInt, envOptional, envString, readDatabaseUrl, readInfraConfig, readServiceToken, type InfraConfig } from "@ledger/common";
 
 /** Configuration of the ledger service, read once at start. */
 export interface LedgerConfig extends InfraConfig {
@@ -8,6 +8,8 @@ export interface LedgerConfig extends InfraConfig {
   /** When set, start-up makes sure an account with this key and a default program exist. */
   devApiKey?: string;
   databasePoolSize: number;
+  /** Shared secret of the installation's services (SERVICE_TOKEN). */
+  serviceToken: string;
 }
 
 /** Reads and validates the ledger's configuration. */
@@ -22,6 +24,7 @@ export function readLedgerConfig(env: Record<string, string | undefined> = proce
     host: envString(env, "LEDGER_HOST", "127.0.0.1"),
     port: envInt(env, "LEDGER_PORT", 8081, 0, 65535),
     databasePoolSize: envInt(env, "LEDGER_DATABASE_POOL_SIZE", 20, 1, 500),
+    serviceToken: readServiceToken(env),
     ...(devApiKey ? { devApiKey } : {}),
   };
 }

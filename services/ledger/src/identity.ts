@@ -51,3 +51,9 @@ export async function authenticate(sql: Sql, apiKey: string): Promise<Principal 
     where k.key_hash = ${hashApiKey(apiKey)} and k.revoked_at is null`;
   return row ? { accountId: row.account_id, defaultProgramId: row.program_id } : null;
 }
+
+/** The principal of an account, for calls another service makes on its behalf. */
+export async function principalOfAccount(sql: Sql, accountId: string): Promise<Principal | null> {
+  const [row] = await sql<{ program_id: string }[]>`select id as program_id from programs where account_id = ${accountId} and is_default`;
+  return row ? { accountId, defaultProgramId: row.program_id } : null;
+}

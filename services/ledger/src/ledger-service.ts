@@ -6,13 +6,12 @@ import {
   parsePageRequest,
   principalOf,
   requestIdOf,
-  runIdempotent,
   toPage,
-  type Outbox,
   type Principal,
   type Sql,
   type Tx,
 } from "@ledger/common";
+import type { Outbox } from "@ledger/common";
 import {
   CancelTransactionRequestSchema,
   CancelTransactionResponseSchema,
@@ -40,10 +39,10 @@ import {
   UpdateProgramRequestSchema,
   UpdateProgramResponseSchema,
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
-import type { DescMessage, MessageInitShape, MessageShape } from "@bufbuild/protobuf";
+import { createWritePath } from "./write-path.js";
 import { entityToProto, findEntity, insertEntity, listEntities, parseMetadata } from "./entities.js";
 import { findGroup, findLeg, groupToProto, legToProto, listLegs, statusFromProto } from "./groups.js";
-import { applyCommands, expectOk, parseAmount, parseLegs, type ExternalEntityCache, type LegSpec, type MoneyCommand } from "./money.js";
+import { parseAmount, parseLegs, type LegSpec } from "./money.js";
 import {
   ensureExternalEntity,
   findProgram,
@@ -76,37 +75,8 @@ function requireId(value: string, field: string): string {
 
 /** The ledger's RPC handlers: each validates, builds a command or query, and maps the result. */
 export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof LedgerService> {
-  const { sql, outbox } = deps;
-  const externals: ExternalEntityCache = new Map();
-
-  /** Runs a mutation in one transaction, once per idempotency key, and wakes the relay after commit. */
-  async function mutate<I extends DescMessage, O extends DescMessage>(
-    ctx: HandlerContext,
-    requestSchema: I,
-    request: MessageShape<I>,
-    responseSchema: O,
-    effect: (tx: Tx) => Promise<MessageInitShape<O>>,
-  ): Promise<MessageShape<O>> {
-    const response = await runIdempotent({
-      ctx,
-      begin: (fn) => sql.begin(fn) as Promise<never>,
-      accountId: principalOf(ctx).accountId,
-      requestSchema,
-      request,
-      responseSchema,
-      effect,
-    });
-    outbox.wake();
-    return response;
-  }
-
-  /** Applies one money command and writes its events to the outbox, in the caller's transaction. */
-  async function apply(tx: Tx, command: MoneyCommand) {
-    const { outcomes, events } = await applyCommands(tx, [command], externals);
-    const outcome = expectOk(outcomes[0]!);
-    await outbox.enqueue(tx, events);
-    return outcome;
-  }
+  const { sql } = deps;
+  const { mutate, applyForGroup: apply } = createWritePath(deps);
 
   async function scope(ctx: HandlerContext, programId: string) {
     const principal = principalOf(ctx);

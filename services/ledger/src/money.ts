@@ -32,11 +32,43 @@ export type MoneyCommand =
   | (CommandBase & { kind: "fund" | "defund"; entityId: string; amount: bigint; description: string })
   | (CommandBase & { kind: "settle"; groupId: string; to: "posted" | "canceled" | "failed"; reason: string })
   | (CommandBase & { kind: "reverse"; groupId: string; description: string })
-  | (CommandBase & { kind: "dispute"; groupId: string; reason: string });
+  | (CommandBase & { kind: "dispute"; groupId: string; reason: string })
+  | (CommandBase & { kind: "reserve"; reservationId: string; entityId: string; amount: bigint })
+  | (CommandBase & {
+      kind: "capture";
+      reservationId: string;
+      captureId: string;
+      amount: bigint;
+      destinationEntityId: string;
+      description: string;
+    })
+  | (CommandBase & { kind: "release"; reservationId: string });
+
+/** A reservation as stored: money set aside in an entity for a hold. */
+export interface ReservationRow {
+  id: string;
+  account_id: string;
+  program_id: string;
+  entity_id: string;
+  amount: bigint;
+  captured_amount: bigint;
+  status: "active" | "released";
+  /** The entity's currency; read with the row, not stored on it. */
+  currency_code: string;
+  created_at: Date;
+  updated_at: Date;
+}
+
+interface CaptureRow {
+  id: string;
+  reservation_id: string;
+  amount: bigint;
+  group_id: string;
+}
 
 /** What a command did: the group it created or changed, or why it was refused. */
 export type Outcome =
-  | { ok: true; group: GroupRow; reversal?: GroupRow }
+  | { ok: true; group?: GroupRow; reversal?: GroupRow; reservation?: ReservationRow }
   | { ok: false; error: ConnectError };
 
 /** Checks an amount: a positive integer that JSON carries exactly. */
@@ -78,6 +110,7 @@ interface EntityState {
   posted: bigint;
   pendingDebits: bigint;
   pendingCredits: bigint;
+  held: bigint;
   changed: boolean;
 }
 
@@ -88,7 +121,8 @@ export type ExternalEntityCache = Map<string, string>;
  * Applies `commands` in order inside `tx` and returns one outcome each. A refused command changes
  * nothing and does not disturb the others, so a batch of many callers' commands can commit together.
  *
- * Locks are always taken in one order: groups by id, then ordinary entities by id. External
+ * Locks are always taken in one order: groups by id, reservations by id, then ordinary entities
+ * by id. External
  * entities are never locked up front: they may go negative, so nothing has to be checked against
  * their balance, and their rows only receive deltas at the end, again in id order.
  */
@@ -102,18 +136,37 @@ export async function applyCommands(
   const groupIds = commands.flatMap((c) => ("groupId" in c && isId("group", c.groupId) ? [c.groupId] : []));
   const groups = await loadGroups(tx, groupIds, true);
 
+  const reservationIds = [...new Set(commands.flatMap((c) => ("reservationId" in c ? [c.reservationId] : [])))].sort();
+  const reservations = new Map<string, ReservationRow>();
+  const captures = new Map<string, CaptureRow>();
+  if (reservationIds.length > 0) {
+    for (const row of await tx<ReservationRow[]>`
+      select r.*, e.currency_code from reservations r join entities e on e.id = r.entity_id
+      where r.id = any(${reservationIds}) order by r.id for update of r`) {
+      reservations.set(row.id, row);
+    }
+    const captureIds = commands.flatMap((c) => (c.kind === "capture" ? [c.captureId] : []));
+    if (captureIds.length > 0) {
+      for (const row of await tx<CaptureRow[]>`select * from reservation_captures where id = any(${captureIds})`) captures.set(row.id, row);
+      // A repeated capture answers with the transfer it made the first time.
+      for (const [id, group] of await loadGroups(tx, [...captures.values()].map((c) => c.group_id), false)) groups.set(id, group);
+    }
+  }
+
   const entityIds = new Set<string>();
   for (const command of commands) {
     if (command.kind === "create") command.legs.forEach((leg) => entityIds.add(leg.entityId));
-    if (command.kind === "fund" || command.kind === "defund") entityIds.add(command.entityId);
+    if (command.kind === "fund" || command.kind === "defund" || command.kind === "reserve") entityIds.add(command.entityId);
+    if (command.kind === "capture") entityIds.add(command.destinationEntityId);
   }
+  for (const reservation of reservations.values()) entityIds.add(reservation.entity_id);
   for (const group of groups.values()) group.legs.forEach((leg) => entityIds.add(leg.entity_id));
   const ids = [...entityIds].filter((id) => isId("entity", id)).sort();
   const entities = new Map<string, EntityState>();
   const track = (row: EntityRow) =>
     entities.set(row.id, row.is_external
-      ? { row, posted: 0n, pendingDebits: 0n, pendingCredits: 0n, changed: false }
-      : { row, posted: row.posted, pendingDebits: row.pending_debits, pendingCredits: row.pending_credits, changed: false });
+      ? { row, posted: 0n, pendingDebits: 0n, pendingCredits: 0n, held: 0n, changed: false }
+      : { row, posted: row.posted, pendingDebits: row.pending_debits, pendingCredits: row.pending_credits, held: row.held, changed: false });
   if (ids.length > 0) {
     for (const row of await tx<EntityRow[]>`select * from entities where id = any(${ids}) and not is_external order by id for update`) track(row);
     for (const row of await tx<EntityRow[]>`select * from entities where id = any(${ids}) and is_external`) track(row);
@@ -139,6 +192,9 @@ export async function applyCommands(
 
   const newGroups: GroupRow[] = [];
   const changedGroups = new Set<GroupRow>();
+  const changedReservations = new Map<string, ReservationRow>();
+  const newReservations = new Set<string>();
+  const newCaptures: CaptureRow[] = [];
   const events: Event[] = [];
   const outcomes = commands.map((command): Outcome => {
     try {
@@ -151,7 +207,7 @@ export async function applyCommands(
         }
         return state;
       };
-      const result = applyOne(command, { entities, groups, stage, now, externals });
+      const result = applyOne(command, { entities, groups, reservations, captures, stage, now, externals });
       // Only a command that passed every check touches the shared state.
       for (const [id, state] of staged) entities.set(id, { ...state, changed: true });
       for (const group of result.created) newGroups.push(group);
@@ -159,30 +215,57 @@ export async function applyCommands(
         groups.set(group.id, group);
         if (!newGroups.includes(group)) changedGroups.add(group);
       }
+      for (const reservation of result.reservations ?? []) {
+        if (!reservations.has(reservation.id)) newReservations.add(reservation.id);
+        reservations.set(reservation.id, reservation);
+        changedReservations.set(reservation.id, reservation);
+      }
+      for (const capture of result.captures ?? []) {
+        captures.set(capture.id, capture);
+        newCaptures.push(capture);
+      }
       events.push(...result.events);
-      return { ok: true, group: result.group, ...(result.reversal ? { reversal: result.reversal } : {}) };
+      return {
+        ok: true,
+        ...(result.group ? { group: result.group } : {}),
+        ...(result.reversal ? { reversal: result.reversal } : {}),
+        ...(result.reservation ? { reservation: result.reservation } : {}),
+      };
     } catch (err) {
       return { ok: false, error: ConnectError.from(err) };
     }
   });
 
-  await persist(tx, { entities, newGroups, changedGroups: [...changedGroups], now });
+  await persist(tx, {
+    entities,
+    newGroups,
+    changedGroups: [...changedGroups],
+    newReservations: [...changedReservations.values()].filter((r) => newReservations.has(r.id)),
+    changedReservations: [...changedReservations.values()].filter((r) => !newReservations.has(r.id)),
+    newCaptures,
+    now,
+  });
   return { outcomes, events };
 }
 
 interface ApplyContext {
   entities: Map<string, EntityState>;
   groups: Map<string, GroupRow>;
+  reservations: Map<string, ReservationRow>;
+  captures: Map<string, CaptureRow>;
   stage: (entityId: string) => EntityState;
   now: Date;
   externals: ExternalEntityCache;
 }
 
 interface Applied {
-  group: GroupRow;
+  group?: GroupRow;
   reversal?: GroupRow;
+  reservation?: ReservationRow;
   created: GroupRow[];
   changed: GroupRow[];
+  reservations?: ReservationRow[];
+  captures?: CaptureRow[];
   events: Event[];
 }
 
@@ -261,7 +344,108 @@ function applyOne(command: MoneyCommand, ctx: ApplyContext): Applied {
       const disputed: GroupRow = { ...group, disputed: true, reason: command.reason || group.reason, updated_at: ctx.now };
       return { group: disputed, created: [], changed: [disputed], events: [transactionEvent("transaction.disputed", disputed, command.requestId, ctx.now)] };
     }
+    case "reserve": {
+      const existing = ctx.reservations.get(command.reservationId);
+      if (existing) {
+        if (existing.account_id !== command.accountId || existing.program_id !== command.programId) throw notFound("entity", command.entityId);
+        if (existing.entity_id !== command.entityId || existing.amount !== command.amount) {
+          throw ruleViolation("idempotency_conflict", `reservation ${existing.id} already exists with another entity or amount`);
+        }
+        return { reservation: existing, created: [], changed: [], events: [] };
+      }
+      const entity = entityOf(command, command.entityId, ctx);
+      if (entity.is_external) throw invalidArgument("funds cannot be held in a program's external entity");
+      const before = ctx.entities.get(entity.id)!;
+      const state = ctx.stage(entity.id);
+      state.held += command.amount;
+      if (state.posted - state.pendingDebits - state.held < 0n) {
+        const available = before.posted - before.pendingDebits - before.held;
+        throw ruleViolation("insufficient_funds", `entity ${entity.id} has ${available} available; ${command.amount} is required`, {
+          entity_id: entity.id,
+          available: Number(available),
+          required: Number(command.amount),
+        });
+      }
+      const reservation: ReservationRow = {
+        id: command.reservationId,
+        account_id: command.accountId,
+        program_id: command.programId,
+        entity_id: entity.id,
+        amount: command.amount,
+        captured_amount: 0n,
+        status: "active",
+        currency_code: entity.currency_code,
+        created_at: ctx.now,
+        updated_at: ctx.now,
+      };
+      return { reservation, reservations: [reservation], created: [], changed: [], events: [] };
+    }
+    case "capture": {
+      const reservation = reservationOf(command, command.reservationId, ctx);
+      const earlier = ctx.captures.get(command.captureId);
+      if (earlier) {
+        if (earlier.reservation_id !== reservation.id || earlier.amount !== command.amount) {
+          throw ruleViolation("idempotency_conflict", `capture ${earlier.id} already exists with another amount`);
+        }
+        return { reservation, group: ctx.groups.get(earlier.group_id)!, created: [], changed: [], events: [] };
+      }
+      if (reservation.status !== "active") throw ruleViolation("hold_not_active", `reservation ${reservation.id} is ${reservation.status}`);
+      const remaining = reservation.amount - reservation.captured_amount;
+      if (command.amount > remaining) {
+        throw ruleViolation("capture_exceeds_hold", `the capture of ${command.amount} exceeds the ${remaining} remaining`, {
+          remaining: Number(remaining),
+          requested: Number(command.amount),
+        });
+      }
+      if (command.destinationEntityId === reservation.entity_id) {
+        throw invalidArgument("destination_entity_id must differ from the entity the funds are held in");
+      }
+      // The reserved money leaves `held` and `posted` together, so available does not move.
+      ctx.stage(reservation.entity_id).held -= command.amount;
+      const group = newGroup(
+        command,
+        ctx,
+        [
+          { entityId: reservation.entity_id, direction: "debit", amount: command.amount },
+          { entityId: command.destinationEntityId, direction: "credit", amount: command.amount },
+        ],
+        "posted",
+        command.description,
+        null,
+      );
+      const captured = reservation.captured_amount + command.amount;
+      const updated: ReservationRow = {
+        ...reservation,
+        captured_amount: captured,
+        status: captured === reservation.amount ? "released" : "active",
+        updated_at: ctx.now,
+      };
+      return {
+        group,
+        reservation: updated,
+        reservations: [updated],
+        captures: [{ id: command.captureId, reservation_id: reservation.id, amount: command.amount, group_id: group.id }],
+        created: [group],
+        changed: [],
+        events: [transactionEvent("transaction.created", group, command.requestId, ctx.now)],
+      };
+    }
+    case "release": {
+      const reservation = reservationOf(command, command.reservationId, ctx);
+      if (reservation.status === "released") return { reservation, created: [], changed: [], events: [] };
+      ctx.stage(reservation.entity_id).held -= reservation.amount - reservation.captured_amount;
+      const released: ReservationRow = { ...reservation, status: "released", updated_at: ctx.now };
+      return { reservation: released, reservations: [released], created: [], changed: [], events: [] };
+    }
   }
+}
+
+function reservationOf(command: CommandBase, reservationId: string, ctx: ApplyContext): ReservationRow {
+  const reservation = ctx.reservations.get(reservationId);
+  if (!reservation || reservation.account_id !== command.accountId || reservation.program_id !== command.programId) {
+    throw notFound("reservation", reservationId);
+  }
+  return reservation;
 }
 
 function entityOf(command: CommandBase, entityId: string, ctx: ApplyContext): EntityRow {
@@ -312,8 +496,8 @@ function newGroup(
     const before = ctx.entities.get(entityId)!;
     if (before.row.is_external || need <= 0n) continue;
     const after = ctx.stage(entityId);
-    if (after.posted - after.pendingDebits - before.row.held < 0n) {
-      const available = availableOf({ posted: before.posted, pending_debits: before.pendingDebits, held: before.row.held });
+    if (after.posted - after.pendingDebits - after.held < 0n) {
+      const available = availableOf({ posted: before.posted, pending_debits: before.pendingDebits, held: before.held });
       throw ruleViolation("insufficient_funds", `entity ${entityId} has ${available} available; ${need} is required`, {
         entity_id: entityId,
         available: Number(available),
@@ -354,18 +538,27 @@ function newGroup(
 /** Writes a batch's effects: balances, new groups and legs, then changed groups. */
 async function persist(
   tx: Tx,
-  batch: { entities: Map<string, EntityState>; newGroups: GroupRow[]; changedGroups: GroupRow[]; now: Date },
+  batch: {
+    entities: Map<string, EntityState>;
+    newGroups: GroupRow[];
+    changedGroups: GroupRow[];
+    newReservations: ReservationRow[];
+    changedReservations: ReservationRow[];
+    newCaptures: CaptureRow[];
+    now: Date;
+  },
 ): Promise<void> {
   const changed = [...batch.entities.values()].filter((s) => s.changed).sort((a, b) => (a.row.id < b.row.id ? -1 : 1));
   const ordinary = changed.filter((s) => !s.row.is_external);
   if (ordinary.length > 0) {
     await tx`
       update entities e set posted = v.posted, pending_debits = v.pending_debits, pending_credits = v.pending_credits,
-                            updated_at = ${batch.now}
+                            held = v.held, updated_at = ${batch.now}
       from (select unnest(${ordinary.map((s) => s.row.id)}::text[]) as id,
                    unnest(${ordinary.map((s) => s.posted.toString())}::int8[]) as posted,
                    unnest(${ordinary.map((s) => s.pendingDebits.toString())}::int8[]) as pending_debits,
-                   unnest(${ordinary.map((s) => s.pendingCredits.toString())}::int8[]) as pending_credits) v
+                   unnest(${ordinary.map((s) => s.pendingCredits.toString())}::int8[]) as pending_credits,
+                   unnest(${ordinary.map((s) => s.held.toString())}::int8[]) as held) v
       where e.id = v.id`;
   }
   for (const state of changed.filter((s) => s.row.is_external)) {
@@ -391,6 +584,17 @@ async function persist(
     await tx`insert into transaction_groups ${tx(groupRows)}`;
     const legRows = batch.newGroups.flatMap((g) => g.legs);
     await tx`insert into legs ${tx(legRows, "id", "group_id", "position", "entity_id", "direction", "amount", "created_at")}`;
+  }
+  if (batch.newReservations.length > 0) {
+    await tx`insert into reservations ${tx(batch.newReservations, "id", "account_id", "program_id", "entity_id", "amount", "captured_amount", "status", "created_at", "updated_at")}`;
+  }
+  for (const reservation of batch.changedReservations) {
+    await tx`
+      update reservations set captured_amount = ${reservation.captured_amount}, status = ${reservation.status}, updated_at = ${reservation.updated_at}
+      where id = ${reservation.id}`;
+  }
+  if (batch.newCaptures.length > 0) {
+    await tx`insert into reservation_captures ${tx(batch.newCaptures, "id", "reservation_id", "amount", "group_id")}`;
   }
   for (const group of batch.changedGroups) {
     await tx`

@@ -2,12 +2,15 @@ import type { ConnectRouter } from "@connectrpc/connect";
 import type { Authenticator } from "@ledger/common";
 import { IdentityService } from "@ledger/proto/ledger/v1/identity_pb.js";
 import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import { ReservationService } from "@ledger/proto/ledger/v1/reservation_pb.js";
 import { createIdentityService } from "./identity-service.js";
 import { createLedgerService, type LedgerDeps } from "./ledger-service.js";
+import { createReservationService } from "./reservation-service.js";
 
-/** The ledger's RPC routes: the ledger itself and the identity look-up other services use. */
+/** The ledger's RPC routes: the ledger, the reservations under holds, and the identity look-up. */
 export default (deps: LedgerDeps & { authenticate: Authenticator }) => (router: ConnectRouter) => {
   router.service(LedgerService, createLedgerService(deps));
+  router.service(ReservationService, createReservationService(deps));
   router.service(IdentityService, createIdentityService(deps.authenticate));
 };
 

@@ -12,7 +12,7 @@ import {
   type RunningServer,
 } from "@ledger/common";
 import type { LedgerConfig } from "./config.js";
-import { authenticate, ensureDevAccount } from "./identity.js";
+import { authenticate, ensureDevAccount, principalOfAccount } from "./identity.js";
 import { createProgramResolver } from "./programs.js";
 import routes, { PUBLIC_METHODS } from "./routes.js";
 
@@ -55,7 +55,15 @@ export async function startLedger(config: LedgerConfig): Promise<LedgerHandle> {
     port: config.port,
     log,
     routes: routes({ sql, outbox, authenticate: auth, resolveProgram: createProgramResolver(sql) }),
-    interceptors: [requestIdInterceptor(log), metricsInterceptor(), authInterceptor(auth, PUBLIC_METHODS)],
+    interceptors: [
+      requestIdInterceptor(log),
+      metricsInterceptor(),
+      authInterceptor({
+        authenticate: auth,
+        publicMethods: PUBLIC_METHODS,
+        service: { token: config.serviceToken, resolveAccount: (accountId) => principalOfAccount(sql, accountId) },
+      }),
+    ],
     readiness: {
       database: async () => (await sql`select 1`).length === 1,
       nats: () => nats.ping(),

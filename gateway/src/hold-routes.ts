@@ -1,0 +1,98 @@
+import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { invalidArgument } from "@ledger/common";
+import type { Hold } from "@ledger/proto/hold/v1/hold_pb.js";
+import { amountField, limitParam, optionalParam, requiredParam, stringField, type Fields } from "./input.js";
+import { renderPage } from "./render.js";
+import type { Route } from "./routes.js";
+
+/** A hold as SPEC.md 2.6 and DESIGN.md 4 show it. */
+export function renderHold(hold: Hold) {
+  return {
+    hold_id: hold.holdId,
+    entity_id: hold.entityId,
+    amount: hold.amount,
+    captured_amount: hold.capturedAmount,
+    status: hold.status,
+    expires_at: hold.expiresAt ? timestampDate(hold.expiresAt).toISOString() : null,
+    description: hold.description,
+    release_reason: hold.releaseReason || null,
+    currency_code: hold.currencyCode,
+    program_id: hold.programId,
+    created_at: hold.createdAt ? timestampDate(hold.createdAt).toISOString() : null,
+  };
+}
+
+function expiresAtField(body: Fields) {
+  const raw = stringField(body, "expires_at");
+  if (raw === "") return undefined;
+  // ISO 8601 with a time zone, so the moment is unambiguous.
+  if (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})$/.test(raw) || Number.isNaN(Date.parse(raw))) {
+    throw invalidArgument("expires_at must be an ISO 8601 time with a time zone, like 2026-12-01T12:00:00Z", { field: "expires_at" });
+  }
+  return timestampFromDate(new Date(raw));
+}
+
+/** The hold paths (SPEC.md 4.3 and DESIGN.md section 4). */
+export const holdRoutes: Route[] = [
+  {
+    method: "POST",
+    path: "/hold",
+    body: ["amount", "entity_id", "expires_at", "description"],
+    async handle({ body, programId, call }, { hold }) {
+      const expiresAt = expiresAtField(body);
+      const res = await hold.createHold(
+        { programId, entityId: stringField(body, "entity_id"), amount: amountField(body, "amount"), description: stringField(body, "description"), ...(expiresAt ? { expiresAt } : {}) },
+        call,
+      );
+      return { hold: renderHold(res.hold!) };
+    },
+  },
+  {
+    method: "POST",
+    path: "/hold/capture",
+    body: ["hold_id", "amount", "destination_entity_id", "description"],
+    async handle({ body, programId, call }, { hold }) {
+      const res = await hold.captureHold(
+        {
+          programId,
+          holdId: stringField(body, "hold_id"),
+          amount: amountField(body, "amount"),
+          destinationEntityId: stringField(body, "destination_entity_id"),
+          description: stringField(body, "description"),
+        },
+        call,
+      );
+      return { hold: renderHold(res.hold!), transaction: { amount: res.amount, transaction_group_id: res.transactionGroupId } };
+    },
+  },
+  {
+    method: "POST",
+    path: "/hold/release",
+    body: ["hold_id"],
+    async handle({ body, programId, call }, { hold }) {
+      const res = await hold.releaseHold({ programId, holdId: stringField(body, "hold_id") }, call);
+      return { hold: renderHold(res.hold!) };
+    },
+  },
+  {
+    method: "GET",
+    path: "/hold",
+    query: ["hold_id"],
+    async handle({ query, programId, call }, { hold }) {
+      const res = await hold.getHold({ programId, holdId: requiredParam(query, "hold_id") }, call);
+      return { hold: renderHold(res.hold!) };
+    },
+  },
+  {
+    method: "GET",
+    path: "/holds",
+    query: ["entity_id", "status", "limit", "cursor"],
+    async handle({ query, programId, call }, { hold }) {
+      const res = await hold.listHolds(
+        { programId, entityId: requiredParam(query, "entity_id"), status: optionalParam(query, "status"), limit: limitParam(query), cursor: optionalParam(query, "cursor") },
+        call,
+      );
+      return { holds: res.holds.map(renderHold), pagination: renderPage(res.page) };
+    },
+  },
+];

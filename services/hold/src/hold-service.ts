@@ -1,0 +1,124 @@
+import { fromBinary, toBinary, create } from "@bufbuild/protobuf";
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import {
+  IDEMPOTENT_REPLAYED_HEADER,
+  idempotencyKeyOf,
+  invalidArgument,
+  isId,
+  parsePageRequest,
+  principalOf,
+  requestFingerprint,
+  requestIdOf,
+  toPage,
+} from "@ledger/common";
+import {
+  CaptureHoldRequestSchema,
+  CaptureHoldResponseSchema,
+  CreateHoldRequestSchema,
+  CreateHoldResponseSchema,
+  type HoldService,
+} from "@ledger/proto/hold/v1/hold_pb.js";
+import type { DescMessage, MessageShape } from "@bufbuild/protobuf";
+import { holdToProto, parseExpiry, type createHolds, type Idempotency } from "./holds.js";
+import type { LedgerClients } from "./ledger-client.js";
+
+const HOLD_STATUSES = ["held", "partially_captured", "captured", "released"];
+
+function parseAmount(amount: bigint): bigint {
+  if (amount <= 0n) throw invalidArgument("amount must be a positive integer in minor units");
+  if (amount > BigInt(Number.MAX_SAFE_INTEGER)) throw invalidArgument(`amount must be at most ${Number.MAX_SAFE_INTEGER}`);
+  return amount;
+}
+
+function parseDescription(value: string): string {
+  if (value.length > 1_000) throw invalidArgument("description must be at most 1000 characters");
+  return value;
+}
+
+function idempotencyOf<I extends DescMessage>(ctx: HandlerContext, schema: I, request: MessageShape<I>): Idempotency | undefined {
+  const key = idempotencyKeyOf(ctx);
+  return key === undefined ? undefined : { key, fingerprint: requestFingerprint(`${ctx.service.typeName}/${ctx.method.name}`, schema, request) };
+}
+
+/** The hold service's RPC handlers. */
+export function createHoldService(holds: ReturnType<typeof createHolds>, ledger: LedgerClients): ServiceImpl<typeof HoldService> {
+  return {
+    async createHold(req, ctx) {
+      const { accountId } = principalOf(ctx);
+      if (req.entityId === "") throw invalidArgument("entity_id is required");
+      const amount = parseAmount(req.amount);
+      const expiresAt = parseExpiry(req.expiresAt ? timestampDate(req.expiresAt) : undefined);
+      const result = await holds.create({
+        accountId,
+        programId: req.programId,
+        entityId: req.entityId,
+        amount,
+        ...(expiresAt ? { expiresAt } : {}),
+        description: parseDescription(req.description),
+        ...(idempotencyOf(ctx, CreateHoldRequestSchema, req) ? { idempotency: idempotencyOf(ctx, CreateHoldRequestSchema, req)! } : {}),
+        requestId: requestIdOf(ctx),
+      });
+      if (result.replay) {
+        ctx.responseHeader.set(IDEMPOTENT_REPLAYED_HEADER, "true");
+        return fromBinary(CreateHoldResponseSchema, result.replay);
+      }
+      return { hold: holdToProto(result.hold) };
+    },
+
+    async captureHold(req, ctx) {
+      const { accountId } = principalOf(ctx);
+      if (req.holdId === "") throw invalidArgument("hold_id is required");
+      if (req.destinationEntityId === "") throw invalidArgument("destination_entity_id is required");
+      const idempotency = idempotencyOf(ctx, CaptureHoldRequestSchema, req);
+      const result = await holds.capture({
+        accountId,
+        programId: req.programId,
+        holdId: req.holdId,
+        amount: parseAmount(req.amount),
+        destinationEntityId: req.destinationEntityId,
+        description: parseDescription(req.description),
+        ...(idempotency ? { idempotency } : {}),
+        requestId: requestIdOf(ctx),
+      });
+      if (result.replay) {
+        ctx.responseHeader.set(IDEMPOTENT_REPLAYED_HEADER, "true");
+        return fromBinary(CaptureHoldResponseSchema, result.replay);
+      }
+      const response = create(CaptureHoldResponseSchema, {
+        hold: holdToProto(result.hold),
+        amount: result.capture.amount,
+        transactionGroupId: result.capture.transaction_group_id ?? "",
+      });
+      if (idempotency) await holds.rememberCaptureResponse(result.capture.id, toBinary(CaptureHoldResponseSchema, response));
+      return response;
+    },
+
+    async releaseHold(req, ctx) {
+      const { accountId } = principalOf(ctx);
+      if (req.holdId === "") throw invalidArgument("hold_id is required");
+      const hold = await holds.release({ accountId, programId: req.programId, holdId: req.holdId, reason: "requested", requestId: requestIdOf(ctx) });
+      return { hold: holdToProto(hold) };
+    },
+
+    async getHold(req, ctx) {
+      const { accountId } = principalOf(ctx);
+      if (req.holdId === "") throw invalidArgument("hold_id is required");
+      return { hold: holdToProto(await holds.get(accountId, req.programId, req.holdId)) };
+    },
+
+    async listHolds(req, ctx) {
+      const { accountId } = principalOf(ctx);
+      if (req.entityId === "") throw invalidArgument("entity_id is required");
+      if (req.status !== "" && !HOLD_STATUSES.includes(req.status)) {
+        throw invalidArgument(`status must be one of ${HOLD_STATUSES.join(", ")}`);
+      }
+      // The ledger decides whether the entity is the caller's: another account's answers 404.
+      await ledger.ledger.getEntity({ programId: req.programId, entityId: req.entityId }, ledger.asAccount(accountId, requestIdOf(ctx)));
+      const page = parsePageRequest(req.limit, req.cursor, (id) => isId("hold", id));
+      const rows = await holds.list(req.entityId, { ...page, status: req.status || undefined });
+      const result = toPage(rows, page, (row) => row.id);
+      return { holds: result.items.map(holdToProto), page: result.page };
+    },
+  };
+}

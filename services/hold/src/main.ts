@@ -1,0 +1,6 @@
+import { runMain } from "@ledger/common";
+import { readHoldConfig } from "./config.js";
+import { startHold } from "./service.js";
+
+// Runs the hold service on its own, as in Kubernetes.
+runMain("hold", async () => startHold(readHoldConfig()));

@@ -1,0 +1,103 @@
+import { fileURLToPath } from "node:url";
+import type { ConnectRouter } from "@connectrpc/connect";
+import {
+  authInterceptor,
+  connectNats,
+  createLogger,
+  createOutbox,
+  listen,
+  metricsInterceptor,
+  openDatabase,
+  requestIdInterceptor,
+  type RunningServer,
+  type Sql,
+} from "@ledger/common";
+import { HoldService } from "@ledger/proto/hold/v1/hold_pb.js";
+import { Gauge } from "prom-client";
+import { metricsRegistry } from "@ledger/common";
+import type { HoldConfig } from "./config.js";
+import { crashHook } from "./crash.js";
+import { createHoldService } from "./hold-service.js";
+import { createHolds } from "./holds.js";
+import { connectLedger } from "./ledger-client.js";
+
+const MIGRATIONS = fileURLToPath(new URL("../migrations", import.meta.url));
+
+const expiryLagSources = new Set<Sql>();
+new Gauge({
+  name: "hold_expiry_lag_seconds",
+  help: "How far past expires_at the oldest still-active hold is; stays near zero when expiry keeps up.",
+  registers: [metricsRegistry],
+  async collect() {
+    let lag = 0;
+    for (const sql of expiryLagSources) {
+      const [row] = await sql<{ lag: number | null }[]>`
+        select extract(epoch from now() - min(expires_at))::float8 as lag from holds
+        where status in ('held', 'partially_captured') and expires_at <= now()`.catch(() => [{ lag: null }]);
+      lag = Math.max(lag, row?.lag ?? 0);
+    }
+    this.set(lag);
+  },
+});
+
+/** A running hold service. */
+export interface HoldHandle {
+  server: RunningServer;
+  close(): Promise<void>;
+}
+
+/** Starts the hold service: database, outbox relay, expiry and recovery loops, RPC server. */
+export async function startHold(config: HoldConfig): Promise<HoldHandle> {
+  const log = createLogger("hold", config.logLevel);
+  const sql = await openDatabase({ url: config.databaseUrl, schema: "hold", migrationsDir: MIGRATIONS, max: 10, log, applicationName: "hold" });
+  const nats = connectNats(config.natsUrl, "hold", log);
+  const outbox = createOutbox({ service: "hold", sql, nats, stream: { name: config.natsStream, subjectPrefix: config.natsSubjectPrefix }, log });
+  outbox.start();
+  const ledger = connectLedger(config.ledgerUrl, config.serviceToken);
+  const holds = createHolds({ sql, outbox, ledger, crash: crashHook(config.crashAt), log });
+
+  const server = await listen({
+    name: "hold",
+    host: config.host,
+    port: config.port,
+    log,
+    routes: (router: ConnectRouter) => router.service(HoldService, createHoldService(holds, ledger)),
+    interceptors: [requestIdInterceptor(log), metricsInterceptor(), authInterceptor({ authenticate: ledger.authenticate })],
+    readiness: {
+      database: async () => (await sql`select 1`).length === 1,
+      nats: () => nats.ping(),
+      ledger: async () => (await fetch(new URL("/healthz", config.ledgerUrl), { signal: AbortSignal.timeout(1_500) })).ok,
+    },
+  });
+
+  // Expiry and recovery run in every replica; row locks and conditional updates keep them from
+  // doing one hold's work twice.
+  let stopped = false;
+  let running: Promise<unknown> = Promise.resolve();
+  const loop = (everyMs: number, work: () => Promise<unknown>, what: string) => {
+    const tick = async () => {
+      if (stopped) return;
+      running = work().catch((err: unknown) => log.warn({ err: (err as Error).message }, `${what} failed; retrying`));
+      await running;
+      if (!stopped) setTimeout(tick, everyMs).unref();
+    };
+    setTimeout(tick, what === "recovery" ? 0 : everyMs).unref();
+  };
+  loop(config.expiryIntervalMs, () => holds.expireDue(), "expiry");
+  loop(Math.max(1_000, Math.floor(config.recoveryAfterMs / 2)), () => holds.recover(config.recoveryAfterMs), "recovery");
+
+  expiryLagSources.add(sql);
+  return {
+    server,
+    async close() {
+      stopped = true;
+      await server.close();
+      await running;
+      await outbox.stop();
+      await nats.close();
+      await sql.end({ timeout: 5 });
+      expiryLagSources.delete(sql);
+      log.info("hold stopped");
+    },
+  };
+}
