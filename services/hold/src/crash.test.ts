@@ -1,0 +1,131 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { createServer } from "node:net";
+import { fileURLToPath } from "node:url";
+import { afterAll, beforeAll, expect, it } from "vitest";
+import { eventually, ledgerViolations, startStack, TEST_SERVICE_TOKEN, type Stack } from "@ledger/testing";
+import { CRASH_POINTS, type CrashPoint } from "./crash.js";
+
+// Crash safety between the hold service and the ledger: the hold service runs as a child process
+// that exits at an injected point (HOLD_CRASH_AT); after a restart, recovery must leave `held`
+// equal to the remaining amounts of active holds, and no money may have moved twice.
+
+const MAIN = fileURLToPath(new URL("./main.ts", import.meta.url));
+const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
+
+let stack: Stack;
+let port: number;
+let child: ChildProcess | undefined;
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.listen(0, "127.0.0.1", () => {
+      const p = (server.address() as { port: number }).port;
+      server.close(() => resolve(p));
+    });
+  });
+}
+
+async function startHoldProcess(crashAt?: CrashPoint) {
+  // node itself (not the tsx wrapper), so SIGKILL hits the service and not a parent it would outlive.
+  child = spawn(process.execPath, ["--import", "tsx", MAIN], {
+    cwd: ROOT,
+    env: {
+      ...process.env,
+      DATABASE_URL: stack.databaseUrl,
+      NATS_URL: stack.natsUrl,
+      NATS_STREAM: stack.stream,
+      NATS_SUBJECT_PREFIX: stack.subjectPrefix,
+      LEDGER_URL: stack.ledgerUrl,
+      SERVICE_TOKEN: TEST_SERVICE_TOKEN,
+      HOLD_PORT: String(port),
+      HOLD_RECOVERY_AFTER_MS: "300",
+      LOG_LEVEL: "error",
+      ...(crashAt ? { HOLD_CRASH_AT: crashAt } : {}),
+    },
+    stdio: "ignore",
+  });
+  const up = await eventually(async () => (await fetch(`http://127.0.0.1:${port}/healthz`).catch(() => null))?.ok === true, 20_000, 200);
+  if (!up) throw new Error("hold service did not start");
+}
+
+async function stopHoldProcess() {
+  const c = child;
+  if (!c || c.exitCode !== null || c.signalCode !== null) return;
+  await new Promise<void>((resolve) => {
+    c.once("exit", () => resolve());
+    c.kill("SIGKILL");
+  });
+}
+
+async function waitForExit() {
+  const c = child!;
+  if (c.exitCode !== null || c.signalCode !== null) return;
+  await new Promise<void>((resolve) => c.once("exit", () => resolve()));
+}
+
+beforeAll(async () => {
+  port = await freePort();
+  stack = await startStack({ externalHoldUrl: `http://127.0.0.1:${port}` });
+});
+afterAll(async () => {
+  await stopHoldProcess();
+  await stack?.close();
+});
+
+it.each(CRASH_POINTS)("recovers after a crash at %s", async (point) => {
+  const { api } = stack;
+  const source = (await api.post("/entity", { entity_name: "s", entity_type: "w" })).body.entity.entity_id;
+  const dest = (await api.post("/entity", { entity_name: "d", entity_type: "w" })).body.entity.entity_id;
+  await api.post("/entity/fund", { entity_id: source, amount: 1000 });
+  await startHoldProcess(point);
+
+  const key = { "idempotency-key": `crash-${point}-${Date.now()}` };
+  let holdId: string | undefined;
+  if (point.includes("create") || point.includes("reserve")) {
+    const res = await api.post("/hold", { entity_id: source, amount: 300 }, key);
+    expect(res.status).toBeGreaterThanOrEqual(500);
+  } else {
+    holdId = (await api.post("/hold", { entity_id: source, amount: 300 })).body.hold.hold_id;
+    const res = point.includes("capture")
+      ? await api.post("/hold/capture", { hold_id: holdId, amount: 120, destination_entity_id: dest }, key)
+      : await api.post("/hold/release", { hold_id: holdId });
+    expect(res.status).toBeGreaterThanOrEqual(500);
+  }
+  await waitForExit();
+  expect(child!.exitCode).toBe(137);
+
+  await startHoldProcess();
+  const settled = await eventually(async () => {
+    const [row] = await stack.sql<{ n: bigint }[]>`
+      select (select count(*) from hold.holds where status in ('creating', 'releasing'))
+           + (select count(*) from hold.captures where status = 'pending') as n`;
+    return row!.n === 0n;
+  }, 20_000);
+  expect(settled).toBe(true);
+
+  if (!holdId) {
+    // The client retries with its key and gets the one hold recovery completed.
+    const retry = await api.post("/hold", { entity_id: source, amount: 300 }, key);
+    expect(retry.status).toBe(200);
+    const [count] = await stack.sql<{ n: bigint }[]>`select count(*)::int8 as n from hold.holds where entity_id = ${source}`;
+    expect(count!.n).toBe(1n);
+  } else if (point.includes("capture")) {
+    const retry = await api.post("/hold/capture", { hold_id: holdId, amount: 120, destination_entity_id: dest }, key);
+    expect(retry.status).toBe(200);
+    expect(retry.body.hold.captured_amount).toBe(120);
+  } else {
+    expect((await api.get("/hold", { hold_id: holdId })).body.hold).toMatchObject({ status: "released", release_reason: "requested" });
+  }
+
+  const [destination] = await stack.sql<{ posted: bigint }[]>`select posted from entities where id = ${dest}`;
+  const [captured] = await stack.sql<{ total: bigint }[]>`select coalesce(sum(captured_amount), 0)::int8 as total from hold.holds where entity_id = ${source}`;
+  expect(destination!.posted).toBe(captured!.total);
+  const held = await stack.sql<{ held: bigint; remaining: bigint }[]>`
+    select e.held, coalesce((select sum(h.amount - h.captured_amount) from hold.holds h
+      where h.entity_id = e.id and h.status in ('held', 'partially_captured')), 0)::int8 as remaining
+    from entities e where e.id = ${source}`;
+  expect(held[0]!.held).toBe(held[0]!.remaining);
+  expect(await ledgerViolations(stack.sql, stack.account.account_id)).toEqual([]);
+  await stopHoldProcess();
+});
