@@ -2,7 +2,9 @@ import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { createLogger, listen, type RunningServer } from "@ledger/common";
 import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import { NotificationService } from "@ledger/proto/notification/v1/notification_pb.js";
 import type { GatewayConfig } from "./config.js";
+import { notificationRoutes } from "./notification-routes.js";
 import { ledgerRoutes, type Clients } from "./routes.js";
 import { createRestHandler } from "./server.js";
 
@@ -18,14 +20,20 @@ export interface GatewayHandle {
  */
 export async function startGateway(config: GatewayConfig): Promise<GatewayHandle> {
   const log = createLogger("gateway", config.logLevel);
-  const transport = createConnectTransport({
-    baseUrl: config.ledgerUrl,
-    httpVersion: "2",
-    useBinaryFormat: true,
-    pingIntervalMs: 30_000,
-  });
-  const clients: Clients = { ledger: createClient(LedgerService, transport) };
-  const handler = createRestHandler(ledgerRoutes, clients, { bodyLimitBytes: config.bodyLimitBytes, log });
+  const transport = (baseUrl: string) =>
+    createConnectTransport({
+      baseUrl,
+      httpVersion: "2",
+      useBinaryFormat: true,
+      pingIntervalMs: 30_000,
+    });
+  const clients: Clients = {
+    ledger: createClient(LedgerService, transport(config.ledgerUrl)),
+    notification: createClient(NotificationService, transport(config.notificationUrl)),
+  };
+  // The notification service is not a readiness check: money endpoints stay up while it is down,
+  // and its own paths answer 503 until it is back.
+  const handler = createRestHandler([...ledgerRoutes, ...notificationRoutes], clients, { bodyLimitBytes: config.bodyLimitBytes, log });
   const server = await listen({
     name: "gateway",
     host: config.host,

@@ -1,6 +1,7 @@
 import type { CallOptions, Client } from "@connectrpc/connect";
 import { invalidArgument } from "@ledger/common";
 import { Direction, TransactionStatus, type LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import type { NotificationService } from "@ledger/proto/notification/v1/notification_pb.js";
 import {
   amountField,
   arrayField,
@@ -17,6 +18,7 @@ import { renderEntity, renderGroup, renderLeg, renderPage, renderProgram, render
 /** The RPC clients routes call. */
 export interface Clients {
   ledger: Client<typeof LedgerService>;
+  notification: Client<typeof NotificationService>;
 }
 
 /** What a route handler gets: the parsed request and the options to forward on every RPC. */

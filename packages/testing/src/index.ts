@@ -6,6 +6,7 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { startGateway, type GatewayHandle } from "@ledger/gateway";
 import { createAccount, startLedger, type LedgerHandle, type NewAccount } from "@ledger/ledger-service";
+import { startNotification, type NotificationConfig, type NotificationHandle } from "@ledger/notification-service";
 import { EventSchema, type Event } from "@ledger/proto/events/v1/events_pb.js";
 import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import postgres from "postgres";
@@ -75,6 +76,10 @@ export interface Stack {
   ledgerClient(apiKey: string): Client<typeof LedgerService>;
   ledger: LedgerHandle;
   gateway: GatewayHandle;
+  /** The notification service, when the stack was started with `notification`. */
+  notification?: NotificationHandle;
+  /** Starts one more notification process on the same database, stream and settings. */
+  startNotificationReplica(): Promise<NotificationHandle>;
   close(): Promise<void>;
 }
 
@@ -82,6 +87,12 @@ export interface Stack {
 export interface StackOptions {
   /** Another NATS than the run's, for tests that stop and start their own server. */
   natsUrl?: string;
+  /**
+   * Starts the notification service too. Test defaults: private networks allowed (receivers are
+   * on 127.0.0.1), a short retry schedule (300ms,300ms), a 2 s timeout, a random secret key.
+   * Anything given here overrides them, for example `webhookExtraCa` to trust a test CA.
+   */
+  notification?: Partial<NotificationConfig>;
 }
 
 /**
@@ -105,7 +116,44 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     port: 0,
     databasePoolSize: 10,
   });
-  const gateway = await startGateway({ host: "127.0.0.1", port: 0, ledgerUrl: ledger.server.url, bodyLimitBytes: 64 * 1024, logLevel });
+  const notificationConfig: NotificationConfig | undefined = options.notification
+    ? {
+        databaseUrl,
+        natsUrl,
+        natsStream: stream,
+        natsSubjectPrefix: subjectPrefix,
+        logLevel,
+        host: "127.0.0.1",
+        port: 0,
+        ledgerUrl: ledger.server.url,
+        databasePoolSize: 5,
+        webhookAllowHttp: false,
+        webhookAllowPrivateNetworks: true,
+        webhookTimeoutMs: 2_000,
+        webhookRetryScheduleMs: [300, 300],
+        webhookConcurrencyPerEndpoint: 4,
+        webhookConcurrency: 32,
+        secretKey: randomBytes(32),
+        ...options.notification,
+      }
+    : undefined;
+  const replicas: NotificationHandle[] = [];
+  const startReplica = async () => {
+    if (!notificationConfig) throw new Error("startStack was called without the notification option");
+    const handle = await startNotification(notificationConfig);
+    replicas.push(handle);
+    return handle;
+  };
+  const notification = notificationConfig ? await startReplica() : undefined;
+  const gateway = await startGateway({
+    host: "127.0.0.1",
+    port: 0,
+    ledgerUrl: ledger.server.url,
+    // Without a notification service the webhook paths answer 503, as in production when it is down.
+    notificationUrl: notification?.server.url ?? "http://127.0.0.1:9",
+    bodyLimitBytes: 64 * 1024,
+    logLevel,
+  });
   const sql = postgres(databaseUrl, { max: 4, types: { bigint: postgres.BigInt }, onnotice: () => {}, connection: { search_path: "ledger" } }) as unknown as postgres.Sql<{ bigint: bigint }>;
   const restUrl = `${gateway.server.url}/v1`;
   const transport = createConnectTransport({ baseUrl: ledger.server.url, httpVersion: "2", useBinaryFormat: true });
@@ -136,8 +184,11 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       }),
     ledger,
     gateway,
+    ...(notification ? { notification } : {}),
+    startNotificationReplica: startReplica,
     async close() {
       await gateway.close();
+      for (const replica of replicas) await replica.close();
       await ledger.close();
       await sql.end({ timeout: 2 });
     },
@@ -218,3 +269,5 @@ export async function eventually(check: () => Promise<boolean>, timeoutMs = 15_0
   }
   return check();
 }
+
+export { startWebhookReceiver, testCertificate, type ReceivedWebhook, type Reply, type WebhookReceiver } from "./webhook-receiver.js";
