@@ -104,6 +104,37 @@ describe("destinations", () => {
   });
 });
 
+describe("idempotency", () => {
+  it("replays create, roll and resend for the same key and body, and refuses another body", async () => {
+    const key = { "idempotency-key": `create-${Date.now()}` };
+    const first = await api.post("/webhooks", { url: receiver.endpoint("/idem") }, key);
+    const again = await api.post("/webhooks", { url: receiver.endpoint("/idem") }, key);
+    expect(again.status).toBe(200);
+    expect(again.headers.get("idempotent-replayed")).toBe("true");
+    expect(again.body).toEqual(first.body);
+    expectError(await api.post("/webhooks", { url: receiver.endpoint("/other") }, key), 422, "idempotency_conflict");
+    const id = first.body.endpoint.endpoint_id;
+    // The stored response holds no secret in clear.
+    const [stored] = await stack.sql<{ n: number }[]>`
+      select count(*)::int as n from notification.idempotency_keys where position(${Buffer.from(first.body.endpoint.secret)} in response) > 0`;
+    expect(stored!.n).toBe(0);
+
+    const rollKey = { "idempotency-key": `roll-${Date.now()}` };
+    const rolled = await api.post("/webhooks/roll", { endpoint_id: id }, rollKey);
+    const rolledAgain = await api.post("/webhooks/roll", { endpoint_id: id }, rollKey);
+    expect(rolledAgain.body).toEqual(rolled.body);
+    expect(rolled.body.endpoint.secret).not.toBe(first.body.endpoint.secret);
+
+    await api.post("/entity/fund", { entity_id: (await api.post("/entity", { entity_name: "w", entity_type: "w" })).body.entity.entity_id, amount: 1 });
+    expect(await eventually(async () => (await api.get("/webhooks/deliveries", { endpoint_id: id })).body.deliveries.length > 0)).toBe(true);
+    const delivery = (await api.get("/webhooks/deliveries", { endpoint_id: id })).body.deliveries[0];
+    const resendKey = { "idempotency-key": `resend-${Date.now()}` };
+    const resent = await api.post("/webhooks/resend", { delivery_id: delivery.delivery_id }, resendKey);
+    const resentAgain = await api.post("/webhooks/resend", { delivery_id: delivery.delivery_id }, resendKey);
+    expect(resentAgain.body.delivery_id).toBe(resent.body.delivery_id);
+  });
+});
+
 describe("tenancy", () => {
   it("answers 404 to another account for destinations, deliveries, events, resend, roll and delete", async () => {
     const ep = await api.post("/webhooks", { url: receiver.endpoint("/tenant") });

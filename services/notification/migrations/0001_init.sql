@@ -69,3 +69,16 @@ create table delivery_attempts (
   error            text
 );
 create index delivery_attempts_by_endpoint on delivery_attempts (endpoint_id, attempted_at);
+
+-- Idempotency-Key of writes (DESIGN.md section 5), as in every service. Responses that carry a
+-- signing secret are stored without it: a replay reads the secret from the endpoint row, where
+-- it is encrypted, so no secret ever rests here in clear.
+create table idempotency_keys (
+  account_id   text not null,
+  key          text not null,
+  fingerprint  bytea not null,
+  response     bytea,
+  created_at   timestamptz not null default now(),
+  primary key (account_id, key)
+);
+create index idempotency_keys_by_age on idempotency_keys (created_at);

@@ -1,6 +1,6 @@
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { isId, newId, notFound, ruleViolation, type PageRequest, type Sql } from "@ledger/common";
+import { isId, newId, notFound, ruleViolation, type PageRequest, type Sql, type Tx } from "@ledger/common";
 import { DeliveryStatus, type DeliverySchema } from "@ledger/proto/notification/v1/notification_pb.js";
 import { findEndpoint } from "./endpoints.js";
 
@@ -66,20 +66,18 @@ export async function deliveriesOfEvent(sql: Sql, accountId: string, eventId: st
  * Queues a new delivery of an earlier delivery's event to the same destination (SPEC.md 6.3).
  * A deleted destination answers 404, like a missing one; a disabled one cannot receive it.
  */
-export async function resendDelivery(sql: Sql, accountId: string, deliveryId: string): Promise<string> {
+export async function resendDelivery(tx: Tx, accountId: string, deliveryId: string): Promise<string> {
   if (!isId("delivery", deliveryId)) throw notFound("delivery", deliveryId);
-  return sql.begin(async (tx) => {
-    const [earlier] = await tx<{ event_id: string; endpoint_id: string }[]>`
-      select event_id, endpoint_id from deliveries where id = ${deliveryId} and account_id = ${accountId}`;
-    if (!earlier) throw notFound("delivery", deliveryId);
-    const endpoint = await findEndpoint(tx, accountId, earlier.endpoint_id, true);
-    if (!endpoint.enabled) throw ruleViolation("invalid_state", "the endpoint is disabled; enable it before resending", { endpoint_id: endpoint.id });
-    const id = newId("delivery");
-    await tx`
-      insert into deliveries (id, account_id, event_id, endpoint_id, status, next_attempt_at)
-      values (${id}, ${accountId}, ${earlier.event_id}, ${earlier.endpoint_id}, 'pending', now())`;
-    return id;
-  });
+  const [earlier] = await tx<{ event_id: string; endpoint_id: string }[]>`
+    select event_id, endpoint_id from deliveries where id = ${deliveryId} and account_id = ${accountId}`;
+  if (!earlier) throw notFound("delivery", deliveryId);
+  const endpoint = await findEndpoint(tx, accountId, earlier.endpoint_id, true);
+  if (!endpoint.enabled) throw ruleViolation("invalid_state", "the endpoint is disabled; enable it before resending", { endpoint_id: endpoint.id });
+  const id = newId("delivery");
+  await tx`
+    insert into deliveries (id, account_id, event_id, endpoint_id, status, next_attempt_at)
+    values (${id}, ${accountId}, ${earlier.event_id}, ${earlier.endpoint_id}, 'pending', now())`;
+  return id;
 }
 
 /** Checks a delivery id inside a cursor. */

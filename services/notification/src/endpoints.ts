@@ -81,7 +81,7 @@ function validateText(value: string, field: string, max: number): string {
 
 /** Inserts a destination and returns it with its secret, shown this once. */
 export async function createEndpoint(
-  sql: Sql,
+  sql: Tx,
   key: Buffer,
   input: { accountId: string; url: string; name: string; description: string; eventTypes: string[] | null },
 ): Promise<{ row: EndpointRow; secret: string }> {
@@ -140,34 +140,30 @@ export interface EndpointChange {
  * Applies a change. Disabling ends the destination's pending deliveries as `endpoint_disabled`
  * in the same transaction (DESIGN.md section 6): re-enabling later does not replay them.
  */
-export async function updateEndpoint(sql: Sql, accountId: string, endpointId: string, change: EndpointChange): Promise<EndpointRow> {
+export async function updateEndpoint(tx: Tx, accountId: string, endpointId: string, change: EndpointChange): Promise<EndpointRow> {
   if (change.name !== undefined) {
     validateText(change.name, "name", 200);
     if (change.name === "") throw invalidArgument("name must not be empty", { field: "name" });
   }
-  return sql.begin(async (tx) => {
-    const current = await findEndpoint(tx, accountId, endpointId, true);
-    const [row] = await tx<EndpointRow[]>`
-      update endpoints set
-        url = ${change.url ?? current.url},
-        name = ${change.name ?? current.name},
-        enabled = ${change.enabled ?? current.enabled},
-        event_types = ${change.eventTypes === undefined ? current.event_types : change.eventTypes},
-        updated_at = now()
-      where id = ${endpointId}
-      returning ${tx(COLUMNS)}`;
-    if (current.enabled && change.enabled === false) await stopPending(tx, endpointId, "endpoint_disabled");
-    return row!;
-  });
+  const current = await findEndpoint(tx, accountId, endpointId, true);
+  const [row] = await tx<EndpointRow[]>`
+    update endpoints set
+      url = ${change.url ?? current.url},
+      name = ${change.name ?? current.name},
+      enabled = ${change.enabled ?? current.enabled},
+      event_types = ${change.eventTypes === undefined ? current.event_types : change.eventTypes},
+      updated_at = now()
+    where id = ${endpointId}
+    returning ${tx(COLUMNS)}`;
+  if (current.enabled && change.enabled === false) await stopPending(tx, endpointId, "endpoint_disabled");
+  return row!;
 }
 
 /** Deletes a destination: it disappears from the API and its pending deliveries end. */
-export async function deleteEndpoint(sql: Sql, accountId: string, endpointId: string): Promise<void> {
-  await sql.begin(async (tx) => {
-    await findEndpoint(tx, accountId, endpointId, true);
-    await tx`update endpoints set deleted_at = now(), enabled = false, updated_at = now() where id = ${endpointId}`;
-    await stopPending(tx, endpointId, "endpoint_deleted");
-  });
+export async function deleteEndpoint(tx: Tx, accountId: string, endpointId: string): Promise<void> {
+  await findEndpoint(tx, accountId, endpointId, true);
+  await tx`update endpoints set deleted_at = now(), enabled = false, updated_at = now() where id = ${endpointId}`;
+  await stopPending(tx, endpointId, "endpoint_deleted");
 }
 
 async function stopPending(tx: Tx, endpointId: string, error: "endpoint_disabled" | "endpoint_deleted"): Promise<void> {
@@ -183,22 +179,27 @@ export const MAX_ROLL_OVERLAP_SECONDS = 7 * 24 * 3600;
  * Replaces the secret. The one being replaced keeps signing beside the new one for
  * `overlapSeconds` (0 ends it now), so receivers can switch without dropping deliveries.
  */
-export async function rollSecret(sql: Sql, key: Buffer, accountId: string, endpointId: string, overlapSeconds: number): Promise<string> {
+export async function rollSecret(tx: Tx, key: Buffer, accountId: string, endpointId: string, overlapSeconds: number): Promise<string> {
   if (!Number.isInteger(overlapSeconds) || overlapSeconds < 0 || overlapSeconds > MAX_ROLL_OVERLAP_SECONDS) {
     throw invalidArgument(`expire_previous_in_seconds must be a whole number from 0 to ${MAX_ROLL_OVERLAP_SECONDS}`, { field: "expire_previous_in_seconds" });
   }
   const secret = generateSecret();
-  await sql.begin(async (tx) => {
-    await findEndpoint(tx, accountId, endpointId, true);
-    await tx`
-      update endpoints set
-        previous_secret = ${overlapSeconds > 0 ? tx`secret` : null},
-        previous_secret_expires_at = ${overlapSeconds > 0 ? tx`now() + make_interval(secs => ${overlapSeconds})` : null},
-        secret = ${encryptSecret(key, endpointId, secret)},
-        updated_at = now()
-      where id = ${endpointId}`;
-  });
+  await findEndpoint(tx, accountId, endpointId, true);
+  await tx`
+    update endpoints set
+      previous_secret = ${overlapSeconds > 0 ? tx`secret` : null},
+      previous_secret_expires_at = ${overlapSeconds > 0 ? tx`now() + make_interval(secs => ${overlapSeconds})` : null},
+      secret = ${encryptSecret(key, endpointId, secret)},
+      updated_at = now()
+    where id = ${endpointId}`;
   return secret;
+}
+
+/** The current secret of an endpoint of the account, for replaying a create or roll response. */
+export async function currentSecret(tx: Tx, key: Buffer, accountId: string, endpointId: string): Promise<string> {
+  const [row] = await tx<{ secret: Uint8Array }[]>`select secret from endpoints where id = ${endpointId} and account_id = ${accountId}`;
+  if (!row) throw notFound("endpoint", endpointId);
+  return decryptSecret(key, endpointId, row.secret);
 }
 
 /** The secrets that sign a delivery now: the current one, then the previous one while it lasts. */
