@@ -63,7 +63,8 @@ describe("deleting a destination", () => {
   it("ends pending retries of a disabled destination as endpoint_disabled", async () => {
     const ep = await endpoint(api, () => ({ status: 500 }));
     await fund(api);
-    expect(await eventually(async () => receiver.received(ep.path).length === 1)).toBe(true);
+    // Wait until the first attempt is recorded, so the one in flight is not what the PUT stops.
+    expect(await eventually(async () => (await deliveryRows(ep.id))[0]?.attempts === 1)).toBe(true);
     expect((await api.put("/webhooks", { endpoint_id: ep.id, enabled: false })).status).toBe(200);
     expect(await deliveryRows(ep.id)).toEqual([expect.objectContaining({ status: "failed", error: "endpoint_disabled", attempts: 1 })]);
     await new Promise((r) => setTimeout(r, 2_000));
@@ -166,5 +167,31 @@ describe("events list", () => {
     }
     expect(receiver.received(failing.path)).toHaveLength(0);
     expect(receiver.received(ok.path).length).toBe(all.length);
+  });
+});
+
+describe("a slow destination", () => {
+  let slowStack: Stack | undefined;
+  afterAll(async () => slowStack?.close());
+
+  it("does not hold back the others: at most its cap of attempts is in flight", async () => {
+    // Three attempts in flight per process, one per destination, a 3 s timeout. Without the cap
+    // the hanging destination's deliveries would take every slot for 3 s at a time.
+    slowStack = await startStack({
+      notification: { webhookExtraCa: receiver.ca, webhookConcurrency: 3, webhookConcurrencyPerEndpoint: 1, webhookTimeoutMs: 3_000, webhookRetryScheduleMs: [60_000] },
+    });
+    const own = slowStack.api;
+    await own.post("/webhooks", { url: receiver.endpoint("/slow", () => "hang") });
+    const fast = (await own.post("/webhooks", { url: receiver.endpoint("/fast") })).body.endpoint.endpoint_id;
+    const started = Date.now();
+    for (let i = 0; i < 6; i++) await fund(own);
+    const done = await eventually(async () => {
+      const list = (await own.get("/webhooks/deliveries", { endpoint_id: fast })).body.deliveries;
+      return list.length === 6 && list.every((d: { status: string }) => d.status === "succeeded");
+    }, 10_000, 50);
+    expect(done).toBe(true);
+    // Well before the slow destination's first attempt times out.
+    expect(Date.now() - started).toBeLessThan(3_000);
+    expect(receiver.received("/slow").length).toBeLessThanOrEqual(1);
   });
 });
