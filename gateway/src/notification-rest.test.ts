@@ -115,7 +115,7 @@ describe("idempotency", () => {
     expectError(await api.post("/webhooks", { url: receiver.endpoint("/other") }, key), 422, "idempotency_conflict");
     const id = first.body.endpoint.endpoint_id;
     // The stored response holds no secret in clear.
-    const [stored] = await stack.sql<{ n: number }[]>`
+    const [stored] = await stack.notificationSql!<{ n: number }[]>`
       select count(*)::int as n from notification.idempotency_keys where position(${Buffer.from(first.body.endpoint.secret)} in response) > 0`;
     expect(stored!.n).toBe(0);
 

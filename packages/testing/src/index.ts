@@ -78,6 +78,12 @@ export interface Stack {
   gateway: GatewayHandle;
   /** The notification service, when the stack was started with `notification`. */
   notification?: NotificationHandle;
+  /**
+   * The notification service's database (search_path `notification`), when it runs. Each stack
+   * has its own: delivery workers claim any due delivery in their database, so stacks sharing one
+   * would send each other's deliveries with the wrong settings.
+   */
+  notificationSql?: postgres.Sql<{ bigint: bigint }>;
   /** Starts one more notification process on the same database, stream and settings. */
   startNotificationReplica(): Promise<NotificationHandle>;
   close(): Promise<void>;
@@ -116,9 +122,11 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     port: 0,
     databasePoolSize: 10,
   });
+  const notificationDatabase = new URL(databaseUrl);
+  notificationDatabase.pathname = `${notificationDatabase.pathname}_ntf_${tag}`;
   const notificationConfig: NotificationConfig | undefined = options.notification
     ? {
-        databaseUrl,
+        databaseUrl: notificationDatabase.toString(),
         natsUrl,
         natsStream: stream,
         natsSubjectPrefix: subjectPrefix,
@@ -145,6 +153,9 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     return handle;
   };
   const notification = notificationConfig ? await startReplica() : undefined;
+  const notificationSql = notification
+    ? (postgres(notificationDatabase.toString(), { max: 2, types: { bigint: postgres.BigInt }, onnotice: () => {}, connection: { search_path: "notification" } }) as unknown as postgres.Sql<{ bigint: bigint }>)
+    : undefined;
   const gateway = await startGateway({
     host: "127.0.0.1",
     port: 0,
@@ -184,11 +195,15 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       }),
     ledger,
     gateway,
-    ...(notification ? { notification } : {}),
+    ...(notification ? { notification, notificationSql } : {}),
     startNotificationReplica: startReplica,
     async close() {
       await gateway.close();
       for (const replica of replicas) await replica.close();
+      if (notificationSql) {
+        await notificationSql.end({ timeout: 2 });
+        await sql.unsafe(`drop database if exists "${decodeURIComponent(notificationDatabase.pathname.slice(1))}" with (force)`).catch(() => {});
+      }
       await ledger.close();
       await sql.end({ timeout: 2 });
     },

@@ -39,7 +39,7 @@ interface Row {
   error: string | null;
 }
 const deliveryRows = (endpointId: string) =>
-  stack.sql<Row[]>`select id, status, attempts, error from notification.deliveries where endpoint_id = ${endpointId} order by id`;
+  stack.notificationSql!<Row[]>`select id, status, attempts, error from notification.deliveries where endpoint_id = ${endpointId} order by id`;
 
 describe("deleting a destination", () => {
   it("stops its pending retries, and it answers 404 afterwards", async () => {
@@ -89,7 +89,7 @@ describe("several processes", () => {
     expect(new Set(got.map((g) => g.headers["x-service-delivery-id"])).size).toBe(events);
     const rows = await deliveryRows(ep.id);
     expect(rows.every((d) => d.attempts === 1)).toBe(true);
-    const [attempts] = await stack.sql<{ n: number }[]>`select count(*)::int as n from notification.delivery_attempts where endpoint_id = ${ep.id}`;
+    const [attempts] = await stack.notificationSql!<{ n: number }[]>`select count(*)::int as n from notification.delivery_attempts where endpoint_id = ${ep.id}`;
     expect(attempts!.n).toBe(events);
   });
 });
@@ -102,12 +102,12 @@ describe("stats", () => {
     expect(await eventually(async () => (await deliveryRows(ep.id)).every((d) => d.status === "succeeded") && (await deliveryRows(ep.id)).length === 2)).toBe(true);
     const [delivery] = await deliveryRows(ep.id);
     // Older attempts that must not count, and one recent failure that must.
-    await stack.sql`
+    await stack.notificationSql!`
       insert into notification.delivery_attempts (delivery_id, endpoint_id, attempted_at, succeeded, response_status, duration_ms, error)
       values (${delivery!.id}, ${ep.id}, now() - interval '8 days', false, 500, 90000, null),
              (${delivery!.id}, ${ep.id}, now() - interval '7 days 1 minute', true, 200, 90000, null),
              (${delivery!.id}, ${ep.id}, now() - interval '6 days', false, null, 1000, 'timeout')`;
-    const [real] = await stack.sql<{ avg: number }[]>`
+    const [real] = await stack.notificationSql!<{ avg: number }[]>`
       select round(avg(duration_ms))::int as avg from notification.delivery_attempts
       where endpoint_id = ${ep.id} and attempted_at > now() - interval '7 days'`;
     const res = await api.get("/webhook", { id: ep.id });
@@ -193,5 +193,19 @@ describe("a slow destination", () => {
     // Well before the slow destination's first attempt times out.
     expect(Date.now() - started).toBeLessThan(3_000);
     expect(receiver.received("/slow").length).toBeLessThanOrEqual(1);
+  });
+});
+
+describe("a restart", () => {
+  // Last in this file: it replaces the stack's notification process, which the gateway talks to.
+  it("keeps a due retry: a new process sends it after the old one stopped", async () => {
+    const ep = await endpoint(api, (n) => (n === 1 ? { status: 500 } : { status: 200 }));
+    await fund(api);
+    expect(await eventually(async () => (await deliveryRows(ep.id))[0]?.attempts === 1)).toBe(true);
+    await stack.notification!.close();
+    await stack.startNotificationReplica();
+    expect(await eventually(async () => (await deliveryRows(ep.id))[0]?.status === "succeeded", 10_000)).toBe(true);
+    expect(await deliveryRows(ep.id)).toEqual([expect.objectContaining({ status: "succeeded", attempts: 2, error: null })]);
+    expect(receiver.received(ep.path)).toHaveLength(2);
   });
 });
