@@ -8,6 +8,8 @@ export interface GatewayConfig {
   ledgerUrl: string;
   /** Base URL of the hold service's RPC server. */
   holdUrl: string;
+  /** Base URL of the notification service's RPC server (webhooks and events). */
+  notificationUrl: string;
   /** Largest request body accepted; larger ones answer 413. */
   bodyLimitBytes: number;
   logLevel: string;
@@ -20,6 +22,7 @@ export function readGatewayConfig(env: Record<string, string | undefined> = proc
     port: envInt(env, "PORT", 8080, 0, 65535),
     ledgerUrl: envUrl(env, "LEDGER_URL", "http://127.0.0.1:8081", ["http", "https"]),
     holdUrl: envUrl(env, "HOLD_URL", "http://127.0.0.1:8082", ["http", "https"]),
+    notificationUrl: envUrl(env, "NOTIFICATION_URL", "http://127.0.0.1:8083", ["http", "https"]),
     bodyLimitBytes: envInt(env, "GATEWAY_BODY_LIMIT_BYTES", 1024 * 1024, 1024, 64 * 1024 * 1024),
     logLevel: envString(env, "LOG_LEVEL", "info"),
   };

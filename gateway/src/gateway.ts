@@ -3,8 +3,10 @@ import { createConnectTransport } from "@connectrpc/connect-node";
 import { createLogger, listen, type RunningServer } from "@ledger/common";
 import { HoldService } from "@ledger/proto/hold/v1/hold_pb.js";
 import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import { NotificationService } from "@ledger/proto/notification/v1/notification_pb.js";
 import type { GatewayConfig } from "./config.js";
 import { holdRoutes } from "./hold-routes.js";
+import { notificationRoutes } from "./notification-routes.js";
 import { ledgerRoutes, type Clients } from "./routes.js";
 import { createRestHandler } from "./server.js";
 
@@ -24,8 +26,12 @@ export async function startGateway(config: GatewayConfig): Promise<GatewayHandle
   const clients: Clients = {
     ledger: createClient(LedgerService, transport(config.ledgerUrl)),
     hold: createClient(HoldService, transport(config.holdUrl)),
+    notification: createClient(NotificationService, transport(config.notificationUrl)),
   };
-  const handler = createRestHandler([...ledgerRoutes, ...holdRoutes], clients, { bodyLimitBytes: config.bodyLimitBytes, log });
+  // The notification service is not a readiness check: money endpoints stay up while it is down,
+  // and its own paths answer 503 until it is back.
+  const routes = [...ledgerRoutes, ...holdRoutes, ...notificationRoutes];
+  const handler = createRestHandler(routes, clients, { bodyLimitBytes: config.bodyLimitBytes, log });
   const server = await listen({
     name: "gateway",
     host: config.host,

@@ -2,6 +2,7 @@ import type { CallOptions, Client } from "@connectrpc/connect";
 import { invalidArgument } from "@ledger/common";
 import type { HoldService } from "@ledger/proto/hold/v1/hold_pb.js";
 import { Direction, TransactionStatus, type LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import type { NotificationService } from "@ledger/proto/notification/v1/notification_pb.js";
 import {
   amountField,
   arrayField,
@@ -19,6 +20,7 @@ import { renderEntity, renderGroup, renderLeg, renderPage, renderProgram, render
 export interface Clients {
   ledger: Client<typeof LedgerService>;
   hold: Client<typeof HoldService>;
+  notification: Client<typeof NotificationService>;
 }
 
 /** What a route handler gets: the parsed request and the options to forward on every RPC. */

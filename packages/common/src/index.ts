@@ -12,3 +12,4 @@ export * from "./pagination.js";
 export * from "./request-context.js";
 export * from "./server.js";
 export * from "./main.js";
+export * from "./identity-client.js";

@@ -7,6 +7,7 @@ import { connect } from "@nats-io/transport-node";
 import { startGateway, type GatewayHandle } from "@ledger/gateway";
 import { startHold, type HoldHandle } from "@ledger/hold-service";
 import { createAccount, startLedger, type LedgerHandle, type NewAccount } from "@ledger/ledger-service";
+import { startNotification, type NotificationConfig, type NotificationHandle } from "@ledger/notification-service";
 import { EventSchema, type Event } from "@ledger/proto/events/v1/events_pb.js";
 import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import postgres from "postgres";
@@ -79,7 +80,21 @@ export interface Stack {
   ledgerClient(apiKey: string): Client<typeof LedgerService>;
   ledger: LedgerHandle;
   hold: HoldHandle | undefined;
+  /** The hold service's database (its own per stack, like the notification service's). */
+  holdDatabaseUrl: string;
+  /** A client of the hold database, search_path `hold`; made on first use. */
+  holdSql(): postgres.Sql<{ bigint: bigint }>;
   gateway: GatewayHandle;
+  /** The notification service, when the stack was started with `notification`. */
+  notification?: NotificationHandle;
+  /**
+   * The notification service's database (search_path `notification`), when it runs. Each stack
+   * has its own: delivery workers claim any due delivery in their database, so stacks sharing one
+   * would send each other's deliveries with the wrong settings.
+   */
+  notificationSql?: postgres.Sql<{ bigint: bigint }>;
+  /** Starts one more notification process on the same database, stream and settings. */
+  startNotificationReplica(): Promise<NotificationHandle>;
   close(): Promise<void>;
 }
 
@@ -91,6 +106,12 @@ export interface StackOptions {
   externalHoldUrl?: string;
   /** How old unfinished hold work must be before recovery finishes it. */
   recoveryAfterMs?: number;
+  /**
+   * Starts the notification service too. Test defaults: private networks allowed (receivers are
+   * on 127.0.0.1), a short retry schedule (300ms,300ms), a 2 s timeout, a random secret key.
+   * Anything given here overrides them, for example `webhookExtraCa` to trust a test CA.
+   */
+  notification?: Partial<NotificationConfig>;
 }
 
 /**
@@ -115,11 +136,16 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     databasePoolSize: 10,
     serviceToken: TEST_SERVICE_TOKEN,
   });
-  const infra = { databaseUrl, natsUrl, natsStream: stream, natsSubjectPrefix: subjectPrefix, logLevel };
+  const infra = { natsUrl, natsStream: stream, natsSubjectPrefix: subjectPrefix, logLevel };
+  // The hold and notification services get databases of their own per stack: their background
+  // workers (expiry, recovery, deliveries) take any due row in their database, and must not pick
+  // up another test file's rows with this stack's settings.
+  const holdDatabase = siblingDatabase(databaseUrl, `hold_${tag}`);
   const hold = options.externalHoldUrl
     ? undefined
     : await startHold({
         ...infra,
+        databaseUrl: holdDatabase.toString(),
         host: "127.0.0.1",
         port: 0,
         ledgerUrl: ledger.server.url,
@@ -127,11 +153,44 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
         expiryIntervalMs: 200,
         recoveryAfterMs: options.recoveryAfterMs ?? 1_000,
       });
+  const notificationDatabase = siblingDatabase(databaseUrl, `ntf_${tag}`);
+  const notificationConfig: NotificationConfig | undefined = options.notification
+    ? {
+        ...infra,
+        databaseUrl: notificationDatabase.toString(),
+        host: "127.0.0.1",
+        port: 0,
+        ledgerUrl: ledger.server.url,
+        databasePoolSize: 5,
+        webhookAllowHttp: false,
+        webhookAllowPrivateNetworks: true,
+        webhookTimeoutMs: 2_000,
+        webhookRetryScheduleMs: [300, 300],
+        webhookConcurrencyPerEndpoint: 4,
+        webhookConcurrency: 32,
+        secretKey: randomBytes(32),
+        ...options.notification,
+      }
+    : undefined;
+  const replicas: NotificationHandle[] = [];
+  const startReplica = async () => {
+    if (!notificationConfig) throw new Error("startStack was called without the notification option");
+    const handle = await startNotification(notificationConfig);
+    replicas.push(handle);
+    return handle;
+  };
+  const notification = notificationConfig ? await startReplica() : undefined;
+  const notificationSql = notification ? schemaClient(notificationDatabase.toString(), "notification") : undefined;
+  // The hold database exists once the in-process service migrated it, or once a test's own hold process did.
+  let holdSqlClient: postgres.Sql<{ bigint: bigint }> | undefined;
+  const holdSql = () => (holdSqlClient ??= schemaClient(holdDatabase.toString(), "hold"));
   const gateway = await startGateway({
     host: "127.0.0.1",
     port: 0,
     ledgerUrl: ledger.server.url,
     holdUrl: options.externalHoldUrl ?? hold!.server.url,
+    // Without a notification service the webhook paths answer 503, as in production when it is down.
+    notificationUrl: notification?.server.url ?? "http://127.0.0.1:9",
     bodyLimitBytes: 64 * 1024,
     logLevel,
   });
@@ -165,14 +224,40 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       }),
     ledger,
     hold,
+    holdDatabaseUrl: holdDatabase.toString(),
+    holdSql,
     gateway,
+    ...(notification ? { notification, notificationSql } : {}),
+    startNotificationReplica: startReplica,
     async close() {
       await gateway.close();
       await hold?.close();
+      for (const replica of replicas) await replica.close();
+      if (notificationSql) {
+        await notificationSql.end({ timeout: 2 });
+        await sql.unsafe(`drop database if exists "${databaseName(notificationDatabase)}" with (force)`).catch(() => {});
+      }
+      await holdSqlClient?.end({ timeout: 2 });
+      await sql.unsafe(`drop database if exists "${databaseName(holdDatabase)}" with (force)`).catch(() => {});
       await ledger.close();
       await sql.end({ timeout: 2 });
     },
   };
+}
+
+/** The URL of a database beside `url`'s, named `<its name>_<suffix>`. */
+function siblingDatabase(url: string, suffix: string): URL {
+  const sibling = new URL(url);
+  sibling.pathname = `${sibling.pathname}_${suffix}`;
+  return sibling;
+}
+
+function databaseName(url: URL): string {
+  return decodeURIComponent(url.pathname.slice(1));
+}
+
+function schemaClient(url: string, schema: string): postgres.Sql<{ bigint: bigint }> {
+  return postgres(url, { max: 2, types: { bigint: postgres.BigInt }, onnotice: () => {}, connection: { search_path: schema } }) as unknown as postgres.Sql<{ bigint: bigint }>;
 }
 
 /**
@@ -249,3 +334,6 @@ export async function eventually(check: () => Promise<boolean>, timeoutMs = 15_0
   }
   return check();
 }
+
+export { startWebhookReceiver, testCertificate, type ReceivedWebhook, type Reply, type WebhookReceiver } from "./webhook-receiver.js";
+export { NATS_SERVER_BIN, ownNats, type OwnNats } from "./own-nats.js";

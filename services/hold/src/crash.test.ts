@@ -2,8 +2,9 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { createServer } from "node:net";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { eventually, ledgerViolations, startStack, TEST_SERVICE_TOKEN, type Stack } from "@ledger/testing";
+import { eventually, startStack, TEST_SERVICE_TOKEN, type Stack } from "@ledger/testing";
 import { CRASH_POINTS, type CrashPoint } from "./crash.js";
+import { expectHeldMatches } from "./held-invariant.js";
 
 // Crash safety between the hold service and the ledger: the hold service runs as a child process
 // that exits at an injected point (HOLD_CRASH_AT); after a restart, recovery must leave `held`
@@ -33,6 +34,7 @@ async function startHoldProcess(crashAt?: CrashPoint) {
     env: {
       ...process.env,
       DATABASE_URL: stack.databaseUrl,
+      HOLD_DATABASE_URL: stack.holdDatabaseUrl,
       NATS_URL: stack.natsUrl,
       NATS_STREAM: stack.stream,
       NATS_SUBJECT_PREFIX: stack.subjectPrefix,
@@ -97,9 +99,9 @@ it.each(CRASH_POINTS)("recovers after a crash at %s", async (point) => {
 
   await startHoldProcess();
   const settled = await eventually(async () => {
-    const [row] = await stack.sql<{ n: bigint }[]>`
-      select (select count(*) from hold.holds where status in ('creating', 'releasing'))
-           + (select count(*) from hold.captures where status = 'pending') as n`;
+    const [row] = await stack.holdSql()<{ n: bigint }[]>`
+      select (select count(*) from holds where status in ('creating', 'releasing'))
+           + (select count(*) from captures where status = 'pending') as n`;
     return row!.n === 0n;
   }, 20_000);
   expect(settled).toBe(true);
@@ -108,7 +110,7 @@ it.each(CRASH_POINTS)("recovers after a crash at %s", async (point) => {
     // The client retries with its key and gets the one hold recovery completed.
     const retry = await api.post("/hold", { entity_id: source, amount: 300 }, key);
     expect(retry.status).toBe(200);
-    const [count] = await stack.sql<{ n: bigint }[]>`select count(*)::int8 as n from hold.holds where entity_id = ${source}`;
+    const [count] = await stack.holdSql()<{ n: bigint }[]>`select count(*)::int8 as n from holds where entity_id = ${source}`;
     expect(count!.n).toBe(1n);
   } else if (point.includes("capture")) {
     const retry = await api.post("/hold/capture", { hold_id: holdId, amount: 120, destination_entity_id: dest }, key);
@@ -119,13 +121,8 @@ it.each(CRASH_POINTS)("recovers after a crash at %s", async (point) => {
   }
 
   const [destination] = await stack.sql<{ posted: bigint }[]>`select posted from entities where id = ${dest}`;
-  const [captured] = await stack.sql<{ total: bigint }[]>`select coalesce(sum(captured_amount), 0)::int8 as total from hold.holds where entity_id = ${source}`;
+  const [captured] = await stack.holdSql()<{ total: bigint }[]>`select coalesce(sum(captured_amount), 0)::int8 as total from holds where entity_id = ${source}`;
   expect(destination!.posted).toBe(captured!.total);
-  const held = await stack.sql<{ held: bigint; remaining: bigint }[]>`
-    select e.held, coalesce((select sum(h.amount - h.captured_amount) from hold.holds h
-      where h.entity_id = e.id and h.status in ('held', 'partially_captured')), 0)::int8 as remaining
-    from entities e where e.id = ${source}`;
-  expect(held[0]!.held).toBe(held[0]!.remaining);
-  expect(await ledgerViolations(stack.sql, stack.account.account_id)).toEqual([]);
+  await expectHeldMatches(stack);
   await stopHoldProcess();
 });

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { eventually, ledgerViolations, readStream, startStack, type Api, type Stack } from "@ledger/testing";
+import { eventually, readStream, startStack, type Api, type Stack } from "@ledger/testing";
+import { expectHeldMatches } from "./held-invariant.js";
 
 // Holds through the REST gateway, the hold service and the ledger's reservations, against real
 // Postgres and NATS. After each test the ledger's invariants hold and `held` equals the remaining
@@ -24,13 +25,7 @@ async function balances(id: string) {
 
 /** `held` of every entity equals the remaining amounts of its active holds. */
 async function expectHeldMatchesHolds() {
-  const rows = await stack.sql<{ entity_id: string; held: bigint; remaining: bigint }[]>`
-    select e.id as entity_id, e.held,
-      coalesce((select sum(h.amount - h.captured_amount) from hold.holds h
-                where h.entity_id = e.id and h.status in ('held', 'partially_captured', 'releasing')), 0)::int8 as remaining
-    from entities e where e.account_id = ${stack.account.account_id}`;
-  for (const row of rows) expect(row.held, row.entity_id).toBe(row.remaining);
-  expect(await ledgerViolations(stack.sql, stack.account.account_id)).toEqual([]);
+  await expectHeldMatches(stack);
 }
 
 describe("holds", () => {

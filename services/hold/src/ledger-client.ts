@@ -1,7 +1,6 @@
 import { createClient, type CallOptions, type Client } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
-import { ACCOUNT_HEADER, cachedAuthenticator, REQUEST_ID_HEADER, type Authenticator } from "@ledger/common";
-import { IdentityService } from "@ledger/proto/ledger/v1/identity_pb.js";
+import { ACCOUNT_HEADER, cachedAuthenticator, ledgerAuthenticator, REQUEST_ID_HEADER, type Authenticator } from "@ledger/common";
 import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { ReservationService } from "@ledger/proto/ledger/v1/reservation_pb.js";
 
@@ -17,19 +16,10 @@ export interface LedgerClients {
 /** Connects to the ledger over HTTP/2 with binary protobuf. */
 export function connectLedger(ledgerUrl: string, serviceToken: string): LedgerClients {
   const transport = createConnectTransport({ baseUrl: ledgerUrl, httpVersion: "2", useBinaryFormat: true, pingIntervalMs: 30_000 });
-  const identity = createClient(IdentityService, transport);
   return {
     reservations: createClient(ReservationService, transport),
     ledger: createClient(LedgerService, transport),
-    authenticate: cachedAuthenticator(async (apiKey) => {
-      try {
-        const res = await identity.authenticate({ apiKey });
-        return { accountId: res.accountId, defaultProgramId: res.defaultProgramId };
-      } catch (err) {
-        if ((err as { code?: number }).code === 16) return null; // Unauthenticated: the key is not valid.
-        throw err;
-      }
-    }),
+    authenticate: cachedAuthenticator(ledgerAuthenticator(ledgerUrl)),
     asAccount(accountId, requestId) {
       return {
         headers: {

@@ -1,0 +1,163 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { eventually, restClient, startStack, startWebhookReceiver, type Api, type Stack, type WebhookReceiver } from "@ledger/testing";
+
+// The webhook and event endpoints through the gateway: SPEC.md 4.5-4.7 shapes, bad input that
+// answers 400 and changes nothing, and tenancy: another account's key sees 404 everywhere.
+
+let stack: Stack;
+let api: Api;
+let receiver: WebhookReceiver;
+
+beforeAll(async () => {
+  receiver = await startWebhookReceiver();
+  stack = await startStack({ notification: { webhookExtraCa: receiver.ca } });
+  api = stack.api;
+});
+afterAll(async () => {
+  await stack?.close();
+  await receiver?.close();
+});
+
+function expectError(res: { status: number; body: any }, status: number, code: string) {
+  expect(res.status).toBe(status);
+  expect(res.body.status).toBe("error");
+  expect(res.body.error.code).toBe(code);
+  expect(JSON.stringify(res.body)).not.toMatch(/select |insert |update |postgres|whsec_/i);
+}
+
+async function endpointCount(client: Api) {
+  return (await client.get("/webhooks", { limit: "100" })).body.endpoints.length as number;
+}
+
+describe("destinations", () => {
+  it("creates with the secret shown once, a generated name and event_types null", async () => {
+    const res = await api.post("/webhooks", { url: receiver.endpoint("/shape") });
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({
+      status: "success",
+      endpoint: expect.objectContaining({ url: receiver.endpoint("/shape"), name: expect.stringMatching(/\S/), secret: expect.stringMatching(/^whsec_/), enabled: true, endpoint_id: expect.stringMatching(/^whe_[0-9a-z]{26}$/), event_types: null }),
+    });
+    const id = res.body.endpoint.endpoint_id;
+    const named = await api.post("/webhooks", { url: receiver.endpoint("/named"), name: "Orders", description: "ops", event_types: ["hold.created", "transaction.posted"] });
+    expect(named.body.endpoint).toMatchObject({ name: "Orders", description: "ops", event_types: ["hold.created", "transaction.posted"] });
+
+    const list = await api.get("/webhooks");
+    expect(list.status).toBe(200);
+    expect(list.body.pagination).toEqual({ limit: 20, has_next: false, next_cursor: null });
+    expect(list.body.endpoints.map((e: any) => e.endpoint_id)).toEqual([named.body.endpoint.endpoint_id, id]);
+    for (const e of list.body.endpoints) expect(e.secret).toBeUndefined();
+
+    const one = await api.get("/webhook", { id });
+    expect(one.body).toEqual({ status: "success", endpoint: expect.objectContaining({ url: receiver.endpoint("/shape"), name: res.body.endpoint.name, enabled: true, endpoint_id: id }), stats: { total: 0, succeeded: 0, failed: 0, avg_ms: 0 } });
+    expect(one.body.endpoint.secret).toBeUndefined();
+  });
+
+  it("updates url, name, enabled and event_types (null for all) and leaves the rest", async () => {
+    const id = (await api.post("/webhooks", { url: receiver.endpoint("/u1"), event_types: ["transaction.created"] })).body.endpoint.endpoint_id;
+    const res = await api.put("/webhooks", { endpoint_id: id, enabled: false, name: "renamed" });
+    expect(res.status).toBe(200);
+    expect(res.body.endpoint).toMatchObject({ enabled: false, endpoint_id: id, name: "renamed", event_types: ["transaction.created"], url: receiver.endpoint("/u1") });
+    const all = await api.put("/webhooks", { endpoint_id: id, event_types: null, url: receiver.endpoint("/u2") });
+    expect(all.body.endpoint).toMatchObject({ event_types: null, url: receiver.endpoint("/u2"), enabled: false, name: "renamed" });
+  });
+
+  it("refuses bad input with 400 and creates or changes nothing", async () => {
+    const before = await endpointCount(api);
+    for (const body of [
+      { url: "http://example.com/hook" },
+      { url: "not a url" },
+      {},
+      { url: "https://user:pw@example.com/" },
+      { url: "https://example.com/", event_types: ["transaction.nope"] },
+      { url: "https://example.com/", event_types: [] },
+      { url: "https://example.com/", event_types: "transaction.created" },
+      { url: "https://example.com/", event_types: [1] },
+      { url: "https://example.com/", name: 5 },
+      { url: "https://example.com/", secret: "whsec_mine" },
+    ]) {
+      expectError(await api.post("/webhooks", body), 400, "invalid_request");
+    }
+    expectError(await api.request("POST", "/webhooks", { raw: "{", headers: { "content-type": "application/json" } }), 400, "invalid_request");
+    expect(await endpointCount(api)).toBe(before);
+
+    const id = (await api.post("/webhooks", { url: receiver.endpoint("/bad") })).body.endpoint.endpoint_id;
+    expectError(await api.put("/webhooks", { endpoint_id: id, enabled: "no" }), 400, "invalid_request");
+    expectError(await api.put("/webhooks", { endpoint_id: id, url: "ftp://x" }), 400, "invalid_request");
+    expectError(await api.put("/webhooks", { endpoint_id: id, name: "" }), 400, "invalid_request");
+    expectError(await api.put("/webhooks", { url: "https://example.com/" }), 400, "invalid_request");
+    expectError(await api.post("/webhooks/roll", { endpoint_id: id, expire_previous_in_seconds: -1 }), 400, "invalid_request");
+    expectError(await api.post("/webhooks/roll", { endpoint_id: id, expire_previous_in_seconds: 1.5 }), 400, "invalid_request");
+    expectError(await api.post("/webhooks/roll", { endpoint_id: id, expire_previous_in_seconds: 10 * 86400 }), 400, "invalid_request");
+    expectError(await api.get("/webhooks", { limit: "0" }), 400, "invalid_request");
+    expectError(await api.get("/webhooks", { cursor: "garbage!" }), 400, "invalid_request");
+    expectError(await api.get("/events", { limit: "101" }), 400, "invalid_request");
+    expectError(await api.get("/webhook", {}), 400, "invalid_request");
+    expectError(await api.request("DELETE", "/webhooks"), 400, "invalid_request");
+    expectError(await api.get("/webhook", { id: "whe_nope" }), 404, "not_found");
+    expectError(await api.get("/event", { id: "evt_nope" }), 404, "not_found");
+    expect((await api.get("/webhook", { id })).body.endpoint).toMatchObject({ enabled: true, url: receiver.endpoint("/bad") });
+  });
+
+  it("needs an API key", async () => {
+    expectError(await restClient(stack.restUrl, undefined).get("/webhooks"), 401, "unauthenticated");
+    expectError(await restClient(stack.restUrl, "lsk_not_a_key").get("/events"), 401, "unauthenticated");
+  });
+});
+
+describe("idempotency", () => {
+  it("replays create, roll and resend for the same key and body, and refuses another body", async () => {
+    const key = { "idempotency-key": `create-${Date.now()}` };
+    const first = await api.post("/webhooks", { url: receiver.endpoint("/idem") }, key);
+    const again = await api.post("/webhooks", { url: receiver.endpoint("/idem") }, key);
+    expect(again.status).toBe(200);
+    expect(again.headers.get("idempotent-replayed")).toBe("true");
+    expect(again.body).toEqual(first.body);
+    expectError(await api.post("/webhooks", { url: receiver.endpoint("/other") }, key), 422, "idempotency_conflict");
+    const id = first.body.endpoint.endpoint_id;
+    // The stored response holds no secret in clear.
+    const [stored] = await stack.notificationSql!<{ n: number }[]>`
+      select count(*)::int as n from notification.idempotency_keys where position(${Buffer.from(first.body.endpoint.secret)} in response) > 0`;
+    expect(stored!.n).toBe(0);
+
+    const rollKey = { "idempotency-key": `roll-${Date.now()}` };
+    const rolled = await api.post("/webhooks/roll", { endpoint_id: id }, rollKey);
+    const rolledAgain = await api.post("/webhooks/roll", { endpoint_id: id }, rollKey);
+    expect(rolledAgain.body).toEqual(rolled.body);
+    expect(rolled.body.endpoint.secret).not.toBe(first.body.endpoint.secret);
+
+    await api.post("/entity/fund", { entity_id: (await api.post("/entity", { entity_name: "w", entity_type: "w" })).body.entity.entity_id, amount: 1 });
+    expect(await eventually(async () => (await api.get("/webhooks/deliveries", { endpoint_id: id })).body.deliveries.length > 0)).toBe(true);
+    const delivery = (await api.get("/webhooks/deliveries", { endpoint_id: id })).body.deliveries[0];
+    const resendKey = { "idempotency-key": `resend-${Date.now()}` };
+    const resent = await api.post("/webhooks/resend", { delivery_id: delivery.delivery_id }, resendKey);
+    const resentAgain = await api.post("/webhooks/resend", { delivery_id: delivery.delivery_id }, resendKey);
+    expect(resentAgain.body.delivery_id).toBe(resent.body.delivery_id);
+  });
+});
+
+describe("tenancy", () => {
+  it("answers 404 to another account for destinations, deliveries, events, resend, roll and delete", async () => {
+    const ep = await api.post("/webhooks", { url: receiver.endpoint("/tenant") });
+    const id = ep.body.endpoint.endpoint_id;
+    const entity = await api.post("/entity", { entity_name: "w", entity_type: "wallet" });
+    await api.post("/entity/fund", { entity_id: entity.body.entity.entity_id, amount: 10 });
+    expect(await eventually(async () => (await api.get("/webhooks/deliveries", { endpoint_id: id })).body.deliveries?.[0]?.status === "succeeded")).toBe(true);
+    const delivery = (await api.get("/webhooks/deliveries", { endpoint_id: id })).body.deliveries[0];
+    expect(delivery).toMatchObject({ delivery_id: expect.stringMatching(/^whd_/), status: "succeeded", attempts: 1, response_status: 200 });
+
+    const { api: other } = await stack.newAccount("intruder");
+    expectError(await other.get("/webhook", { id }), 404, "not_found");
+    expectError(await other.put("/webhooks", { endpoint_id: id, enabled: false }), 404, "not_found");
+    expectError(await other.get("/webhooks/deliveries", { endpoint_id: id }), 404, "not_found");
+    expectError(await other.get("/event", { id: delivery.event_id }), 404, "not_found");
+    expectError(await other.post("/webhooks/resend", { delivery_id: delivery.delivery_id }), 404, "not_found");
+    expectError(await other.post("/webhooks/roll", { endpoint_id: id }), 404, "not_found");
+    expectError(await other.request("DELETE", "/webhooks", { query: { endpoint_id: id } }), 404, "not_found");
+    expect((await other.get("/webhooks")).body.endpoints).toEqual([]);
+    expect((await other.get("/events")).body.events).toEqual([]);
+    // Nothing changed for the owner.
+    const mine = await api.get("/webhook", { id });
+    expect(mine.body.endpoint).toMatchObject({ enabled: true });
+    expect((await api.get("/event", { id: delivery.event_id })).status).toBe(200);
+  });
+});

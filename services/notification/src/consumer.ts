@@ -1,0 +1,130 @@
+import { fromBinary } from "@bufbuild/protobuf";
+import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type ConsumerMessages } from "@nats-io/jetstream";
+import { ensureEventStream, isId, type Logger, type NatsHandle, type Sql, type StreamSettings } from "@ledger/common";
+import { EventSchema, type Event } from "@ledger/proto/events/v1/events_pb.js";
+import { ingestEvent } from "./events.js";
+
+/** Options of the event consumer. */
+export interface ConsumerOptions {
+  sql: Sql;
+  nats: NatsHandle;
+  stream: StreamSettings;
+  log: Logger;
+  /** Called after events committed, so the delivery loop looks at once. */
+  onIngested: () => void;
+}
+
+/** The durable JetStream consumer of one process; every replica shares it, as a work queue. */
+export interface EventConsumer {
+  start(): void;
+  stop(): Promise<void>;
+}
+
+/** The durable name: per stream, so installations (and test stacks) sharing NATS do not collide. */
+export function consumerName(stream: string): string {
+  return `notification_${stream}`;
+}
+
+function isPoison(event: Event): string | undefined {
+  if (!isId("event", event.id)) return "id is not an event id";
+  if (!event.accountId) return "no account_id";
+  if (!/^[a-z]+\.[a-z_]+$/.test(event.type)) return "malformed type";
+  return undefined;
+}
+
+/**
+ * Reads every event of the stream and stores it (ingestEvent is idempotent per event id). A message
+ * is acked only after its transaction committed; a passing fault (the database is down) naks it
+ * with a delay so JetStream redelivers it; a message that can never be stored is terminated.
+ * Starting does not wait for NATS: the loop connects when NATS is there and catches up from the
+ * consumer's position.
+ */
+export function createEventConsumer(options: ConsumerOptions): EventConsumer {
+  const { log, sql } = options;
+  const name = consumerName(options.stream.name);
+  let running = false;
+  let messages: ConsumerMessages | undefined;
+  let loop: Promise<void> | undefined;
+  let stopTimer: (() => void) | undefined;
+
+  async function consumeOnce(): Promise<void> {
+    const nc = await options.nats.connected();
+    await ensureEventStream(nc, options.stream);
+    const jsm = await jetstreamManager(nc);
+    try {
+      await jsm.consumers.info(options.stream.name, name);
+    } catch (err) {
+      if (!/not found/i.test(String((err as Error).message))) throw err;
+      await jsm.consumers.add(options.stream.name, {
+        durable_name: name,
+        ack_policy: AckPolicy.Explicit,
+        deliver_policy: DeliverPolicy.All,
+        filter_subject: `${options.stream.subjectPrefix}.events.>`,
+        ack_wait: 30_000_000_000,
+        max_ack_pending: 1_000,
+      });
+    }
+    const consumer = await jetstream(nc).consumers.get(options.stream.name, name);
+    messages = await consumer.consume({ max_messages: 100 });
+    if (!running) messages.stop();
+    for await (const m of messages) {
+      let event: Event;
+      try {
+        event = fromBinary(EventSchema, m.data);
+      } catch (err) {
+        log.error({ subject: m.subject, seq: m.seq, err: (err as Error).message }, "event message is not an events.v1.Event; dropping it");
+        m.term("not an events.v1.Event");
+        continue;
+      }
+      const poison = isPoison(event);
+      if (poison) {
+        log.error({ subject: m.subject, seq: m.seq, event_id: event.id, reason: poison }, "event cannot be stored; dropping it");
+        m.term(poison);
+        continue;
+      }
+      try {
+        const queued = await ingestEvent(sql, event);
+        m.ack();
+        if (queued > 0) options.onIngested();
+      } catch (err) {
+        log.warn({ event_id: event.id, err: (err as Error).message }, "storing an event failed; it will be redelivered");
+        m.nak(2_000);
+      }
+    }
+  }
+
+  async function run() {
+    let failures = 0;
+    while (running) {
+      try {
+        await consumeOnce();
+        failures = 0;
+      } catch (err) {
+        failures++;
+        if (failures === 1 || failures % 30 === 0) log.warn({ err: (err as Error).message, failures }, "event consumer stopped; restarting");
+      }
+      if (running) {
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, Math.min(250 * 2 ** Math.min(failures, 3), 2_000));
+          stopTimer = () => (clearTimeout(timer), resolve());
+        });
+        stopTimer = undefined;
+      }
+    }
+  }
+
+  return {
+    start() {
+      if (running) return;
+      running = true;
+      loop = run();
+    },
+    async stop() {
+      running = false;
+      messages?.stop();
+      stopTimer?.();
+      // connected() never resolves while NATS stays down; do not wait on it for ever.
+      await Promise.race([loop, new Promise((resolve) => setTimeout(resolve, 5_000))]);
+    },
+  };
+}

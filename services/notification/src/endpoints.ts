@@ -1,0 +1,213 @@
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { invalidArgument, isId, newId, notFound, type PageRequest, type Sql, type Tx } from "@ledger/common";
+import type { EndpointSchema, EndpointStatsSchema } from "@ledger/proto/notification/v1/notification_pb.js";
+import { decryptSecret, encryptSecret, generateSecret } from "./secrets.js";
+
+/** Every event type of SPEC.md 6.1; a subscription may name only these. */
+export const EVENT_TYPES = [
+  "transaction.created",
+  "transaction.posted",
+  "transaction.reversed",
+  "transaction.failed",
+  "transaction.canceled",
+  "transaction.disputed",
+  "hold.created",
+  "hold.captured",
+  "hold.released",
+] as const;
+
+/** An endpoints row, without its secrets. */
+export interface EndpointRow {
+  id: string;
+  account_id: string;
+  url: string;
+  name: string;
+  description: string;
+  enabled: boolean;
+  event_types: string[] | null;
+  created_at: Date;
+  updated_at: Date;
+}
+
+const COLUMNS = ["id", "account_id", "url", "name", "description", "enabled", "event_types", "created_at", "updated_at"] as const;
+
+/** The proto shape of an endpoint. */
+export function endpointMessage(row: EndpointRow): MessageInitShape<typeof EndpointSchema> {
+  return {
+    endpointId: row.id,
+    url: row.url,
+    name: row.name,
+    description: row.description,
+    enabled: row.enabled,
+    ...(row.event_types ? { eventTypes: { types: row.event_types } } : {}),
+    createdAt: timestampFromDate(row.created_at),
+    updatedAt: timestampFromDate(row.updated_at),
+  };
+}
+
+/** URL rules of DESIGN.md section 6, checked when a destination is written. */
+export function validateUrl(raw: string, allowHttp: boolean): string {
+  if (raw === "") throw invalidArgument("url is required", { field: "url" });
+  if (raw.length > 2048) throw invalidArgument("url must be at most 2048 characters", { field: "url" });
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw invalidArgument("url must be an absolute URL such as https://example.com/webhooks", { field: "url" });
+  }
+  if (url.protocol !== "https:" && !(allowHttp && url.protocol === "http:")) {
+    throw invalidArgument("url must use https", { field: "url" });
+  }
+  if (url.username || url.password) throw invalidArgument("url must not contain credentials", { field: "url" });
+  if (url.hash) throw invalidArgument("url must not contain a fragment", { field: "url" });
+  return url.toString();
+}
+
+/** A subscription list: known types, no repeats, at least one (null, not [], means all). */
+export function validateEventTypes(types: string[]): string[] {
+  if (types.length === 0) throw invalidArgument("event_types must name at least one type; send null or omit it for all events", { field: "event_types" });
+  const unknown = types.filter((t) => !(EVENT_TYPES as readonly string[]).includes(t));
+  if (unknown.length > 0) {
+    throw invalidArgument(`unknown event type ${JSON.stringify(unknown[0])}; expected one of: ${EVENT_TYPES.join(", ")}`, { field: "event_types" });
+  }
+  return [...new Set(types)];
+}
+
+function validateText(value: string, field: string, max: number): string {
+  if (value.length > max) throw invalidArgument(`${field} must be at most ${max} characters`, { field });
+  return value;
+}
+
+/** Inserts a destination and returns it with its secret, shown this once. */
+export async function createEndpoint(
+  sql: Tx,
+  key: Buffer,
+  input: { accountId: string; url: string; name: string; description: string; eventTypes: string[] | null },
+): Promise<{ row: EndpointRow; secret: string }> {
+  const id = newId("endpoint");
+  const secret = generateSecret();
+  // A generated name tells destinations apart in a list: the host and a piece of the id.
+  const name = validateText(input.name, "name", 200) || `${new URL(input.url).hostname} ${id.slice(-6)}`;
+  const [row] = await sql<EndpointRow[]>`
+    insert into endpoints (id, account_id, url, name, description, event_types, secret)
+    values (${id}, ${input.accountId}, ${input.url}, ${name}, ${validateText(input.description, "description", 1000)},
+            ${input.eventTypes}, ${encryptSecret(key, id, secret)})
+    returning ${sql(COLUMNS)}`;
+  return { row: row!, secret };
+}
+
+/** One live destination of the account, locked when `tx` is given; 404 otherwise. */
+export async function findEndpoint(sql: Sql | Tx, accountId: string, endpointId: string, lock = false): Promise<EndpointRow> {
+  if (!isId("endpoint", endpointId)) throw notFound("endpoint", endpointId);
+  const rows = lock
+    ? await sql<EndpointRow[]>`select ${sql(COLUMNS)} from endpoints where id = ${endpointId} and account_id = ${accountId} and deleted_at is null for update`
+    : await sql<EndpointRow[]>`select ${sql(COLUMNS)} from endpoints where id = ${endpointId} and account_id = ${accountId} and deleted_at is null`;
+  if (!rows[0]) throw notFound("endpoint", endpointId);
+  return rows[0];
+}
+
+/** A page of the account's live destinations, newest first. */
+export async function listEndpoints(sql: Sql, accountId: string, page: PageRequest): Promise<EndpointRow[]> {
+  return sql<EndpointRow[]>`
+    select ${sql(COLUMNS)} from endpoints
+    where account_id = ${accountId} and deleted_at is null ${page.before ? sql`and id < ${page.before}` : sql``}
+    order by id desc limit ${page.limit + 1}`;
+}
+
+/** Attempts of the last 7 days (SPEC.md section 8). */
+export async function endpointStats(sql: Sql, endpointId: string): Promise<MessageInitShape<typeof EndpointStatsSchema>> {
+  const [row] = await sql<{ total: bigint; succeeded: bigint; failed: bigint; avg_ms: bigint }[]>`
+    select count(*)::int8 as total,
+           count(*) filter (where succeeded)::int8 as succeeded,
+           count(*) filter (where not succeeded)::int8 as failed,
+           coalesce(round(avg(duration_ms)), 0)::int8 as avg_ms
+    from delivery_attempts
+    where endpoint_id = ${endpointId} and attempted_at > now() - interval '7 days'`;
+  return { total: row!.total, succeeded: row!.succeeded, failed: row!.failed, avgMs: row!.avg_ms };
+}
+
+/** What PUT /webhooks may change; undefined leaves a field as it is. */
+export interface EndpointChange {
+  url?: string;
+  name?: string;
+  enabled?: boolean;
+  /** null subscribes to every type. */
+  eventTypes?: string[] | null;
+}
+
+/**
+ * Applies a change. Disabling ends the destination's pending deliveries as `endpoint_disabled`
+ * in the same transaction (DESIGN.md section 6): re-enabling later does not replay them.
+ */
+export async function updateEndpoint(tx: Tx, accountId: string, endpointId: string, change: EndpointChange): Promise<EndpointRow> {
+  if (change.name !== undefined) {
+    validateText(change.name, "name", 200);
+    if (change.name === "") throw invalidArgument("name must not be empty", { field: "name" });
+  }
+  const current = await findEndpoint(tx, accountId, endpointId, true);
+  const [row] = await tx<EndpointRow[]>`
+    update endpoints set
+      url = ${change.url ?? current.url},
+      name = ${change.name ?? current.name},
+      enabled = ${change.enabled ?? current.enabled},
+      event_types = ${change.eventTypes === undefined ? current.event_types : change.eventTypes},
+      updated_at = now()
+    where id = ${endpointId}
+    returning ${tx(COLUMNS)}`;
+  if (current.enabled && change.enabled === false) await stopPending(tx, endpointId, "endpoint_disabled");
+  return row!;
+}
+
+/** Deletes a destination: it disappears from the API and its pending deliveries end. */
+export async function deleteEndpoint(tx: Tx, accountId: string, endpointId: string): Promise<void> {
+  await findEndpoint(tx, accountId, endpointId, true);
+  await tx`update endpoints set deleted_at = now(), enabled = false, updated_at = now() where id = ${endpointId}`;
+  await stopPending(tx, endpointId, "endpoint_deleted");
+}
+
+async function stopPending(tx: Tx, endpointId: string, error: "endpoint_disabled" | "endpoint_deleted"): Promise<void> {
+  await tx`
+    update deliveries set status = 'failed', error = ${error}, next_attempt_at = null, updated_at = now()
+    where endpoint_id = ${endpointId} and status = 'pending'`;
+}
+
+/** Largest overlap a roll may ask for. */
+export const MAX_ROLL_OVERLAP_SECONDS = 7 * 24 * 3600;
+
+/**
+ * Replaces the secret. The one being replaced keeps signing beside the new one for
+ * `overlapSeconds` (0 ends it now), so receivers can switch without dropping deliveries.
+ */
+export async function rollSecret(tx: Tx, key: Buffer, accountId: string, endpointId: string, overlapSeconds: number): Promise<string> {
+  if (!Number.isInteger(overlapSeconds) || overlapSeconds < 0 || overlapSeconds > MAX_ROLL_OVERLAP_SECONDS) {
+    throw invalidArgument(`expire_previous_in_seconds must be a whole number from 0 to ${MAX_ROLL_OVERLAP_SECONDS}`, { field: "expire_previous_in_seconds" });
+  }
+  const secret = generateSecret();
+  await findEndpoint(tx, accountId, endpointId, true);
+  await tx`
+    update endpoints set
+      previous_secret = ${overlapSeconds > 0 ? tx`secret` : null},
+      previous_secret_expires_at = ${overlapSeconds > 0 ? tx`now() + make_interval(secs => ${overlapSeconds})` : null},
+      secret = ${encryptSecret(key, endpointId, secret)},
+      updated_at = now()
+    where id = ${endpointId}`;
+  return secret;
+}
+
+/** The current secret of an endpoint of the account, for replaying a create or roll response. */
+export async function currentSecret(tx: Tx, key: Buffer, accountId: string, endpointId: string): Promise<string> {
+  const [row] = await tx<{ secret: Uint8Array }[]>`select secret from endpoints where id = ${endpointId} and account_id = ${accountId}`;
+  if (!row) throw notFound("endpoint", endpointId);
+  return decryptSecret(key, endpointId, row.secret);
+}
+
+/** The secrets that sign a delivery now: the current one, then the previous one while it lasts. */
+export function signingSecrets(
+  key: Buffer,
+  row: { endpoint_id: string; secret: Uint8Array; previous_secret: Uint8Array | null; previous_active: boolean },
+): string[] {
+  const secrets = [decryptSecret(key, row.endpoint_id, row.secret)];
+  if (row.previous_secret && row.previous_active) secrets.push(decryptSecret(key, row.endpoint_id, row.previous_secret));
+  return secrets;
+}

@@ -1,0 +1,83 @@
+import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
+import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
+import type { Event, HoldEventData, TransactionEventData } from "@ledger/proto/events/v1/events_pb.js";
+
+// The delivered body of SPEC.md 6.2, built once per event when it arrives and stored as text:
+// every attempt sends, and signs, exactly these bytes. Names are snake_case and amounts JSON
+// integers (DESIGN.md keeps them below 2^53, so a number holds them exactly).
+
+function iso(ts: Timestamp | undefined): string | null {
+  return ts ? timestampDate(ts).toISOString() : null;
+}
+
+function integer(value: bigint): number {
+  if (value > BigInt(Number.MAX_SAFE_INTEGER) || value < -BigInt(Number.MAX_SAFE_INTEGER)) {
+    throw new Error(`amount ${value} does not fit a JSON integer`);
+  }
+  return Number(value);
+}
+
+function transactionData(d: TransactionEventData): JsonObject {
+  return {
+    transaction_group_id: d.transactionGroupId,
+    program_id: d.programId,
+    amount: integer(d.amount),
+    currency_code: d.currencyCode,
+    status: d.status,
+    description: d.description,
+    metadata: (d.metadata ?? {}) as JsonValue,
+    legs: d.legs.map((leg) => ({
+      transaction_id: leg.transactionId,
+      entity_id: leg.entityId,
+      direction: leg.direction,
+      amount: integer(leg.amount),
+    })),
+    disputed: d.disputed,
+    reversal_transaction_group_id: d.reversalTransactionGroupId || null,
+    reverses_transaction_group_id: d.reversesTransactionGroupId || null,
+    reason: d.reason || null,
+  };
+}
+
+function holdData(d: HoldEventData): JsonObject {
+  return {
+    hold_id: d.holdId,
+    entity_id: d.entityId,
+    program_id: d.programId,
+    amount: integer(d.amount),
+    captured_amount: integer(d.capturedAmount),
+    currency_code: d.currencyCode,
+    status: d.status,
+    description: d.description,
+    expires_at: iso(d.expiresAt),
+    release_reason: d.releaseReason || null,
+    created_at: iso(d.createdAt),
+    ...(d.captured
+      ? {
+          captured: {
+            amount: integer(d.captured.amount),
+            destination_entity_id: d.captured.destinationEntityId,
+            transaction_group_id: d.captured.transactionGroupId,
+          },
+        }
+      : {}),
+  };
+}
+
+/** The `data` object of an event. */
+export function eventData(event: Event): JsonObject {
+  switch (event.data.case) {
+    case "transaction":
+      return transactionData(event.data.value);
+    case "hold":
+      return holdData(event.data.value);
+    default:
+      return {};
+  }
+}
+
+/** The delivered body, `{"id","type","created","data"}`, with `created` in Unix seconds. */
+export function deliveryBody(event: Event): string {
+  const created = event.created ? Math.floor(timestampDate(event.created).getTime() / 1000) : 0;
+  return JSON.stringify({ id: event.id, type: event.type, created, data: eventData(event) });
+}

@@ -1,0 +1,88 @@
+import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
+import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
+import { isId, newId, notFound, type PageRequest, type Sql } from "@ledger/common";
+import type { Event } from "@ledger/proto/events/v1/events_pb.js";
+import type { EventSchema as ApiEventSchema } from "@ledger/proto/notification/v1/notification_pb.js";
+import { deliveryBody } from "./event-body.js";
+
+/**
+ * Stores an event once per id and, in the same transaction, queues one delivery for each of the
+ * account's enabled destinations that subscribe to its type. A redelivered message finds the
+ * event already there and changes nothing, so the consumer may ack it again safely.
+ * Returns how many deliveries were queued.
+ */
+export async function ingestEvent(sql: Sql, event: Event): Promise<number> {
+  const body = deliveryBody(event);
+  const created = event.created ? timestampDate(event.created) : new Date();
+  return sql.begin(async (tx) => {
+    const inserted = await tx`
+      insert into events (id, account_id, type, body, created_at)
+      values (${event.id}, ${event.accountId}, ${event.type}, ${body}, ${created})
+      on conflict (id) do nothing
+      returning 1`;
+    if (inserted.length === 0) return 0;
+    const endpoints = await tx<{ id: string }[]>`
+      select id from endpoints
+      where account_id = ${event.accountId} and enabled and deleted_at is null
+        and (event_types is null or ${event.type} = any (event_types))`;
+    if (endpoints.length === 0) return 0;
+    const rows = endpoints.map((e) => ({
+      id: newId("delivery"),
+      account_id: event.accountId,
+      event_id: event.id,
+      endpoint_id: e.id,
+      status: "pending",
+    }));
+    await tx`insert into deliveries ${tx(rows, "id", "account_id", "event_id", "endpoint_id", "status")}`;
+    // Due now; set by the database clock, which every worker compares against.
+    await tx`update deliveries set next_attempt_at = now() where event_id = ${event.id}`;
+    return rows.length;
+  });
+}
+
+interface EventRow {
+  id: string;
+  type: string;
+  body: string;
+  created_at: Date;
+  total: number;
+  succeeded: number;
+  failed: number;
+  pending: number;
+}
+
+function eventMessage(row: EventRow, withData: boolean): MessageInitShape<typeof ApiEventSchema> {
+  return {
+    eventId: row.id,
+    type: row.type,
+    ...(withData ? { data: (JSON.parse(row.body) as { data: JsonObject }).data } : {}),
+    createdAt: timestampFromDate(row.created_at),
+    deliveries: { total: row.total, succeeded: row.succeeded, failed: row.failed, pending: row.pending },
+  };
+}
+
+const SUMMARY = (sql: Sql) => sql`
+  (select count(*)::int from deliveries d where d.event_id = e.id) as total,
+  (select count(*)::int from deliveries d where d.event_id = e.id and d.status = 'succeeded') as succeeded,
+  (select count(*)::int from deliveries d where d.event_id = e.id and d.status = 'failed') as failed,
+  (select count(*)::int from deliveries d where d.event_id = e.id and d.status = 'pending') as pending`;
+
+/** A page of the account's events, newest first (ids sort by creation), with delivery summaries. */
+export async function listEvents(sql: Sql, accountId: string, page: PageRequest): Promise<{ rows: EventRow[]; toMessage: (row: EventRow) => MessageInitShape<typeof ApiEventSchema> }> {
+  const rows = await sql<EventRow[]>`
+    select e.id, e.type, e.body, e.created_at, ${SUMMARY(sql)}
+    from events e
+    where e.account_id = ${accountId} ${page.before ? sql`and e.id < ${page.before}` : sql``}
+    order by e.id desc limit ${page.limit + 1}`;
+  return { rows, toMessage: (row) => eventMessage(row, false) };
+}
+
+/** One event of the account with its data; 404 for a missing or foreign one. */
+export async function getEvent(sql: Sql, accountId: string, eventId: string): Promise<MessageInitShape<typeof ApiEventSchema>> {
+  if (!isId("event", eventId)) throw notFound("event", eventId);
+  const [row] = await sql<EventRow[]>`
+    select e.id, e.type, e.body, e.created_at, ${SUMMARY(sql)}
+    from events e where e.id = ${eventId} and e.account_id = ${accountId}`;
+  if (!row) throw notFound("event", eventId);
+  return eventMessage(row, true);
+}

@@ -1,0 +1,44 @@
+import { createCipheriv, createDecipheriv, createHmac, randomBytes } from "node:crypto";
+
+/** Prefix of every signing secret, as Stripe and Svix users expect. */
+export const SECRET_PREFIX = "whsec_";
+
+/** A new signing secret: 32 random bytes after the prefix. */
+export function generateSecret(): string {
+  return SECRET_PREFIX + randomBytes(32).toString("base64url");
+}
+
+// Layout of a stored secret: version (1 byte), IV (12), GCM tag (16), ciphertext.
+const VERSION = 1;
+
+/**
+ * Encrypts a secret for storage. The endpoint id is the associated data, so a ciphertext copied
+ * onto another endpoint's row fails to decrypt instead of signing for it.
+ */
+export function encryptSecret(key: Buffer, endpointId: string, secret: string): Buffer {
+  const iv = randomBytes(12);
+  const cipher = createCipheriv("aes-256-gcm", key, iv);
+  cipher.setAAD(Buffer.from(endpointId, "utf8"));
+  const ciphertext = Buffer.concat([cipher.update(secret, "utf8"), cipher.final()]);
+  return Buffer.concat([Buffer.from([VERSION]), iv, cipher.getAuthTag(), ciphertext]);
+}
+
+/** Decrypts a stored secret; throws when the key or the row is wrong. */
+export function decryptSecret(key: Buffer, endpointId: string, stored: Uint8Array): string {
+  const data = Buffer.from(stored);
+  if (data[0] !== VERSION) throw new Error(`unknown secret format ${data[0]}`);
+  const decipher = createDecipheriv("aes-256-gcm", key, data.subarray(1, 13));
+  decipher.setAAD(Buffer.from(endpointId, "utf8"));
+  decipher.setAuthTag(data.subarray(13, 29));
+  return Buffer.concat([decipher.update(data.subarray(29)), decipher.final()]).toString("utf8");
+}
+
+/**
+ * The `X-Service-Signature` value (SPEC.md section 5, DESIGN.md section 6): HMAC-SHA256 of
+ * `<t>.<body>` keyed with each secret string exactly as the client holds it, newest first.
+ */
+export function signatureHeader(body: string, secrets: string[], unixSeconds: number): string {
+  const signed = `${unixSeconds}.${body}`;
+  const parts = secrets.map((secret) => `v1=${createHmac("sha256", secret).update(signed, "utf8").digest("hex")}`);
+  return [`t=${unixSeconds}`, ...parts].join(",");
+}

@@ -1,0 +1,50 @@
+import { createServer } from "node:net";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startWebhookReceiver, type WebhookReceiver } from "@ledger/testing";
+import { sendOnce } from "./send.js";
+
+// One attempt against a real HTTPS server: how failures are named in a delivery's `error`.
+
+let receiver: WebhookReceiver;
+beforeAll(async () => {
+  receiver = await startWebhookReceiver();
+});
+afterAll(async () => receiver?.close());
+
+const options = { timeoutMs: 2_000, allowPrivateNetworks: true, userAgent: "test" };
+
+async function closedPort(): Promise<number> {
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.listen(0, "127.0.0.1", () => {
+      const port = (server.address() as { port: number }).port;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+describe("one attempt", () => {
+  it("reads the status, the first 1 KiB and Retry-After", async () => {
+    const url = new URL(receiver.endpoint("/send-429", () => ({ status: 429, body: "y".repeat(3_000), headers: { "retry-after": "7" } })));
+    const result = await sendOnce(url, "{}", { "content-type": "application/json" }, { ...options, extraCa: receiver.ca });
+    expect(result).toMatchObject({ status: 429, error: "", retryAfterSeconds: 7 });
+    expect(result.bodyExcerpt).toBe("y".repeat(1024));
+    expect(receiver.received("/send-429")[0]!.body).toBe("{}");
+  });
+
+  it("names an untrusted certificate `tls` and a closed port `connection_refused`", async () => {
+    const untrusted = await sendOnce(new URL(receiver.endpoint("/send-tls")), "{}", {}, options);
+    expect(untrusted).toMatchObject({ status: 0, error: "tls" });
+    expect(receiver.received("/send-tls")).toHaveLength(0);
+    const refused = await sendOnce(new URL(`https://127.0.0.1:${await closedPort()}/`), "{}", {}, options);
+    expect(refused).toMatchObject({ status: 0, error: "connection_refused" });
+  });
+
+  it("verifies the certificate against the URL's host name while connecting to the checked address", async () => {
+    // localhost resolves (and is checked) to 127.0.0.1; TLS still checks the name `localhost`.
+    const url = new URL(receiver.endpoint("/send-name").replace("127.0.0.1", "localhost"));
+    const result = await sendOnce(url, "{}", {}, { ...options, extraCa: receiver.ca });
+    expect(result).toMatchObject({ status: 200, error: "" });
+    expect(receiver.received("/send-name")[0]!.headers.host).toBe(url.host);
+  });
+});

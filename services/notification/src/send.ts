@@ -1,0 +1,119 @@
+import * as http from "node:http";
+import * as https from "node:https";
+import { rootCertificates } from "node:tls";
+import { resolveTarget, type ResolvedTarget } from "./address-policy.js";
+
+/** What one attempt produced. `error` is empty when a response arrived, whatever its status. */
+export interface AttemptResult {
+  status: number;
+  /** The first 1 KiB of the response body. */
+  bodyExcerpt: string;
+  durationMs: number;
+  error: string;
+  /** Seconds from a `Retry-After` header, when one was sent. */
+  retryAfterSeconds?: number;
+}
+
+/** How to send. */
+export interface SendOptions {
+  timeoutMs: number;
+  allowPrivateNetworks: boolean;
+  /** PEM certificates to trust beside Node's roots. */
+  extraCa?: string;
+  userAgent: string;
+}
+
+const EXCERPT_BYTES = 1024;
+// Past this much the body is not read: a receiver streaming megabytes must not tie up a worker.
+const READ_LIMIT_BYTES = 64 * 1024;
+
+/** Classifies a socket or TLS error into the short codes DESIGN.md section 6 lists. */
+export function errorCode(err: unknown): string {
+  const code = String((err as { code?: unknown } | null)?.code ?? "");
+  if (code === "blocked_address" || code === "dns" || code === "timeout") return code;
+  if (code === "ECONNREFUSED") return "connection_refused";
+  if (code === "ECONNRESET" || code === "EPIPE") return "connection_reset";
+  if (code === "EHOSTUNREACH" || code === "ENETUNREACH") return "unreachable";
+  if (code === "ENOTFOUND" || code === "EAI_AGAIN") return "dns";
+  if (/CERT|SSL|TLS|SELF_SIGNED|UNABLE_TO_VERIFY|HOSTNAME/i.test(code) || /ssl|tls|certificate/i.test(String((err as Error)?.message))) return "tls";
+  return "network";
+}
+
+function parseRetryAfter(value: string | undefined): number | undefined {
+  if (!value) return undefined;
+  if (/^\d+$/.test(value.trim())) return Number(value.trim());
+  const at = Date.parse(value);
+  return Number.isNaN(at) ? undefined : Math.max(0, Math.round((at - Date.now()) / 1000));
+}
+
+/**
+ * POSTs `body` to `url` once. The host is resolved and checked now, and the connection is made to
+ * that checked address (a custom `lookup`), while TLS still verifies the certificate against the
+ * URL's host name. Redirects are not followed: a 3xx is a failed attempt like any other non-2xx.
+ */
+export async function sendOnce(url: URL, body: string, headers: Record<string, string>, options: SendOptions): Promise<AttemptResult> {
+  const started = performance.now();
+  const elapsed = () => Math.round(performance.now() - started);
+  let target: ResolvedTarget;
+  try {
+    target = await resolveTarget(url.hostname, options.allowPrivateNetworks);
+  } catch (err) {
+    return { status: 0, bodyExcerpt: "", durationMs: elapsed(), error: errorCode(err) };
+  }
+  const isHttps = url.protocol === "https:";
+  const transport = isHttps ? https : http;
+  return new Promise<AttemptResult>((resolve) => {
+    let settled = false;
+    const finish = (result: AttemptResult) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      resolve(result);
+    };
+    const req = transport.request(
+      {
+        protocol: url.protocol,
+        hostname: url.hostname.replace(/^\[|\]$/g, ""),
+        port: url.port || (isHttps ? 443 : 80),
+        path: `${url.pathname}${url.search}`,
+        method: "POST",
+        headers: { ...headers, "content-length": String(Buffer.byteLength(body)) },
+        agent: false,
+        // Pin the connection to the address that passed the check.
+        lookup: (_host: string, opts: { all?: boolean }, cb: (...args: unknown[]) => void) => {
+          if (opts?.all) cb(null, [{ address: target.address, family: target.family }]);
+          else cb(null, target.address, target.family);
+        },
+        ...(isHttps && options.extraCa ? { ca: [...rootCertificates, options.extraCa] } : {}),
+      } as https.RequestOptions,
+      (res) => {
+        const chunks: Buffer[] = [];
+        let size = 0;
+        const done = () =>
+          finish({
+            status: res.statusCode ?? 0,
+            bodyExcerpt: Buffer.concat(chunks).subarray(0, EXCERPT_BYTES).toString("utf8"),
+            durationMs: elapsed(),
+            error: "",
+            ...(parseRetryAfter(res.headers["retry-after"]) !== undefined ? { retryAfterSeconds: parseRetryAfter(res.headers["retry-after"])! } : {}),
+          });
+        res.on("data", (chunk: Buffer) => {
+          if (size < EXCERPT_BYTES) chunks.push(chunk);
+          size += chunk.length;
+          if (size > READ_LIMIT_BYTES) {
+            done();
+            res.destroy();
+          }
+        });
+        res.on("end", done);
+        res.on("error", () => done());
+      },
+    );
+    const timer = setTimeout(() => {
+      finish({ status: 0, bodyExcerpt: "", durationMs: elapsed(), error: "timeout" });
+      req.destroy();
+    }, options.timeoutMs);
+    req.on("error", (err) => finish({ status: 0, bodyExcerpt: "", durationMs: elapsed(), error: errorCode(err) }));
+    req.end(body);
+  });
+}

@@ -1,0 +1,108 @@
+import { fileURLToPath } from "node:url";
+import {
+  authInterceptor,
+  ledgerAuthenticator,
+  cachedAuthenticator,
+  connectNats,
+  createLogger,
+  listen,
+  metricsInterceptor,
+  openDatabase,
+  requestIdInterceptor,
+  type RunningServer,
+} from "@ledger/common";
+import type { NotificationConfig } from "./config.js";
+import { createEventConsumer } from "./consumer.js";
+
+import routes from "./routes.js";
+import { createWorker } from "./worker.js";
+
+const MIGRATIONS = fileURLToPath(new URL("../migrations", import.meta.url));
+
+/** `User-Agent` of deliveries (DESIGN.md section 6). */
+export const USER_AGENT = "ledger-webhooks/0.1.0";
+
+/** A running notification service. */
+export interface NotificationHandle {
+  server: RunningServer;
+  /** Looks for due deliveries now (tests and resends use it; workers also poll). */
+  wake(): void;
+  /** SIGTERM path: stop accepting, stop consuming, finish attempts in flight, close connections. */
+  close(): Promise<void>;
+}
+
+/**
+ * Starts the notification service: database and migrations, the RPC server, the JetStream
+ * consumer and the delivery workers. It does not wait for NATS: events are read once it is there.
+ */
+export async function startNotification(config: NotificationConfig): Promise<NotificationHandle> {
+  const log = createLogger("notification", config.logLevel);
+  const sql = await openDatabase({
+    url: config.databaseUrl,
+    schema: "notification",
+    migrationsDir: MIGRATIONS,
+    max: config.databasePoolSize,
+    log,
+    applicationName: "notification",
+  });
+
+  const worker = createWorker({
+    sql,
+    log,
+    secretKey: config.secretKey,
+    timeoutMs: config.webhookTimeoutMs,
+    retryScheduleMs: config.webhookRetryScheduleMs,
+    concurrency: config.webhookConcurrency,
+    concurrencyPerEndpoint: config.webhookConcurrencyPerEndpoint,
+    allowPrivateNetworks: config.webhookAllowPrivateNetworks,
+    userAgent: USER_AGENT,
+    ...(config.webhookExtraCa ? { extraCa: config.webhookExtraCa } : {}),
+  });
+  worker.start();
+
+  const nats = connectNats(config.natsUrl, "notification", log);
+  const consumer = createEventConsumer({
+    sql,
+    nats,
+    stream: { name: config.natsStream, subjectPrefix: config.natsSubjectPrefix },
+    log,
+    onIngested: () => worker.wake(),
+  });
+  consumer.start();
+
+  const auth = cachedAuthenticator(ledgerAuthenticator(config.ledgerUrl));
+  const server = await listen({
+    name: "notification",
+    host: config.host,
+    port: config.port,
+    log,
+    routes: routes({ sql, secretKey: config.secretKey, allowHttp: config.webhookAllowHttp, wake: () => worker.wake() }),
+    interceptors: [requestIdInterceptor(log), metricsInterceptor(), authInterceptor({ authenticate: auth })],
+    readiness: {
+      database: async () => (await sql`select 1`).length === 1,
+      nats: () => nats.ping(),
+    },
+  });
+
+  // Idempotency keys are remembered for 24 hours; older ones only take space.
+  const sweep = setInterval(() => {
+    sql`delete from idempotency_keys where created_at < now() - interval '25 hours'`.catch((err: unknown) =>
+      log.warn({ err }, "idempotency key sweep failed"),
+    );
+  }, 10 * 60 * 1000);
+  sweep.unref();
+
+  return {
+    server,
+    wake: () => worker.wake(),
+    async close() {
+      clearInterval(sweep);
+      await server.close();
+      await consumer.stop();
+      await worker.stop();
+      await nats.close();
+      await sql.end({ timeout: 5 });
+      log.info("notification stopped");
+    },
+  };
+}
