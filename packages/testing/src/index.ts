@@ -5,7 +5,7 @@ import { createConnectTransport } from "@connectrpc/connect-node";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { startGateway, type GatewayHandle } from "@ledger/gateway";
-import { startHold, type HoldHandle } from "@ledger/hold-service";
+import { startHold, type HoldConfig, type HoldHandle } from "@ledger/hold-service";
 import { createAccount, startLedger, type LedgerHandle, type NewAccount } from "@ledger/ledger-service";
 import { startNotification, type NotificationConfig, type NotificationHandle } from "@ledger/notification-service";
 import { EventSchema, type Event } from "@ledger/proto/events/v1/events_pb.js";
@@ -84,6 +84,8 @@ export interface Stack {
   holdDatabaseUrl: string;
   /** A client of the hold database, search_path `hold`; made on first use. */
   holdSql(): postgres.Sql<{ bigint: bigint }>;
+  /** Starts one more hold service on the same database and stream (closed with the stack, or by the test). */
+  startHoldReplica(): Promise<HoldHandle>;
   gateway: GatewayHandle;
   /** The notification service, when the stack was started with `notification`. */
   notification?: NotificationHandle;
@@ -141,18 +143,23 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   // workers (expiry, recovery, deliveries) take any due row in their database, and must not pick
   // up another test file's rows with this stack's settings.
   const holdDatabase = siblingDatabase(databaseUrl, `hold_${tag}`);
-  const hold = options.externalHoldUrl
-    ? undefined
-    : await startHold({
-        ...infra,
-        databaseUrl: holdDatabase.toString(),
-        host: "127.0.0.1",
-        port: 0,
-        ledgerUrl: ledger.server.url,
-        serviceToken: TEST_SERVICE_TOKEN,
-        expiryIntervalMs: 200,
-        recoveryAfterMs: options.recoveryAfterMs ?? 1_000,
-      });
+  const holdConfig: HoldConfig = {
+    ...infra,
+    databaseUrl: holdDatabase.toString(),
+    host: "127.0.0.1",
+    port: 0,
+    ledgerUrl: ledger.server.url,
+    serviceToken: TEST_SERVICE_TOKEN,
+    expiryIntervalMs: 200,
+    recoveryAfterMs: options.recoveryAfterMs ?? 1_000,
+  };
+  const holdReplicas: HoldHandle[] = [];
+  const startHoldReplica = async () => {
+    const handle = await startHold(holdConfig);
+    holdReplicas.push(handle);
+    return handle;
+  };
+  const hold = options.externalHoldUrl ? undefined : await startHoldReplica();
   const notificationDatabase = siblingDatabase(databaseUrl, `ntf_${tag}`);
   const notificationConfig: NotificationConfig | undefined = options.notification
     ? {
@@ -226,12 +233,13 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     hold,
     holdDatabaseUrl: holdDatabase.toString(),
     holdSql,
+    startHoldReplica,
     gateway,
     ...(notification ? { notification, notificationSql } : {}),
     startNotificationReplica: startReplica,
     async close() {
       await gateway.close();
-      await hold?.close();
+      for (const replica of holdReplicas) await replica.close().catch(() => {});
       for (const replica of replicas) await replica.close();
       if (notificationSql) {
         await notificationSql.end({ timeout: 2 });
