@@ -344,4 +344,4 @@ export async function eventually(check: () => Promise<boolean>, timeoutMs = 15_0
 }
 
 export { startWebhookReceiver, testCertificate, type ReceivedWebhook, type Reply, type WebhookReceiver } from "./webhook-receiver.js";
-export { NATS_SERVER_BIN, ownNats, type OwnNats } from "./own-nats.js";
+export { freePort, NATS_SERVER_BIN, ownNats, type OwnNats } from "./own-nats.js";

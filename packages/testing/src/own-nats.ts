@@ -16,7 +16,8 @@ export interface OwnNats {
   dispose(): Promise<void>;
 }
 
-async function freePort(): Promise<number> {
+/** A TCP port that was free a moment ago, for a child process to listen on. */
+export async function freePort(): Promise<number> {
   return new Promise((resolve) => {
     const server = createServer();
     server.listen(0, "127.0.0.1", () => {
@@ -34,7 +35,7 @@ export async function ownNats(): Promise<OwnNats> {
   let child: ChildProcess | undefined;
   const stop = async () => {
     const running = child;
-    if (!running || running.exitCode !== null) return;
+    if (!running || running.exitCode !== null || running.signalCode !== null) return;
     await new Promise<void>((resolve) => {
       running.once("exit", () => resolve());
       running.kill("SIGKILL");

@@ -1,8 +1,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import { createServer } from "node:net";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { eventually, startStack, TEST_SERVICE_TOKEN, type Stack } from "@ledger/testing";
+import { eventually, freePort, startStack, TEST_SERVICE_TOKEN, type Stack } from "@ledger/testing";
 import { CRASH_POINTS, type CrashPoint } from "./crash.js";
 import { expectHeldMatches } from "./held-invariant.js";
 
@@ -16,16 +15,6 @@ const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
 let stack: Stack;
 let port: number;
 let child: ChildProcess | undefined;
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const server = createServer();
-    server.listen(0, "127.0.0.1", () => {
-      const p = (server.address() as { port: number }).port;
-      server.close(() => resolve(p));
-    });
-  });
-}
 
 async function startHoldProcess(crashAt?: CrashPoint) {
   // node itself (not the tsx wrapper), so SIGKILL hits the service and not a parent it would outlive.

@@ -1,72 +1,21 @@
-import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
-import { connect as connectTcp, createServer } from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { eventually, readStream, startStack, type Stack } from "@ledger/testing";
+import { eventually, NATS_SERVER_BIN, ownNats, readStream, startStack, type OwnNats, type Stack } from "@ledger/testing";
 
 // The outbox promise (DESIGN.md section 1): every committed change has its event on JetStream,
 // exactly once per event id, even when NATS is down while the writes happen.
 // This test runs a nats-server of its own so it can stop and start it.
 
-const NATS_BIN = process.env["NATS_SERVER_BIN"] ?? ["/usr/sbin/nats-server", "/usr/bin/nats-server", "/usr/local/bin/nats-server"].find(existsSync);
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const server = createServer();
-    server.listen(0, "127.0.0.1", () => {
-      const port = (server.address() as { port: number }).port;
-      server.close(() => resolve(port));
-    });
-  });
-}
-
-class OwnNats {
-  private child: ChildProcess | undefined;
-  constructor(
-    readonly port: number,
-    private readonly storeDir: string,
-  ) {}
-  get url() {
-    return `nats://127.0.0.1:${this.port}`;
-  }
-  async start() {
-    this.child = spawn(NATS_BIN!, ["-a", "127.0.0.1", "-p", String(this.port), "-js", "-sd", this.storeDir], { stdio: "ignore" });
-    const up = await eventually(
-      () =>
-        new Promise<boolean>((resolve) => {
-          const socket = connectTcp(this.port, "127.0.0.1");
-          socket.once("connect", () => (socket.destroy(), resolve(true)));
-          socket.once("error", () => resolve(false));
-        }),
-      10_000,
-    );
-    if (!up) throw new Error("nats-server did not start");
-  }
-  async stop() {
-    const child = this.child;
-    if (!child || child.exitCode !== null) return;
-    await new Promise<void>((resolve) => {
-      child.once("exit", () => resolve());
-      child.kill("SIGKILL");
-    });
-  }
-}
-
-describe.runIf(NATS_BIN)("outbox relay", () => {
+describe.runIf(NATS_SERVER_BIN)("outbox relay", () => {
   let stack: Stack | undefined;
   let nats: OwnNats | undefined;
-  const storeDir = mkdtempSync(join(tmpdir(), "ledger-nats-"));
 
   afterAll(async () => {
     await stack?.close();
-    await nats?.stop();
-    rmSync(storeDir, { recursive: true, force: true });
+    await nats?.dispose();
   });
 
   it("publishes every transaction event exactly once, also across a NATS outage", async () => {
-    nats = new OwnNats(await freePort(), storeDir);
+    nats = await ownNats();
     await nats.start();
     stack = await startStack({ natsUrl: nats.url });
     const { api } = stack;
