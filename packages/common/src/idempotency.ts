@@ -1,7 +1,8 @@
 import { createHash } from "node:crypto";
 import { create, fromBinary, toBinary, type DescMessage, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
 import type { HandlerContext } from "@connectrpc/connect";
-import type { Tx } from "./db.js";
+import type { Logger } from "pino";
+import type { Sql, Tx } from "./db.js";
 import { invalidArgument, ruleViolation } from "./errors.js";
 
 /** Header that carries the key, on REST and on RPC alike. */
@@ -96,4 +97,18 @@ export async function runIdempotent<I extends DescMessage, O extends DescMessage
     await completeIdempotencyKey(tx, accountId, key, toBinary(responseSchema, response));
     return response;
   });
+}
+
+/**
+ * Deletes keys past the window every ten minutes (they only take space); returns the stop function.
+ * Each service with an `idempotency_keys` table runs one.
+ */
+export function startIdempotencySweep(sql: Sql, log: Logger): () => void {
+  const sweep = setInterval(() => {
+    sql`delete from idempotency_keys where created_at < now() - make_interval(hours => ${IDEMPOTENCY_WINDOW_HOURS + 1})`.catch(
+      (err: unknown) => log.warn({ err }, "idempotency key sweep failed"),
+    );
+  }, 10 * 60 * 1000);
+  sweep.unref();
+  return () => clearInterval(sweep);
 }

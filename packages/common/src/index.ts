@@ -13,3 +13,4 @@ export * from "./request-context.js";
 export * from "./server.js";
 export * from "./main.js";
 export * from "./identity-client.js";
+export * from "./wakeable-sleep.js";

@@ -5,6 +5,7 @@ import type { Logger } from "pino";
 import { Counter, Gauge } from "prom-client";
 import type { Sql, Tx } from "./db.js";
 import { metricsRegistry } from "./metrics.js";
+import { wakeableSleep } from "./wakeable-sleep.js";
 import { ensureEventStream, eventSubject, type NatsHandle, type StreamSettings } from "./nats.js";
 
 const published = new Counter({
@@ -82,19 +83,9 @@ export function createOutbox(options: OutboxOptions): Outbox {
   const pollMs = options.pollMs ?? 250;
   let running = false;
   let loop: Promise<void> | undefined;
-  let wakeUp: (() => void) | undefined;
   let streamReady = false;
 
-  const sleep = (ms: number) =>
-    new Promise<void>((resolve) => {
-      const timer = setTimeout(done, ms);
-      function done() {
-        clearTimeout(timer);
-        wakeUp = undefined;
-        resolve();
-      }
-      wakeUp = done;
-    });
+  const { sleep, wake } = wakeableSleep();
 
   async function publishBatch(): Promise<number> {
     const nc = options.nats.current();
@@ -148,9 +139,7 @@ export function createOutbox(options: OutboxOptions): Outbox {
       }));
       await tx`insert into outbox ${tx(rows, "event_id", "subject", "payload")}`;
     },
-    wake() {
-      wakeUp?.();
-    },
+    wake,
     start() {
       if (running) return;
       running = true;
@@ -159,7 +148,7 @@ export function createOutbox(options: OutboxOptions): Outbox {
     },
     async stop() {
       running = false;
-      wakeUp?.();
+      wake();
       await loop;
       outboxes.delete(options.service);
       // A last flush so a clean shutdown leaves nothing behind while NATS is up.

@@ -6,6 +6,7 @@ import {
   createLogger,
   createOutbox,
   listen,
+  startIdempotencySweep,
   metricsInterceptor,
   openDatabase,
   requestIdInterceptor,
@@ -70,18 +71,12 @@ export async function startLedger(config: LedgerConfig): Promise<LedgerHandle> {
     },
   });
 
-  // Idempotency keys are remembered for 24 hours; older ones only take space.
-  const sweep = setInterval(() => {
-    sql`delete from idempotency_keys where created_at < now() - interval '25 hours'`.catch((err: unknown) =>
-      log.warn({ err }, "idempotency key sweep failed"),
-    );
-  }, 10 * 60 * 1000);
-  sweep.unref();
+  const stopSweep = startIdempotencySweep(sql, log);
 
   return {
     server,
     async close() {
-      clearInterval(sweep);
+      stopSweep();
       await server.close();
       await outbox.stop();
       await nats.close();

@@ -6,6 +6,7 @@ import {
   connectNats,
   createLogger,
   listen,
+  startIdempotencySweep,
   metricsInterceptor,
   openDatabase,
   requestIdInterceptor,
@@ -84,19 +85,13 @@ export async function startNotification(config: NotificationConfig): Promise<Not
     },
   });
 
-  // Idempotency keys are remembered for 24 hours; older ones only take space.
-  const sweep = setInterval(() => {
-    sql`delete from idempotency_keys where created_at < now() - interval '25 hours'`.catch((err: unknown) =>
-      log.warn({ err }, "idempotency key sweep failed"),
-    );
-  }, 10 * 60 * 1000);
-  sweep.unref();
+  const stopSweep = startIdempotencySweep(sql, log);
 
   return {
     server,
     wake: () => worker.wake(),
     async close() {
-      clearInterval(sweep);
+      stopSweep();
       await server.close();
       await consumer.stop();
       await worker.stop();

@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import type { Logger, Sql } from "@ledger/common";
-import { metricsRegistry } from "@ledger/common";
+import { metricsRegistry, wakeableSleep } from "@ledger/common";
 import { Counter, Histogram } from "prom-client";
 import { signingSecrets } from "./endpoints.js";
 import { signatureHeader } from "./secrets.js";
@@ -83,19 +83,9 @@ export function createWorker(options: WorkerOptions): Worker {
   const leaseMs = options.timeoutMs + 30_000;
   let running = false;
   let loop: Promise<void> | undefined;
-  let wakeUp: (() => void) | undefined;
   const inFlight = new Set<Promise<void>>();
 
-  const sleep = (ms: number) =>
-    new Promise<void>((resolve) => {
-      const timer = setTimeout(done, ms);
-      function done() {
-        clearTimeout(timer);
-        wakeUp = undefined;
-        resolve();
-      }
-      wakeUp = done;
-    });
+  const { sleep, wake } = wakeableSleep();
 
   async function claim(limit: number): Promise<Claimed[]> {
     const lease = randomUUID();
@@ -230,7 +220,7 @@ export function createWorker(options: WorkerOptions): Worker {
           .catch((err: unknown) => log.error({ err, delivery_id: c.id }, "recording a delivery attempt failed; the lease will run out and it is retried"))
           .finally(() => {
             inFlight.delete(p);
-            wakeUp?.();
+            wake();
           });
         inFlight.add(p);
       }
@@ -244,12 +234,10 @@ export function createWorker(options: WorkerOptions): Worker {
       running = true;
       loop = run();
     },
-    wake() {
-      wakeUp?.();
-    },
+    wake,
     async stop() {
       running = false;
-      wakeUp?.();
+      wake();
       await loop;
       await Promise.allSettled([...inFlight]);
     },
