@@ -96,7 +96,12 @@ export function createWorker(options: WorkerOptions): Worker {
       const due = await tx<{ id: string; endpoint_id: string; enabled: boolean; deleted: boolean }[]>`
         select d.id, d.endpoint_id, en.enabled, en.deleted_at is not null as deleted
         from deliveries d join endpoints en on en.id = d.endpoint_id
-        where d.id in (
+        -- The due conditions stand on d itself, not only inside the subquery: when another
+        -- process leased a row after this statement's snapshot, the lock re-reads the row and
+        -- these conditions drop it. Inside the subquery alone they would not be re-checked,
+        -- and the row would be sent twice.
+        where d.status = 'pending' and d.next_attempt_at <= now()
+          and d.id in (
           select id from (
             select id, row_number() over (partition by endpoint_id order by next_attempt_at, id) as rn
             from deliveries where status = 'pending' and next_attempt_at <= now()
