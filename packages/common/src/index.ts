@@ -14,3 +14,4 @@ export * from "./server.js";
 export * from "./main.js";
 export * from "./identity-client.js";
 export * from "./wakeable-sleep.js";
+export * from "./text.js";

@@ -136,6 +136,8 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     host: "127.0.0.1",
     port: 0,
     databasePoolSize: 10,
+    batchMax: 128,
+    batchConcurrency: 4,
     serviceToken: TEST_SERVICE_TOKEN,
   });
   const infra = { natsUrl, natsStream: stream, natsSubjectPrefix: subjectPrefix, logLevel };

@@ -6,7 +6,9 @@ import {
   idempotencyKeyOf,
   invalidArgument,
   isId,
+  notFound,
   parsePageRequest,
+  parseText,
   principalOf,
   requestFingerprint,
   requestIdOf,
@@ -32,8 +34,7 @@ function parseAmount(amount: bigint): bigint {
 }
 
 function parseDescription(value: string): string {
-  if (value.length > 1_000) throw invalidArgument("description must be at most 1000 characters");
-  return value;
+  return parseText(value, "description");
 }
 
 function idempotencyOf<I extends DescMessage>(ctx: HandlerContext, schema: I, request: MessageShape<I>): Idempotency | undefined {
@@ -47,6 +48,8 @@ export function createHoldService(holds: ReturnType<typeof createHolds>, ledger:
     async createHold(req, ctx) {
       const { accountId } = principalOf(ctx);
       if (req.entityId === "") throw invalidArgument("entity_id is required");
+      // Only a well-formed id is written into the hold's intent; anything else cannot exist.
+      if (!isId("entity", req.entityId)) throw notFound("entity", req.entityId);
       const amount = parseAmount(req.amount);
       const expiresAt = parseExpiry(req.expiresAt ? timestampDate(req.expiresAt) : undefined);
       const result = await holds.create({
@@ -70,6 +73,7 @@ export function createHoldService(holds: ReturnType<typeof createHolds>, ledger:
       const { accountId } = principalOf(ctx);
       if (req.holdId === "") throw invalidArgument("hold_id is required");
       if (req.destinationEntityId === "") throw invalidArgument("destination_entity_id is required");
+      if (!isId("entity", req.destinationEntityId)) throw notFound("entity", req.destinationEntityId);
       const idempotency = idempotencyOf(ctx, CaptureHoldRequestSchema, req);
       const result = await holds.capture({
         accountId,

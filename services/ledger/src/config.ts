@@ -8,6 +8,10 @@ export interface LedgerConfig extends InfraConfig {
   /** When set, start-up makes sure an account with this key and a default program exist. */
   devApiKey?: string;
   databasePoolSize: number;
+  /** Group commit: most money commands in one transaction (LEDGER_BATCH_MAX). */
+  batchMax: number;
+  /** Group commit: transactions in flight at once (LEDGER_BATCH_CONCURRENCY). */
+  batchConcurrency: number;
   /** Shared secret of the installation's services (SERVICE_TOKEN). */
   serviceToken: string;
 }
@@ -24,6 +28,8 @@ export function readLedgerConfig(env: Record<string, string | undefined> = proce
     host: envString(env, "LEDGER_HOST", "127.0.0.1"),
     port: envInt(env, "LEDGER_PORT", 8081, 0, 65535),
     databasePoolSize: envInt(env, "LEDGER_DATABASE_POOL_SIZE", 20, 1, 500),
+    batchMax: envInt(env, "LEDGER_BATCH_MAX", 128, 1, 1_000),
+    batchConcurrency: envInt(env, "LEDGER_BATCH_CONCURRENCY", 4, 1, 64),
     serviceToken: readServiceToken(env),
     ...(devApiKey ? { devApiKey } : {}),
   };

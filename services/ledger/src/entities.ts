@@ -1,6 +1,6 @@
 import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { invalidArgument, isId, newId, notFound, type Sql, type Tx } from "@ledger/common";
+import { isId, newId, notFound, parseJsonObject, type Sql, type Tx } from "@ledger/common";
 import type { EntitySchema } from "@ledger/proto/ledger/v1/ledger_pb.js";
 
 /** An entity row with its balances. */
@@ -28,9 +28,7 @@ export function availableOf(row: Pick<EntityRow, "posted" | "pending_debits" | "
 
 /** Metadata must be a JSON object of reasonable size; it is stored as given. */
 export function parseMetadata(metadata: JsonObject | undefined): JsonObject | null {
-  if (metadata === undefined) return null;
-  if (JSON.stringify(metadata).length > 16_384) throw invalidArgument("metadata must be at most 16 KiB of JSON");
-  return metadata;
+  return metadata === undefined ? null : parseJsonObject(metadata, "metadata");
 }
 
 /** Inserts a new active entity. */

@@ -2,6 +2,7 @@ import type { JsonObject } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import {
   invalidArgument,
+  parseText as parseClientText,
   isId,
   parsePageRequest,
   principalOf,
@@ -9,7 +10,6 @@ import {
   toPage,
   type Principal,
   type Sql,
-  type Tx,
 } from "@ledger/common";
 import type { Outbox } from "@ledger/common";
 import {
@@ -39,7 +39,8 @@ import {
   UpdateProgramRequestSchema,
   UpdateProgramResponseSchema,
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
-import { createWritePath } from "./write-path.js";
+import type { Applied, createBatcher } from "./batcher.js";
+import { createWritePath, groupOf } from "./write-path.js";
 import { entityToProto, findEntity, insertEntity, listEntities, parseMetadata } from "./entities.js";
 import { findGroup, findLeg, groupToProto, legToProto, listLegs, statusFromProto } from "./groups.js";
 import { parseAmount, parseLegs, type LegSpec } from "./money.js";
@@ -57,15 +58,12 @@ import {
 export interface LedgerDeps {
   sql: Sql;
   outbox: Outbox;
+  batcher: ReturnType<typeof createBatcher>;
   resolveProgram: (principal: Principal, requested: string) => Promise<string>;
 }
 
-const MAX_TEXT = 1_000;
-
 function parseText(value: string, field: string, required: boolean): string {
-  if (required && value.trim() === "") throw invalidArgument(`${field} is required`);
-  if (value.length > MAX_TEXT) throw invalidArgument(`${field} must be at most ${MAX_TEXT} characters`);
-  return value;
+  return parseClientText(value, field, { required });
 }
 
 function requireId(value: string, field: string): string {
@@ -76,19 +74,21 @@ function requireId(value: string, field: string): string {
 /** The ledger's RPC handlers: each validates, builds a command or query, and maps the result. */
 export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof LedgerService> {
   const { sql } = deps;
-  const { mutate, applyForGroup: apply } = createWritePath(deps);
+  const { mutate, submit } = createWritePath(deps);
 
   async function scope(ctx: HandlerContext, programId: string) {
     const principal = principalOf(ctx);
     return { principal, accountId: principal.accountId, programId: await deps.resolveProgram(principal, programId), requestId: requestIdOf(ctx) };
   }
 
-  async function settle(ctx: HandlerContext, programId: string, groupId: string, to: "posted" | "canceled" | "failed", reason: string) {
+  async function settleCommand(ctx: HandlerContext, programId: string, groupId: string, to: "posted" | "canceled" | "failed", reason: string) {
     const base = await scope(ctx, programId);
     requireId(groupId, "transaction_group_id");
     parseText(reason, "reason", false);
-    return (tx: Tx) => apply(tx, { kind: "settle", ...base, groupId, to, reason });
+    return { kind: "settle" as const, ...base, groupId, to, reason };
   }
+
+  const groupResponse = (outcome: Applied) => ({ transactionGroup: groupToProto(groupOf(outcome)) });
 
   return {
     async createEntity(req, ctx) {
@@ -125,8 +125,8 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
       const entityId = requireId(req.entityId, "entity_id");
       const amount = parseAmount(req.amount);
       const description = parseText(req.description, "description", false) || "Deposit";
-      return mutate(ctx, FundEntityRequestSchema, req, FundEntityResponseSchema, async (tx) => {
-        const { group } = await apply(tx, { kind: "fund", ...base, entityId, amount, description });
+      return submit(ctx, FundEntityRequestSchema, req, FundEntityResponseSchema, { kind: "fund", ...base, entityId, amount, description }, (outcome) => {
+        const group = groupOf(outcome);
         return { transactionGroup: groupToProto(group), credit: legToProto(group.legs[1]!, group.status) };
       });
     },
@@ -136,8 +136,8 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
       const entityId = requireId(req.entityId, "entity_id");
       const amount = parseAmount(req.amount);
       const description = parseText(req.description, "description", false) || "Withdrawal";
-      return mutate(ctx, DefundEntityRequestSchema, req, DefundEntityResponseSchema, async (tx) => {
-        const { group } = await apply(tx, { kind: "defund", ...base, entityId, amount, description });
+      return submit(ctx, DefundEntityRequestSchema, req, DefundEntityResponseSchema, { kind: "defund", ...base, entityId, amount, description }, (outcome) => {
+        const group = groupOf(outcome);
         return { transactionGroup: groupToProto(group), debit: legToProto(group.legs[0]!, group.status) };
       });
     },
@@ -170,10 +170,8 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
       } else {
         throw invalidArgument("give either amount with account {from, to}, or entries");
       }
-      return mutate(ctx, CreateTransactionRequestSchema, req, CreateTransactionResponseSchema, async (tx) => {
-        const { group } = await apply(tx, { kind: "create", ...base, description, metadata, status, legs });
-        return { transactionGroup: groupToProto(group) };
-      });
+      const command = { kind: "create" as const, ...base, description, metadata, status, legs };
+      return submit(ctx, CreateTransactionRequestSchema, req, CreateTransactionResponseSchema, command, groupResponse);
     },
 
     async getTransaction(req, ctx) {
@@ -199,48 +197,36 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
     },
 
     async postTransaction(req, ctx) {
-      const run = await settle(ctx, req.programId, req.transactionGroupId, "posted", "");
-      return mutate(ctx, PostTransactionRequestSchema, req, PostTransactionResponseSchema, async (tx) => ({
-        transactionGroup: groupToProto((await run(tx)).group),
-      }));
+      const command = await settleCommand(ctx, req.programId, req.transactionGroupId, "posted", "");
+      return submit(ctx, PostTransactionRequestSchema, req, PostTransactionResponseSchema, command, groupResponse);
     },
 
     async cancelTransaction(req, ctx) {
-      const run = await settle(ctx, req.programId, req.transactionGroupId, "canceled", "");
-      return mutate(ctx, CancelTransactionRequestSchema, req, CancelTransactionResponseSchema, async (tx) => ({
-        transactionGroup: groupToProto((await run(tx)).group),
-      }));
+      const command = await settleCommand(ctx, req.programId, req.transactionGroupId, "canceled", "");
+      return submit(ctx, CancelTransactionRequestSchema, req, CancelTransactionResponseSchema, command, groupResponse);
     },
 
     async failTransaction(req, ctx) {
-      const run = await settle(ctx, req.programId, req.transactionGroupId, "failed", req.reason);
-      return mutate(ctx, FailTransactionRequestSchema, req, FailTransactionResponseSchema, async (tx) => ({
-        transactionGroup: groupToProto((await run(tx)).group),
-      }));
+      const command = await settleCommand(ctx, req.programId, req.transactionGroupId, "failed", req.reason);
+      return submit(ctx, FailTransactionRequestSchema, req, FailTransactionResponseSchema, command, groupResponse);
     },
 
     async reverseTransaction(req, ctx) {
       const base = await scope(ctx, req.programId);
       const groupId = requireId(req.transactionGroupId, "transaction_group_id");
       const description = parseText(req.description, "description", false);
-      return mutate(ctx, ReverseTransactionRequestSchema, req, ReverseTransactionResponseSchema, async (tx) => {
-        const { group, reversal } = await apply(tx, { kind: "reverse", ...base, groupId, description });
-        return {
-          transactionGroup: groupToProto(group),
-          reversalTransactionGroupId: reversal!.id,
-          reversalTransactionGroup: groupToProto(reversal!),
-        };
-      });
+      return submit(ctx, ReverseTransactionRequestSchema, req, ReverseTransactionResponseSchema, { kind: "reverse", ...base, groupId, description }, (outcome) => ({
+        transactionGroup: groupToProto(groupOf(outcome)),
+        reversalTransactionGroupId: outcome.reversal!.id,
+        reversalTransactionGroup: groupToProto(outcome.reversal!),
+      }));
     },
 
     async disputeTransaction(req, ctx) {
       const base = await scope(ctx, req.programId);
       const groupId = requireId(req.transactionGroupId, "transaction_group_id");
       const reason = parseText(req.reason, "reason", false);
-      return mutate(ctx, DisputeTransactionRequestSchema, req, DisputeTransactionResponseSchema, async (tx) => {
-        const { group } = await apply(tx, { kind: "dispute", ...base, groupId, reason });
-        return { transactionGroup: groupToProto(group) };
-      });
+      return submit(ctx, DisputeTransactionRequestSchema, req, DisputeTransactionResponseSchema, { kind: "dispute", ...base, groupId, reason }, groupResponse);
     },
 
     async createProgram(req, ctx) {

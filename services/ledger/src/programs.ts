@@ -1,5 +1,5 @@
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { invalidArgument, isId, newId, notFound, type Principal, type Sql, type Tx } from "@ledger/common";
+import { invalidArgument, isId, newId, notFound, parseText, type Principal, type Sql, type Tx } from "@ledger/common";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { ProgramSchema } from "@ledger/proto/ledger/v1/ledger_pb.js";
 
@@ -22,10 +22,7 @@ export function parseCurrencyCode(value: string, field = "currency_code"): strin
 
 /** Validates a name field: required, trimmed length 1 to 200. */
 export function parseName(value: string, field: string): string {
-  const trimmed = value.trim();
-  if (trimmed === "") throw invalidArgument(`${field} is required`);
-  if (trimmed.length > 200) throw invalidArgument(`${field} must be at most 200 characters`);
-  return trimmed;
+  return parseText(value, field, { required: true, max: 200, trim: true });
 }
 
 /** Creates a program and the external entity of its currency. */

@@ -13,6 +13,7 @@ import {
 } from "@ledger/proto/ledger/v1/reservation_pb.js";
 import { groupToProto } from "./groups.js";
 import { parseAmount, type ReservationRow } from "./money.js";
+import type { createBatcher } from "./batcher.js";
 import { createWritePath } from "./write-path.js";
 import type { Outbox } from "@ledger/common";
 
@@ -53,9 +54,10 @@ async function onceMoreOnDuplicate<T>(attempt: () => Promise<T>): Promise<T> {
 export function createReservationService(deps: {
   sql: Sql;
   outbox: Outbox;
+  batcher: ReturnType<typeof createBatcher>;
   resolveProgram: (principal: Principal, requested: string) => Promise<string>;
 }): ServiceImpl<typeof ReservationService> {
-  const { mutate, apply } = createWritePath(deps);
+  const { submit } = createWritePath(deps);
 
   async function scope(ctx: HandlerContext, programId: string) {
     const principal = principalOf(ctx);
@@ -69,10 +71,9 @@ export function createReservationService(deps: {
       if (req.entityId === "") throw invalidArgument("entity_id is required");
       const amount = parseAmount(req.amount);
       return onceMoreOnDuplicate(() =>
-        mutate(ctx, ReserveRequestSchema, req, ReserveResponseSchema, async (tx) => {
-          const outcome = await apply(tx, { kind: "reserve", ...base, reservationId, entityId: req.entityId, amount });
-          return { reservation: reservationToProto(outcome.reservation!) };
-        }),
+        submit(ctx, ReserveRequestSchema, req, ReserveResponseSchema, { kind: "reserve", ...base, reservationId, entityId: req.entityId, amount }, (outcome) => ({
+          reservation: reservationToProto(outcome.reservation!),
+        })),
       );
     },
 
@@ -82,27 +83,29 @@ export function createReservationService(deps: {
       const captureId = parseCallerId(req.captureId, "capture_id");
       if (req.destinationEntityId === "") throw invalidArgument("destination_entity_id is required");
       const amount = parseAmount(req.amount);
-      return onceMoreOnDuplicate(() => mutate(ctx, CaptureReservationRequestSchema, req, CaptureReservationResponseSchema, async (tx) => {
-        const outcome = await apply(tx, {
-          kind: "capture",
-          ...base,
-          reservationId,
-          captureId,
-          amount,
-          destinationEntityId: req.destinationEntityId,
-          description: req.description || `Capture of ${reservationId}`,
-        });
-        return { reservation: reservationToProto(outcome.reservation!), transactionGroup: groupToProto(outcome.group!) };
-      }));
+      const command = {
+        kind: "capture" as const,
+        ...base,
+        reservationId,
+        captureId,
+        amount,
+        destinationEntityId: req.destinationEntityId,
+        description: req.description || `Capture of ${reservationId}`,
+      };
+      return onceMoreOnDuplicate(() =>
+        submit(ctx, CaptureReservationRequestSchema, req, CaptureReservationResponseSchema, command, (outcome) => ({
+          reservation: reservationToProto(outcome.reservation!),
+          transactionGroup: groupToProto(outcome.group!),
+        })),
+      );
     },
 
     async releaseReservation(req, ctx) {
       const base = await scope(ctx, req.programId);
       const reservationId = parseCallerId(req.reservationId, "reservation_id");
-      return mutate(ctx, ReleaseReservationRequestSchema, req, ReleaseReservationResponseSchema, async (tx) => {
-        const outcome = await apply(tx, { kind: "release", ...base, reservationId });
-        return { reservation: reservationToProto(outcome.reservation!) };
-      });
+      return submit(ctx, ReleaseReservationRequestSchema, req, ReleaseReservationResponseSchema, { kind: "release", ...base, reservationId }, (outcome) => ({
+        reservation: reservationToProto(outcome.reservation!),
+      }));
     },
 
     async getReservation(req, ctx) {

@@ -15,6 +15,7 @@ import {
 import type { LedgerConfig } from "./config.js";
 import { authenticate, ensureDevAccount, principalOfAccount } from "./identity.js";
 import { createProgramResolver } from "./programs.js";
+import { createBatcher } from "./batcher.js";
 import routes, { PUBLIC_METHODS } from "./routes.js";
 
 const MIGRATIONS = fileURLToPath(new URL("../migrations", import.meta.url));
@@ -55,7 +56,13 @@ export async function startLedger(config: LedgerConfig): Promise<LedgerHandle> {
     host: config.host,
     port: config.port,
     log,
-    routes: routes({ sql, outbox, authenticate: auth, resolveProgram: createProgramResolver(sql) }),
+    routes: routes({
+      sql,
+      outbox,
+      batcher: createBatcher({ sql, outbox, log, maxBatch: config.batchMax, maxInFlight: config.batchConcurrency }),
+      authenticate: auth,
+      resolveProgram: createProgramResolver(sql),
+    }),
     interceptors: [
       requestIdInterceptor(log),
       metricsInterceptor(),

@@ -1,16 +1,25 @@
 import type { DescMessage, MessageInitShape, MessageShape } from "@bufbuild/protobuf";
 import type { HandlerContext } from "@connectrpc/connect";
-import { principalOf, runIdempotent, type Outbox, type Sql, type Tx } from "@ledger/common";
-import { applyCommands, expectOk, type ExternalEntityCache, type MoneyCommand } from "./money.js";
+import {
+  idempotencyKeyOf,
+  IDEMPOTENT_REPLAYED_HEADER,
+  principalOf,
+  requestFingerprint,
+  runIdempotent,
+  type Outbox,
+  type Sql,
+  type Tx,
+} from "@ledger/common";
+import type { Applied, createBatcher } from "./batcher.js";
+import type { MoneyCommand } from "./money.js";
 
 /**
- * The one write path of the ledger: every mutation runs in one transaction, once per idempotency
- * key; money commands go through `applyCommands` and their events into the outbox in that same
- * transaction; the relay is woken after commit.
+ * The one write path of the ledger. Money commands go to the group-commit batcher (`submit`);
+ * other writes (entities, programs) run in a transaction of their own (`mutate`). Both are
+ * idempotent per key, and both wake the outbox relay after commit.
  */
-export function createWritePath(deps: { sql: Sql; outbox: Outbox }) {
-  const { sql, outbox } = deps;
-  const externals: ExternalEntityCache = new Map();
+export function createWritePath(deps: { sql: Sql; outbox: Outbox; batcher: ReturnType<typeof createBatcher> }) {
+  const { sql, outbox, batcher } = deps;
 
   async function mutate<I extends DescMessage, O extends DescMessage>(
     ctx: HandlerContext,
@@ -32,19 +41,34 @@ export function createWritePath(deps: { sql: Sql; outbox: Outbox }) {
     return response;
   }
 
-  async function apply(tx: Tx, command: MoneyCommand) {
-    const { outcomes, events } = await applyCommands(tx, [command], externals);
-    const outcome = expectOk(outcomes[0]!);
-    await outbox.enqueue(tx, events);
-    return outcome;
+  /** Applies one money command through group commit and answers with `respond(outcome)`. */
+  async function submit<I extends DescMessage, O extends DescMessage>(
+    ctx: HandlerContext,
+    requestSchema: I,
+    request: MessageShape<I>,
+    responseSchema: O,
+    command: MoneyCommand,
+    respond: (outcome: Applied) => MessageInitShape<O>,
+  ): Promise<MessageShape<O>> {
+    const key = idempotencyKeyOf(ctx);
+    const idempotency =
+      key === undefined
+        ? undefined
+        : {
+            accountId: principalOf(ctx).accountId,
+            key,
+            fingerprint: requestFingerprint(`${ctx.service.typeName}/${ctx.method.name}`, requestSchema, request),
+          };
+    const answer = await batcher.submit({ command, responseSchema, respond, ...(idempotency ? { idempotency } : {}) });
+    if (answer.replayed) ctx.responseHeader.set(IDEMPOTENT_REPLAYED_HEADER, "true");
+    return answer.response;
   }
 
-  /** Applies a command that creates or changes a transaction group. */
-  async function applyForGroup(tx: Tx, command: MoneyCommand) {
-    const outcome = await apply(tx, command);
-    if (!outcome.group) throw new Error(`${command.kind} produced no transaction group`);
-    return { group: outcome.group, reversal: outcome.reversal };
-  }
+  return { mutate, submit };
+}
 
-  return { mutate, apply, applyForGroup };
+/** The group a command created or changed; every transaction command has one. */
+export function groupOf(outcome: Applied) {
+  if (!outcome.group) throw new Error("the command produced no transaction group");
+  return outcome.group;
 }

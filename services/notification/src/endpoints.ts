@@ -1,6 +1,6 @@
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { invalidArgument, isId, newId, notFound, type PageRequest, type Sql, type Tx } from "@ledger/common";
+import { invalidArgument, isId, newId, notFound, parseText, type PageRequest, type Sql, type Tx } from "@ledger/common";
 import type { EndpointSchema, EndpointStatsSchema } from "@ledger/proto/notification/v1/notification_pb.js";
 import { decryptSecret, encryptSecret, generateSecret } from "./secrets.js";
 
@@ -75,8 +75,7 @@ export function validateEventTypes(types: string[]): string[] {
 }
 
 function validateText(value: string, field: string, max: number): string {
-  if (value.length > max) throw invalidArgument(`${field} must be at most ${max} characters`, { field });
-  return value;
+  return parseText(value, field, { max });
 }
 
 /** Inserts a destination and returns it with its secret, shown this once. */
