@@ -69,6 +69,8 @@ export interface OutboxOptions {
  */
 export interface Outbox {
   enqueue(tx: Tx, events: Event[]): Promise<void>;
+  /** The rows `enqueue` would insert, for a caller that writes them in a statement of its own. */
+  rowsOf(events: Event[]): Array<{ event_id: string; subject: string; payload: Uint8Array }>;
   /** Tells the relay that new rows committed, so it need not wait for its next poll. */
   wake(): void;
   start(): void;
@@ -86,6 +88,14 @@ export function createOutbox(options: OutboxOptions): Outbox {
   let streamReady = false;
 
   const { sleep, wake } = wakeableSleep();
+
+  function rowsOf(events: Event[]) {
+    return events.map((event) => ({
+      event_id: event.id,
+      subject: eventSubject(options.stream.subjectPrefix, event.type),
+      payload: toBinary(EventSchema, event),
+    }));
+  }
 
   async function publishBatch(): Promise<number> {
     const nc = options.nats.current();
@@ -132,13 +142,9 @@ export function createOutbox(options: OutboxOptions): Outbox {
   return {
     async enqueue(tx, events) {
       if (events.length === 0) return;
-      const rows = events.map((event) => ({
-        event_id: event.id,
-        subject: eventSubject(options.stream.subjectPrefix, event.type),
-        payload: toBinary(EventSchema, event),
-      }));
-      await tx`insert into outbox ${tx(rows, "event_id", "subject", "payload")}`;
+      await tx`insert into outbox ${tx(rowsOf(events), "event_id", "subject", "payload")}`;
     },
+    rowsOf,
     wake,
     start() {
       if (running) return;

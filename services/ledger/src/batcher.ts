@@ -3,7 +3,7 @@ import { ConnectError } from "@connectrpc/connect";
 import { claimIdempotencyKey, completeIdempotencyKey, type Logger, type Outbox, type Sql, type Tx } from "@ledger/common";
 import { Counter, Histogram } from "prom-client";
 import { metricsRegistry } from "@ledger/common";
-import { applyCommands, type ExternalEntityCache, type MoneyCommand, type Outcome } from "./money.js";
+import { applyCommands, ExternalEntityCache, type MoneyCommand, type Outcome } from "./money.js";
 
 const batchSize = new Histogram({
   name: "ledger_batch_commands",
@@ -66,7 +66,7 @@ export interface BatcherOptions {
  */
 export function createBatcher(options: BatcherOptions) {
   const { sql, outbox, log } = options;
-  const externals: ExternalEntityCache = new Map();
+  const externals = new ExternalEntityCache();
   const queue: Waiting[] = [];
   let inFlight = 0;
 
@@ -143,7 +143,7 @@ export function createBatcher(options: BatcherOptions) {
     }
     const live = batch.map((w, i) => ({ w, i })).filter(({ i }) => answers[i] === undefined);
     if (live.length > 0) {
-      const { outcomes, events } = await applyCommands(tx, live.map(({ w }) => w.submission.command), externals);
+      const { outcomes } = await applyCommands(tx, live.map(({ w }) => w.submission.command), externals, (events) => outbox.rowsOf(events));
       for (let n = 0; n < live.length; n++) {
         const { w, i } = live[n]!;
         const outcome = outcomes[n]!;
@@ -158,7 +158,6 @@ export function createBatcher(options: BatcherOptions) {
         if (idem) await completeIdempotencyKey(tx, idem.accountId, idem.key, toBinary(w.submission.responseSchema, response));
         answers[i] = { response, replayed: false };
       }
-      await outbox.enqueue(tx, events);
     }
     return answers as Array<Answer<DescMessage> | ConnectError>;
   }

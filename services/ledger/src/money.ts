@@ -114,8 +114,25 @@ interface EntityState {
   changed: boolean;
 }
 
-/** Caches the external entity of each program and currency; they never change once created. */
-export type ExternalEntityCache = Map<string, string>;
+/**
+ * External entities never change but for their balance, which the ledger only ever adjusts by
+ * deltas; so their rows are cached for the life of the process, and never read or locked again.
+ */
+export class ExternalEntityCache {
+  private readonly byProgramCurrency = new Map<string, string>();
+  private readonly rows = new Map<string, EntityRow>();
+
+  remember(row: EntityRow): void {
+    this.rows.set(row.id, row);
+    this.byProgramCurrency.set(`${row.program_id}:${row.currency_code}`, row.id);
+  }
+  row(id: string): EntityRow | undefined {
+    return this.rows.get(id);
+  }
+  idFor(programId: string, currencyCode: string): string | undefined {
+    return this.byProgramCurrency.get(`${programId}:${currencyCode}`);
+  }
+}
 
 /**
  * Applies `commands` in order inside `tx` and returns one outcome each. A refused command changes
@@ -130,6 +147,7 @@ export async function applyCommands(
   tx: Tx,
   commands: MoneyCommand[],
   externals: ExternalEntityCache,
+  outboxRowsOf: (events: Event[]) => OutboxRow[],
 ): Promise<{ outcomes: Outcome[]; events: Event[] }> {
   const now = new Date();
 
@@ -169,7 +187,15 @@ export async function applyCommands(
       : { row, posted: row.posted, pendingDebits: row.pending_debits, pendingCredits: row.pending_credits, held: row.held, changed: false });
   if (ids.length > 0) {
     for (const row of await tx<EntityRow[]>`select * from entities where id = any(${ids}) and not is_external order by id for update`) track(row);
-    for (const row of await tx<EntityRow[]>`select * from entities where id = any(${ids}) and is_external`) track(row);
+    // What is not an ordinary entity is an external one (cached) or does not exist.
+    const unknown = ids.filter((id) => !entities.has(id) && !externals.row(id));
+    if (unknown.length > 0) {
+      for (const row of await tx<EntityRow[]>`select * from entities where id = any(${unknown}) and is_external`) externals.remember(row);
+    }
+    for (const id of ids) {
+      const external = externals.row(id);
+      if (external && !entities.has(id)) track(external);
+    }
   }
 
   // Fund and defund post against the external entity of the entity's program and currency.
@@ -177,17 +203,16 @@ export async function applyCommands(
     if (command.kind !== "fund" && command.kind !== "defund") continue;
     const entity = entities.get(command.entityId)?.row;
     if (!entity) continue;
-    const key = `${entity.program_id}:${entity.currency_code}`;
-    let externalId = externals.get(key);
-    if (!externalId || !entities.has(externalId)) {
+    let externalId = externals.idFor(entity.program_id, entity.currency_code);
+    if (!externalId) {
       const [row] = await tx<EntityRow[]>`
         select * from entities where program_id = ${entity.program_id} and currency_code = ${entity.currency_code} and is_external`;
       if (row) {
+        externals.remember(row);
         externalId = row.id;
-        externals.set(key, row.id);
-        if (!entities.has(row.id)) track(row);
       }
     }
+    if (externalId && !entities.has(externalId)) track(externals.row(externalId)!);
   }
 
   const newGroups: GroupRow[] = [];
@@ -243,6 +268,7 @@ export async function applyCommands(
     newReservations: [...changedReservations.values()].filter((r) => newReservations.has(r.id)),
     changedReservations: [...changedReservations.values()].filter((r) => !newReservations.has(r.id)),
     newCaptures,
+    outbox: outboxRowsOf(events),
     now,
   });
   return { outcomes, events };
@@ -278,7 +304,7 @@ function applyOne(command: MoneyCommand, ctx: ApplyContext): Applied {
     case "fund":
     case "defund": {
       const entity = entityOf(command, command.entityId, ctx);
-      const externalId = ctx.externals.get(`${entity.program_id}:${entity.currency_code}`);
+      const externalId = ctx.externals.idFor(entity.program_id, entity.currency_code);
       if (!externalId) throw new ConnectError("program has no external entity", Code.Internal);
       const [from, to] = command.kind === "fund" ? [externalId, entity.id] : [entity.id, externalId];
       const legs: LegSpec[] = [
@@ -535,7 +561,20 @@ function newGroup(
   };
 }
 
-/** Writes a batch's effects: balances, new groups and legs, then changed groups. */
+/** An outbox row as `Outbox.rowsOf` makes it, written in the same statement as the effects. */
+export interface OutboxRow {
+  event_id: string;
+  subject: string;
+  payload: Uint8Array;
+}
+
+/**
+ * Writes a batch's effects in one statement, so a batch costs one round trip to write however
+ * many commands it holds: ordinary balances (absolute), external balances (deltas), new groups
+ * and legs, changed groups, reservations and captures, and the outbox rows of its events.
+ * Foreign keys between the parts are checked at the end of the statement, when all are in.
+ * The statement text never changes, so Postgres plans it once per connection.
+ */
 async function persist(
   tx: Tx,
   batch: {
@@ -545,63 +584,98 @@ async function persist(
     newReservations: ReservationRow[];
     changedReservations: ReservationRow[];
     newCaptures: CaptureRow[];
+    outbox: OutboxRow[];
     now: Date;
   },
 ): Promise<void> {
   const changed = [...batch.entities.values()].filter((s) => s.changed).sort((a, b) => (a.row.id < b.row.id ? -1 : 1));
-  const ordinary = changed.filter((s) => !s.row.is_external);
-  if (ordinary.length > 0) {
-    await tx`
-      update entities e set posted = v.posted, pending_debits = v.pending_debits, pending_credits = v.pending_credits,
-                            held = v.held, updated_at = ${batch.now}
-      from (select unnest(${ordinary.map((s) => s.row.id)}::text[]) as id,
-                   unnest(${ordinary.map((s) => s.posted.toString())}::int8[]) as posted,
-                   unnest(${ordinary.map((s) => s.pendingDebits.toString())}::int8[]) as pending_debits,
-                   unnest(${ordinary.map((s) => s.pendingCredits.toString())}::int8[]) as pending_credits,
-                   unnest(${ordinary.map((s) => s.held.toString())}::int8[]) as held) v
-      where e.id = v.id`;
-  }
-  for (const state of changed.filter((s) => s.row.is_external)) {
-    await tx`
-      update entities set posted = posted + ${state.posted}, pending_debits = pending_debits + ${state.pendingDebits},
-                          pending_credits = pending_credits + ${state.pendingCredits}, updated_at = ${batch.now}
-      where id = ${state.row.id}`;
-  }
-  if (batch.newGroups.length > 0) {
-    const groupRows = batch.newGroups.map((g) => ({
+  const balances = (states: EntityState[]) =>
+    json(states.map((s) => ({ id: s.row.id, posted: s.posted, pending_debits: s.pendingDebits, pending_credits: s.pendingCredits, held: s.held })));
+  const ordinary = balances(changed.filter((s) => !s.row.is_external));
+  const external = balances(changed.filter((s) => s.row.is_external));
+  const groups = json(
+    batch.newGroups.map((g) => ({
       id: g.id,
       account_id: g.account_id,
       program_id: g.program_id,
       status: g.status,
       description: g.description,
-      metadata: g.metadata === null ? null : tx.json(g.metadata),
+      metadata: g.metadata,
       currency_code: g.currency_code,
       amount: g.amount,
       reverses_group_id: g.reverses_group_id,
       created_at: g.created_at,
+    })),
+  );
+  const legs = json(batch.newGroups.flatMap((g) => g.legs));
+  const groupChanges = json(
+    batch.changedGroups.map((g) => ({
+      id: g.id,
+      status: g.status,
+      disputed: g.disputed,
+      reason: g.reason,
+      reversed_by_group_id: g.reversed_by_group_id,
       updated_at: g.updated_at,
-    }));
-    await tx`insert into transaction_groups ${tx(groupRows)}`;
-    const legRows = batch.newGroups.flatMap((g) => g.legs);
-    await tx`insert into legs ${tx(legRows, "id", "group_id", "position", "entity_id", "direction", "amount", "created_at")}`;
-  }
-  if (batch.newReservations.length > 0) {
-    await tx`insert into reservations ${tx(batch.newReservations, "id", "account_id", "program_id", "entity_id", "amount", "captured_amount", "status", "created_at", "updated_at")}`;
-  }
-  for (const reservation of batch.changedReservations) {
-    await tx`
-      update reservations set captured_amount = ${reservation.captured_amount}, status = ${reservation.status}, updated_at = ${reservation.updated_at}
-      where id = ${reservation.id}`;
-  }
-  if (batch.newCaptures.length > 0) {
-    await tx`insert into reservation_captures ${tx(batch.newCaptures, "id", "reservation_id", "amount", "group_id")}`;
-  }
-  for (const group of batch.changedGroups) {
-    await tx`
-      update transaction_groups set status = ${group.status}, disputed = ${group.disputed}, reason = ${group.reason},
-                                    reversed_by_group_id = ${group.reversed_by_group_id}, updated_at = ${group.updated_at}
-      where id = ${group.id}`;
-  }
+    })),
+  );
+  const reservations = json(batch.newReservations);
+  const reservationChanges = json(batch.changedReservations);
+  const captures = json(batch.newCaptures);
+  const outbox = json(batch.outbox.map((r) => ({ event_id: r.event_id, subject: r.subject, payload: Buffer.from(r.payload).toString("base64") })));
+  await tx`
+    with
+    ordinary_balances as (
+      update entities e
+      set posted = v.posted, pending_debits = v.pending_debits, pending_credits = v.pending_credits, held = v.held, updated_at = ${batch.now}
+      from json_to_recordset(${ordinary}::text::json) as v(id text, posted int8, pending_debits int8, pending_credits int8, held int8)
+      where e.id = v.id),
+    external_balances as (
+      update entities e
+      set posted = e.posted + v.posted, pending_debits = e.pending_debits + v.pending_debits,
+          pending_credits = e.pending_credits + v.pending_credits, updated_at = ${batch.now}
+      from json_to_recordset(${external}::text::json) as v(id text, posted int8, pending_debits int8, pending_credits int8, held int8)
+      where e.id = v.id),
+    new_groups as (
+      insert into transaction_groups (id, account_id, program_id, status, description, metadata, currency_code, amount,
+                                      reverses_group_id, created_at, updated_at)
+      select id, account_id, program_id, status, description, metadata, currency_code, amount, reverses_group_id, created_at, created_at
+      from json_to_recordset(${groups}::text::json) as r(id text, account_id text, program_id text, status text, description text,
+        metadata jsonb, currency_code text, amount int8, reverses_group_id text, created_at timestamptz)),
+    new_legs as (
+      insert into legs (id, group_id, position, entity_id, direction, amount, created_at)
+      select id, group_id, position, entity_id, direction, amount, created_at
+      from json_to_recordset(${legs}::text::json) as r(id text, group_id text, position int, entity_id text, direction text,
+        amount int8, created_at timestamptz)),
+    changed_groups as (
+      update transaction_groups g
+      set status = v.status, disputed = v.disputed, reason = v.reason, reversed_by_group_id = v.reversed_by_group_id, updated_at = v.updated_at
+      from json_to_recordset(${groupChanges}::text::json) as v(id text, status text, disputed boolean, reason text,
+        reversed_by_group_id text, updated_at timestamptz)
+      where g.id = v.id),
+    new_reservations as (
+      insert into reservations (id, account_id, program_id, entity_id, amount, captured_amount, status, created_at, updated_at)
+      select id, account_id, program_id, entity_id, amount, captured_amount, status, created_at, updated_at
+      from json_to_recordset(${reservations}::text::json) as r(id text, account_id text, program_id text, entity_id text,
+        amount int8, captured_amount int8, status text, created_at timestamptz, updated_at timestamptz)),
+    changed_reservations as (
+      update reservations x
+      set captured_amount = v.captured_amount, status = v.status, updated_at = v.updated_at
+      from json_to_recordset(${reservationChanges}::text::json) as v(id text, captured_amount int8, status text, updated_at timestamptz)
+      where x.id = v.id),
+    new_captures as (
+      insert into reservation_captures (id, reservation_id, amount, group_id)
+      select id, reservation_id, amount, group_id
+      from json_to_recordset(${captures}::text::json) as r(id text, reservation_id text, amount int8, group_id text)),
+    new_events as (
+      insert into outbox (event_id, subject, payload)
+      select event_id, subject, decode(payload, 'base64')
+      from json_to_recordset(${outbox}::text::json) as r(event_id text, subject text, payload text))
+    select 1`;
+}
+
+/** JSON text of rows for json_to_recordset: bigints as exact decimal strings, dates in ISO form. */
+function json(rows: object[]): string {
+  return JSON.stringify(rows, (_key, value: unknown) => (typeof value === "bigint" ? value.toString() : value));
 }
 
 /** Throws the error of a refused outcome; returns the successful one. */
