@@ -207,29 +207,43 @@ export function pidsNamed(comm: string): number[] {
 /** Everything whose CPU a workload's report shows: the four services, Postgres and NATS. */
 export type CpuSource = ServiceName | "postgres" | "nats";
 
-/** Takes a CPU snapshot; `since(snapshot)` gives each source's share of one core, in percent. */
-export function cpuSnapshot(pids: Record<ServiceName, number>): { at: number; seconds: Record<CpuSource, number> } {
-  const sum = (list: number[]) => list.reduce((total, pid) => total + cpuSeconds(pid), 0);
+/** CPU seconds per pid of the four services, and of every postgres and nats-server process. */
+export interface CpuSnapshot {
+  at: number;
+  pids: Record<CpuSource, Map<number, number>>;
+}
+
+/** Takes a CPU snapshot; `cpuPercent(a, b)` gives each source's share of one core between two. */
+export function cpuSnapshot(pids: Record<ServiceName, number>): CpuSnapshot {
+  const of = (list: number[]) => new Map(list.map((pid) => [pid, cpuSeconds(pid)]));
   return {
     at: performance.now(),
-    seconds: {
-      ledger: cpuSeconds(pids.ledger),
-      hold: cpuSeconds(pids.hold),
-      notification: cpuSeconds(pids.notification),
-      gateway: cpuSeconds(pids.gateway),
-      postgres: sum(pidsNamed("postgres")),
-      nats: sum(pidsNamed("nats-server")),
+    pids: {
+      ledger: of([pids.ledger]),
+      hold: of([pids.hold]),
+      notification: of([pids.notification]),
+      gateway: of([pids.gateway]),
+      postgres: of(pidsNamed("postgres")),
+      nats: of(pidsNamed("nats-server")),
     },
   };
 }
 
-/** Percent of one core each source used between two snapshots. */
-export function cpuPercent(from: ReturnType<typeof cpuSnapshot>, to: ReturnType<typeof cpuSnapshot>): Record<CpuSource, number> {
+/**
+ * Percent of one core each source used between two snapshots. Only processes alive at both count:
+ * a Postgres backend or autovacuum worker that came or went in between would otherwise add its
+ * whole life's CPU, or take it away.
+ */
+export function cpuPercent(from: CpuSnapshot, to: CpuSnapshot): Record<CpuSource, number> {
   const wall = (to.at - from.at) / 1000;
   const out = {} as Record<CpuSource, number>;
-  for (const key of Object.keys(to.seconds) as CpuSource[]) {
-    // Postgres backends that exited in between make a negative delta; show 0 rather than nonsense.
-    out[key] = wall > 0 ? Math.max(0, Math.round(((to.seconds[key] - from.seconds[key]) / wall) * 100)) : 0;
+  for (const key of Object.keys(to.pids) as CpuSource[]) {
+    let seconds = 0;
+    for (const [pid, after] of to.pids[key]) {
+      const before = from.pids[key].get(pid);
+      if (before !== undefined) seconds += after - before;
+    }
+    out[key] = wall > 0 ? Math.round((seconds / wall) * 100) : 0;
   }
   return out;
 }
