@@ -1,0 +1,50 @@
+// Work the system still owes after the requests were answered: outbox rows not yet on JetStream,
+// and stream messages the notification consumer has not yet stored.
+import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import type postgres from "postgres";
+
+export interface Backlog {
+  /** Rows in the ledger's and the hold service's outboxes. */
+  outbox: number;
+  /** Messages the notification consumer has not acknowledged yet. */
+  consumer: number;
+}
+
+/** Reads the backlog of one bench installation. */
+export interface BacklogProbe {
+  read(): Promise<Backlog>;
+  /** Waits until both are empty, at most `capMs`; answers how long it waited and what was left. */
+  settle(capMs: number): Promise<{ waitedMs: number; left: Backlog }>;
+  natsVersion(): string;
+  close(): Promise<void>;
+}
+
+export async function backlogProbe(sql: postgres.Sql, natsUrl: string, stream: string): Promise<BacklogProbe> {
+  const nc: NatsConnection = await connect({ servers: natsUrl });
+  const jsm: JetStreamManager = await jetstreamManager(nc);
+  const read = async (): Promise<Backlog> => {
+    const [rows] = await sql<{ n: number }[]>`
+      select ((select count(*) from ledger.outbox) + (select count(*) from hold.outbox))::int as n`;
+    const info = await jsm.consumers.info(stream, `notification_${stream}`).catch(() => undefined);
+    return { outbox: rows?.n ?? 0, consumer: info ? info.num_pending + info.num_ack_pending : 0 };
+  };
+  return {
+    read,
+    async settle(capMs) {
+      const start = Date.now();
+      let left = await read();
+      while ((left.outbox > 0 || left.consumer > 0) && Date.now() - start < capMs) {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        left = await read();
+      }
+      return { waitedMs: Date.now() - start, left };
+    },
+    natsVersion: () => nc.info?.version ?? "unknown",
+    async close() {
+      // The stream was the run's own: remove it so repeated runs do not fill the NATS store.
+      await jsm.streams.delete(stream).catch(() => {});
+      await nc.close();
+    },
+  };
+}

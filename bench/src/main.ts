@@ -1,0 +1,302 @@
+// `pnpm bench`: pgbench as the reference, then the ledger's workloads through REST and RPC, then
+// webhooks; checks the invariants and writes bench/results/{latest,smoke}.{json,md}.
+import { mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+import { createAccount } from "@ledger/ledger-service";
+import { startWebhookReceiver } from "@ledger/testing";
+import postgres from "postgres";
+import { backlogProbe } from "./backlog.js";
+import { restClient, rpcClients } from "./clients.js";
+import { runClosedLoop } from "./closed-loop.js";
+import { deliveryViolations, moneyViolations } from "./invariants.js";
+import { runPgbench, type PgbenchResult } from "./pgbench.js";
+import { cellsTable, machineInfo, toJson, toMarkdown, type Cell, type Report } from "./report.js";
+import { cpuPercent, cpuSnapshot, peakRssMb, resetPeakRss, SERVICES, startSystem, type ServiceName } from "./system.js";
+import { drain, DeliveryTracker, HOOK_PATH, pacedLatency, type DrainResult, type WebhookLatency } from "./webhooks.js";
+import { createFixtures, operation, WORKLOADS, type Transport, type WorkloadName } from "./workloads.js";
+
+const USAGE = `usage: pnpm bench [--duration S] [--warmup S] [--concurrency 1,16,64] [--only LIST] [--transport rest,rpc] [--smoke]
+
+  --duration S       measured seconds per workload, transport and concurrency (default 10)
+  --warmup S         seconds before each measurement (default 2)
+  --concurrency L    closed-loop workers, comma-separated (default 1,16,64)
+  --only LIST        any of pgbench,${WORKLOADS.join(",")},webhooks (default all)
+  --transport L      rest, rpc or both (default rest,rpc)
+  --pgbench-time S   pgbench -T (default the --duration, at least 5)
+  --smoke            everything briefly, for CI: a few seconds in all; numbers mean nothing
+Environment: BENCH_DATABASE_URL (default postgres://root@127.0.0.1:5432/ledger_bench, recreated
+each run), NATS_URL (default nats://127.0.0.1:4222), PGBENCH (default pgbench on PATH).`;
+
+const repoRoot = fileURLToPath(new URL("../../", import.meta.url));
+const resultsDir = fileURLToPath(new URL("../results/", import.meta.url));
+
+interface Settings {
+  smoke: boolean;
+  durationS: number;
+  warmupS: number;
+  concurrency: number[];
+  workloads: WorkloadName[];
+  transports: Transport[];
+  pgbench: boolean;
+  pgbenchScale: number;
+  pgbenchSeconds: number;
+  webhooks: boolean;
+  webhookRates: number[];
+  webhookSeconds: number;
+  drainEvents: number;
+  entities: number;
+  /** How long to let the previous cell's events flow out before the next cell starts. */
+  settleMs: number;
+}
+
+function readSettings(argv: string[]): Settings {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      duration: { type: "string" },
+      warmup: { type: "string" },
+      concurrency: { type: "string" },
+      only: { type: "string" },
+      transport: { type: "string" },
+      "pgbench-time": { type: "string" },
+      smoke: { type: "boolean", default: false },
+      help: { type: "boolean", short: "h" },
+    },
+  });
+  if (values.help) {
+    console.log(USAGE);
+    process.exit(0);
+  }
+  const smoke = values.smoke ?? false;
+  const number = (raw: string | undefined, fallback: number, name: string) => {
+    if (raw === undefined) return fallback;
+    const n = Number(raw);
+    if (!Number.isFinite(n) || n <= 0 || n > 3600) throw new Error(`--${name} must be a number of seconds above 0, got ${raw}\n\n${USAGE}`);
+    return n;
+  };
+  const list = (raw: string | undefined, fallback: string[]) => (raw === undefined ? fallback : raw.split(",").map((s) => s.trim()).filter(Boolean));
+  const only = list(values.only, ["pgbench", ...WORKLOADS, "webhooks"]);
+  const known = new Set<string>(["pgbench", ...WORKLOADS, "webhooks"]);
+  const unknown = only.filter((o) => !known.has(o));
+  if (unknown.length) throw new Error(`--only: unknown ${unknown.join(", ")}\n\n${USAGE}`);
+  const concurrency = list(values.concurrency, smoke ? ["16"] : ["1", "16", "64"]).map(Number);
+  if (concurrency.some((c) => !Number.isInteger(c) || c < 1 || c > 1024)) throw new Error(`--concurrency must list integers 1 to 1024\n\n${USAGE}`);
+  const transports = list(values.transport, ["rest", "rpc"]);
+  if (transports.some((t) => t !== "rest" && t !== "rpc")) throw new Error(`--transport takes rest and/or rpc\n\n${USAGE}`);
+  const durationS = number(values.duration, smoke ? 0.4 : 10, "duration");
+  return {
+    smoke,
+    durationS,
+    warmupS: number(values.warmup, smoke ? 0.1 : 2, "warmup"),
+    concurrency,
+    workloads: WORKLOADS.filter((w) => only.includes(w)),
+    transports: transports as Transport[],
+    pgbench: only.includes("pgbench"),
+    pgbenchScale: smoke ? 1 : 10,
+    pgbenchSeconds: Math.round(number(values["pgbench-time"], smoke ? 1 : Math.max(5, durationS), "pgbench-time")),
+    webhooks: only.includes("webhooks"),
+    webhookRates: [200, 1000],
+    webhookSeconds: smoke ? 0.5 : 5,
+    drainEvents: smoke ? 100 : 3000,
+    entities: smoke ? 64 : 1000,
+    settleMs: smoke ? 1_000 : 10_000,
+  };
+}
+
+/** One status line that rewrites itself on a terminal and is a plain line in CI logs. */
+function progress(line: string): void {
+  if (process.stderr.isTTY) process.stderr.write(`\r\x1b[2K${line}`);
+  else process.stderr.write(`${line}\n`);
+}
+function endProgress(): void {
+  if (process.stderr.isTTY) process.stderr.write("\r\x1b[2K");
+}
+
+async function main(): Promise<number> {
+  const settings = readSettings(process.argv.slice(2));
+  const databaseUrl = process.env["BENCH_DATABASE_URL"] ?? "postgres://root@127.0.0.1:5432/ledger_bench";
+  const natsUrl = process.env["NATS_URL"] ?? "nats://127.0.0.1:4222";
+  for (const url of [databaseUrl, natsUrl]) {
+    // The bench generates heavy traffic: make sure none of it leaves the machine.
+    if (new URL(url).hostname !== "127.0.0.1" && new URL(url).hostname !== "localhost") throw new Error(`the bench only runs against 127.0.0.1, not ${url}`);
+  }
+  const databaseName = decodeURIComponent(new URL(databaseUrl).pathname.slice(1));
+  const adminUrl = new URL(databaseUrl);
+  adminUrl.pathname = "/postgres";
+  const admin = postgres(adminUrl.toString(), { max: 1, onnotice: () => {} });
+  const runStarted = Date.now();
+
+  // 1. The reference, alone on the machine.
+  let pgbench: PgbenchResult | undefined;
+  if (settings.pgbench) {
+    progress(`pgbench: init scale ${settings.pgbenchScale}, then ${settings.pgbenchSeconds} s with 32 clients`);
+    pgbench = await runPgbench(admin, adminUrl.toString(), settings.pgbenchScale, settings.pgbenchSeconds);
+    endProgress();
+    console.log(`pgbench: ${Math.round(pgbench.tps)} TPS (scale ${pgbench.scale}, ${pgbench.clients} clients, ${pgbench.seconds} s, latency avg ${pgbench.latencyMs.toFixed(2)} ms)`);
+  }
+  const ratioOf = (perSecond: number) => (pgbench ? perSecond / pgbench.tps : 0);
+
+  // 2. A fresh database and stream, and the system as four processes.
+  await admin.unsafe(`drop database if exists "${databaseName.replace(/"/g, '""')}" with (force)`);
+  const receiver = await startWebhookReceiver();
+  const caFile = join(repoRoot, "bench", "results", `.receiver-ca-${process.pid}.pem`);
+  mkdirSync(resultsDir, { recursive: true });
+  writeFileSync(caFile, receiver.ca);
+  progress("starting ledger, hold, notification and gateway");
+  const system = await startSystem({ databaseUrl, natsUrl, repoRoot, caFile });
+  endProgress();
+  console.log(`system up (logs in ${system.logDir})`);
+  const sql = postgres(databaseUrl, {
+    max: 4,
+    types: { bigint: postgres.BigInt },
+    onnotice: () => {},
+    connection: { search_path: "ledger" },
+  }) as unknown as postgres.Sql<{ bigint: bigint }>;
+  const probe = await backlogProbe(sql as unknown as postgres.Sql, natsUrl, system.stream);
+
+  const cells: Cell[] = [];
+  const webhooks: WebhookLatency[] = [];
+  let drained: DrainResult | undefined;
+  const unexpectedErrors: string[] = [];
+  const violations: string[] = [];
+  const overallPeak = Object.fromEntries(SERVICES.map((s) => [s, 0])) as Record<ServiceName, number>;
+  let perCellPeakRss = true;
+  const notePeaks = () => {
+    const now = {} as Record<ServiceName, number>;
+    for (const s of SERVICES) {
+      now[s] = peakRssMb(system.pids[s]) ?? 0;
+      overallPeak[s] = Math.max(overallPeak[s], now[s]);
+    }
+    return now;
+  };
+  try {
+    const [versionRow] = await sql<{ v: string }[]>`select split_part(version(), ' on ', 1) as v`;
+    // createAccount takes the ledger's own Sql type; this client is the same postgres.js client.
+    const mainAccount = await createAccount(sql as never, "bench");
+    const hookAccount = await createAccount(sql as never, "bench webhooks");
+    const rpc = rpcClients(system.urls.ledger, system.urls.hold, mainAccount.api_key);
+    const maxConcurrency = Math.max(...settings.concurrency);
+    const rest = restClient(system.restUrl, mainAccount.api_key, maxConcurrency);
+
+    // 3. The closed-loop workloads.
+    if (settings.workloads.length) {
+      progress(`creating and funding ${settings.entities} entities`);
+      const fixtures = await createFixtures(rpc, settings.entities);
+      endProgress();
+      console.log(`\n${cellsTable([]).split("\n").join("\n")}`);
+      for (const workload of settings.workloads) {
+        for (const transport of settings.transports) {
+          for (const concurrency of settings.concurrency) {
+            const label = `${workload} ${transport} c=${concurrency}`;
+            const settled = await probe.settle(settings.settleMs);
+            if (settled.waitedMs > 1_000) progress(`${label}: waited ${(settled.waitedMs / 1000).toFixed(1)} s for the previous events to flow out`);
+            for (const s of SERVICES) if (!resetPeakRss(system.pids[s])) perCellPeakRss = false;
+            let windowCpu = cpuSnapshot(system.pids);
+            const cpuTimer = setTimeout(() => (windowCpu = cpuSnapshot(system.pids)), settings.warmupS * 1000);
+            const total = settings.warmupS + settings.durationS;
+            const result = await runClosedLoop({
+              concurrency,
+              warmupMs: settings.warmupS * 1000,
+              durationMs: settings.durationS * 1000,
+              operation: operation(workload, transport, { rest, rpc }, fixtures),
+              onProgress: (ms, ok, failed) => progress(`${label}: ${(ms / 1000).toFixed(0)}/${total} s, ${ok} ok in window, ${failed} errors`),
+            });
+            clearTimeout(cpuTimer);
+            const cpu = cpuPercent(windowCpu, cpuSnapshot(system.pids));
+            const left = await probe.read();
+            const cell: Cell = {
+              workload,
+              transport,
+              concurrency,
+              ...result,
+              ratio: ratioOf(result.perSecond),
+              rssMb: notePeaks(),
+              cpu,
+              backlogAfter: left.outbox + left.consumer,
+            };
+            cells.push(cell);
+            for (const [code, n] of Object.entries(result.errors)) unexpectedErrors.push(`${label}: ${n} × ${code}`);
+            endProgress();
+            console.log(cellsTable([cell]).split("\n")[2]);
+          }
+        }
+      }
+      rest.close();
+    }
+
+    // 4. Webhooks, in an account of their own so the workloads above queue no deliveries.
+    let tracker: DeliveryTracker | undefined;
+    if (settings.webhooks) {
+      tracker = new DeliveryTracker(receiver);
+      const hookRest = restClient(system.restUrl, hookAccount.api_key, 4);
+      await hookRest.post("/webhooks", { url: receiver.endpoint(HOOK_PATH), name: "bench receiver" });
+      hookRest.close();
+      const hookRpc = rpcClients(system.urls.ledger, system.urls.hold, hookAccount.api_key);
+      const hookFixtures = await createFixtures(hookRpc, 50);
+      progress("webhooks: waiting for the workloads' events to be consumed first");
+      const settled = await probe.settle(180_000);
+      endProgress();
+      console.log(`\nwebhooks (waited ${(settled.waitedMs / 1000).toFixed(1)} s for the earlier backlog to clear; left ${settled.left.outbox + settled.left.consumer})`);
+      for (const rate of settings.webhookRates) {
+        const result = await pacedLatency(hookRpc, hookFixtures, tracker, rate, settings.webhookSeconds, progress);
+        webhooks.push(result);
+        for (const [code, n] of Object.entries(result.errors)) unexpectedErrors.push(`webhooks ${rate}/s: ${n} × ${code}`);
+        if (result.missing) unexpectedErrors.push(`webhooks ${rate}/s: ${result.missing} events not received within 60 s`);
+        endProgress();
+        console.log(`  ${rate}/s: sent ${result.sent} (committed at ${Math.round(result.achievedPerSecond)}/s), commit-to-receipt p50 ${Math.round(result.p50)} ms, p99 ${Math.round(result.p99)} ms, max ${Math.round(result.max)} ms, missing ${result.missing}`);
+      }
+      drained = await drain(system, probe, hookRpc, hookFixtures, tracker, settings.drainEvents, progress);
+      endProgress();
+      console.log(`  drain: ${drained.events} events in ${drained.seconds.toFixed(2)} s = ${Math.round(drained.perSecond)} deliveries/s by one notification process`);
+      if (drained.missing) unexpectedErrors.push(`drain: ${drained.missing} events not received within 120 s`);
+    }
+
+    // 5. Invariants, once everything owed has flowed out.
+    progress("checking invariants");
+    await probe.settle(60_000);
+    violations.push(...(await moneyViolations(sql, [mainAccount.account_id, hookAccount.account_id])));
+    if (tracker) violations.push(...(await deliveryViolations(sql, hookAccount.account_id, tracker)));
+    endProgress();
+    notePeaks();
+
+    const report: Report = {
+      date: new Date(runStarted).toISOString(),
+      smoke: settings.smoke,
+      machine: machineInfo(versionRow?.v ?? "unknown", probe.natsVersion()),
+      settings: { warmupS: settings.warmupS, durationS: settings.durationS, concurrency: settings.concurrency, entities: settings.entities, perCellPeakRss },
+      ...(pgbench ? { pgbench } : {}),
+      cells,
+      webhooks,
+      ...(drained ? { drain: drained } : {}),
+      peakRssMb: overallPeak,
+      invariants: { ok: violations.length === 0, violations },
+      unexpectedErrors,
+      ok: violations.length === 0 && unexpectedErrors.length === 0,
+    };
+    const name = settings.smoke ? "smoke" : "latest";
+    const markdown = toMarkdown(report);
+    writeFileSync(join(resultsDir, `${name}.json`), toJson(report));
+    writeFileSync(join(resultsDir, `${name}.md`), markdown);
+    console.log(`\n${markdown}`);
+    console.log(`written: bench/results/${name}.json and ${name}.md (${((Date.now() - runStarted) / 1000).toFixed(0)} s in all)`);
+    return report.ok ? 0 : 1;
+  } finally {
+    await system.stop();
+    await probe.close();
+    await receiver.close();
+    await sql.end({ timeout: 5 });
+    await admin.end({ timeout: 5 });
+    rmSync(caFile, { force: true });
+  }
+}
+
+main().then(
+  (code) => process.exit(code),
+  (err: unknown) => {
+    endProgress();
+    console.error(`bench failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,249 @@
+// The system under test, started as separate child processes (as deployed), so each one's CPU and
+// peak memory can be read from /proc and attributed to it.
+import { spawn, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { freePort } from "@ledger/testing";
+
+/** The four processes, in start order. */
+export const SERVICES = ["ledger", "hold", "notification", "gateway"] as const;
+export type ServiceName = (typeof SERVICES)[number];
+
+const ENTRY: Record<ServiceName, string> = {
+  ledger: "services/ledger/src/main.ts",
+  hold: "services/hold/src/main.ts",
+  notification: "services/notification/src/main.ts",
+  gateway: "gateway/src/main.ts",
+};
+
+/** The running system: where each process listens, and its pid. */
+export interface System {
+  databaseUrl: string;
+  natsUrl: string;
+  stream: string;
+  urls: Record<ServiceName, string>;
+  /** REST base, ending in /v1. */
+  restUrl: string;
+  pids: Record<ServiceName, number>;
+  logDir: string;
+  /** Pauses (SIGSTOP) or resumes (SIGCONT) one process: how a backlog is built for the drain test. */
+  signal(name: ServiceName, signal: "SIGSTOP" | "SIGCONT"): void;
+  stop(): Promise<void>;
+}
+
+export interface SystemOptions {
+  databaseUrl: string;
+  natsUrl: string;
+  repoRoot: string;
+  /** PEM file the notification process trusts (NODE_EXTRA_CA_CERTS), for the HTTPS receiver. */
+  caFile: string;
+}
+
+/** Starts ledger, then hold and notification, then the gateway, each waiting for /readyz. */
+export async function startSystem(options: SystemOptions): Promise<System> {
+  const tag = randomBytes(3).toString("hex");
+  const stream = `BENCH_${tag}`;
+  const ports = { ledger: await freePort(), hold: await freePort(), notification: await freePort(), gateway: await freePort() };
+  const urls: Record<ServiceName, string> = {
+    ledger: `http://127.0.0.1:${ports.ledger}`,
+    hold: `http://127.0.0.1:${ports.hold}`,
+    notification: `http://127.0.0.1:${ports.notification}`,
+    gateway: `http://127.0.0.1:${ports.gateway}`,
+  };
+  const env: Record<string, string> = {
+    ...(process.env as Record<string, string>),
+    DATABASE_URL: options.databaseUrl,
+    NATS_URL: options.natsUrl,
+    NATS_STREAM: stream,
+    NATS_SUBJECT_PREFIX: `bench${tag}`,
+    LOG_LEVEL: "warn",
+    SERVICE_TOKEN: `bench-service-token-${randomBytes(8).toString("hex")}`,
+    LEDGER_PORT: String(ports.ledger),
+    HOLD_PORT: String(ports.hold),
+    NOTIFICATION_PORT: String(ports.notification),
+    PORT: String(ports.gateway),
+    GATEWAY_HOST: "127.0.0.1",
+    LEDGER_URL: urls.ledger,
+    HOLD_URL: urls.hold,
+    NOTIFICATION_URL: urls.notification,
+    NOTIFICATION_SECRET_KEY: randomBytes(32).toString("base64"),
+    WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
+  };
+  // A bench that inherits NODE_ENV=production would refuse the generated development defaults.
+  delete env["NODE_ENV"];
+  const logDir = join(tmpdir(), `ledger-bench-${tag}`);
+  mkdirSync(logDir, { recursive: true });
+
+  const children = new Map<ServiceName, ChildProcess>();
+  const start = async (name: ServiceName) => {
+    const log = openSync(join(logDir, `${name}.log`), "a");
+    const childEnv = name === "notification" ? { ...env, NODE_EXTRA_CA_CERTS: options.caFile } : env;
+    const child = spawn(process.execPath, ["--import", "tsx", ENTRY[name]], { cwd: options.repoRoot, env: childEnv, stdio: ["ignore", log, log] });
+    closeSync(log);
+    children.set(name, child);
+    await waitReady(name, urls[name], child, join(logDir, `${name}.log`));
+  };
+  const stop = async () => {
+    // Reverse order: the gateway stops taking requests before the services behind it go.
+    for (const name of [...SERVICES].reverse()) {
+      const child = children.get(name);
+      if (!child || child.exitCode !== null || child.signalCode !== null) continue;
+      child.kill("SIGCONT");
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(() => {
+          child.kill("SIGKILL");
+        }, 10_000);
+        child.once("exit", () => {
+          clearTimeout(timer);
+          resolve();
+        });
+        child.kill("SIGTERM");
+      });
+    }
+  };
+  try {
+    // The ledger creates the database and its schema; the others add theirs beside it.
+    await start("ledger");
+    await Promise.all([start("hold"), start("notification")]);
+    await start("gateway");
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  const pid = (name: ServiceName) => children.get(name)!.pid!;
+  return {
+    databaseUrl: options.databaseUrl,
+    natsUrl: options.natsUrl,
+    stream,
+    urls,
+    restUrl: `${urls.gateway}/v1`,
+    pids: { ledger: pid("ledger"), hold: pid("hold"), notification: pid("notification"), gateway: pid("gateway") },
+    logDir,
+    signal: (name, signal) => {
+      children.get(name)?.kill(signal);
+    },
+    stop,
+  };
+}
+
+async function waitReady(name: string, url: string, child: ChildProcess, logFile: string): Promise<void> {
+  const deadline = Date.now() + 60_000;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null || child.signalCode !== null) {
+      throw new Error(`${name} exited during start (code ${child.exitCode}); its log:\n${tail(logFile)}`);
+    }
+    const ready = await fetch(`${url}/readyz`).then((r) => r.ok, () => false);
+    if (ready) return;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  throw new Error(`${name} was not ready within 60 s; its log:\n${tail(logFile)}`);
+}
+
+/** The last lines of a log, for an error message. */
+export function tail(file: string, lines = 30): string {
+  try {
+    return readFileSync(file, "utf8").trimEnd().split("\n").slice(-lines).join("\n");
+  } catch {
+    return "(no log)";
+  }
+}
+
+// ---- /proc readings -------------------------------------------------------------------------
+
+const TICKS_PER_SECOND = 100; // USER_HZ: 100 on every Linux this runs on (getconf CLK_TCK)
+
+/** Peak resident memory (VmHWM) in MB, or undefined when the process is gone. */
+export function peakRssMb(pid: number): number | undefined {
+  try {
+    const status = readFileSync(`/proc/${pid}/status`, "utf8");
+    const match = /^VmHWM:\s+(\d+) kB/m.exec(status);
+    return match ? Number(match[1]) / 1024 : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Resets VmHWM to the current RSS (clear_refs 5), so each workload reports its own peak rather than
+ * the highest since start. Returns false where the kernel does not allow it; peaks are then cumulative.
+ */
+export function resetPeakRss(pid: number): boolean {
+  try {
+    writeFileSync(`/proc/${pid}/clear_refs`, "5");
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** CPU time (user + system) of one process, in seconds. */
+export function cpuSeconds(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return (Number(fields[11]) + Number(fields[12])) / TICKS_PER_SECOND;
+  } catch {
+    return 0;
+  }
+}
+
+/** Pids whose command name is `comm` (postgres backends, nats-server), to attribute their CPU too. */
+export function pidsNamed(comm: string): number[] {
+  const pids: number[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (readFileSync(`/proc/${entry}/comm`, "utf8").trim() === comm) pids.push(Number(entry));
+    } catch {
+      // Gone between readdir and read.
+    }
+  }
+  return pids;
+}
+
+/** Everything whose CPU a workload's report shows: the four services, Postgres and NATS. */
+export type CpuSource = ServiceName | "postgres" | "nats";
+
+/** CPU seconds per pid of the four services, and of every postgres and nats-server process. */
+export interface CpuSnapshot {
+  at: number;
+  pids: Record<CpuSource, Map<number, number>>;
+}
+
+/** Takes a CPU snapshot; `cpuPercent(a, b)` gives each source's share of one core between two. */
+export function cpuSnapshot(pids: Record<ServiceName, number>): CpuSnapshot {
+  const of = (list: number[]) => new Map(list.map((pid) => [pid, cpuSeconds(pid)]));
+  return {
+    at: performance.now(),
+    pids: {
+      ledger: of([pids.ledger]),
+      hold: of([pids.hold]),
+      notification: of([pids.notification]),
+      gateway: of([pids.gateway]),
+      postgres: of(pidsNamed("postgres")),
+      nats: of(pidsNamed("nats-server")),
+    },
+  };
+}
+
+/**
+ * Percent of one core each source used between two snapshots. Only processes alive at both count:
+ * a Postgres backend or autovacuum worker that came or went in between would otherwise add its
+ * whole life's CPU, or take it away.
+ */
+export function cpuPercent(from: CpuSnapshot, to: CpuSnapshot): Record<CpuSource, number> {
+  const wall = (to.at - from.at) / 1000;
+  const out = {} as Record<CpuSource, number>;
+  for (const key of Object.keys(to.pids) as CpuSource[]) {
+    let seconds = 0;
+    for (const [pid, after] of to.pids[key]) {
+      const before = from.pids[key].get(pid);
+      if (before !== undefined) seconds += after - before;
+    }
+    out[key] = wall > 0 ? Math.round((seconds / wall) * 100) : 0;
+  }
+  return out;
+}

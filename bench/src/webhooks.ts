@@ -1,0 +1,196 @@
+// Webhook delivery: commit-to-receipt latency at a steady (open-loop) rate, and how fast one
+// notification process drains a backlog.
+import type { WebhookReceiver } from "@ledger/testing";
+import { TransactionStatus } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import type { BacklogProbe } from "./backlog.js";
+import { errorCode, REQUEST_TIMEOUT_MS, type Rpc } from "./clients.js";
+import { percentile } from "./closed-loop.js";
+import type { System } from "./system.js";
+import type { Fixtures } from "./workloads.js";
+
+/** The receiver path the bench's destination points at. */
+export const HOOK_PATH = "/hook";
+
+/** What the receiver got so far, parsed once per request. */
+export class DeliveryTracker {
+  private seen = 0;
+  /** First arrival (ms since epoch) of each transaction group's `transaction.created`. */
+  readonly arrivals = new Map<string, number>();
+  /** Deliveries per event id: exactly-once means every count is 1. */
+  readonly counts = new Map<string, number>();
+
+  constructor(private readonly receiver: WebhookReceiver) {}
+
+  update(): void {
+    const list = this.receiver.received(HOOK_PATH);
+    for (; this.seen < list.length; this.seen++) {
+      const got = list[this.seen]!;
+      const eventId = String(got.headers["x-service-event-id"] ?? "");
+      this.counts.set(eventId, (this.counts.get(eventId) ?? 0) + 1);
+      const body = JSON.parse(got.body) as { type?: string; data?: { transaction_group_id?: string } };
+      const group = body.data?.transaction_group_id;
+      if (body.type === "transaction.created" && group && !this.arrivals.has(group)) this.arrivals.set(group, got.at);
+    }
+  }
+
+  /** Waits until every group has arrived, at most `capMs`; answers the ones still missing. */
+  async waitFor(groups: Iterable<string>, capMs: number): Promise<string[]> {
+    const deadline = Date.now() + capMs;
+    let missing = [...groups];
+    while (Date.now() < deadline) {
+      this.update();
+      missing = missing.filter((g) => !this.arrivals.has(g));
+      if (missing.length === 0) break;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    return missing;
+  }
+}
+
+export interface WebhookLatency {
+  /** Transactions per second asked for. */
+  rate: number;
+  sent: number;
+  /** Commits per second from the first send to the last answer (below `rate` when the ledger could not keep up). */
+  achievedPerSecond: number;
+  /** Commit (HTTP response) to receipt, ms. */
+  p50: number;
+  p99: number;
+  max: number;
+  /** Transactions whose event never arrived within the wait. */
+  missing: number;
+  errors: Record<string, number>;
+}
+
+export interface DrainResult {
+  events: number;
+  seconds: number;
+  perSecond: number;
+  missing: number;
+}
+
+/** At most this many paced requests wait for an answer at once, so a stalled ledger cannot pile up unbounded work. */
+const MAX_IN_FLIGHT = 2_000;
+
+/** Sends one posted transfer in the webhook account; answers its group id. */
+function sender(rpc: Rpc, fixtures: Fixtures): () => Promise<string> {
+  return async () => {
+    const a = fixtures.entities[Math.floor(Math.random() * fixtures.entities.length)]!;
+    let b = a;
+    for (let i = 0; b === a && i < 100; i++) b = fixtures.entities[Math.floor(Math.random() * fixtures.entities.length)]!;
+    const res = await rpc.ledger.createTransaction({
+      description: "bench webhook",
+      status: TransactionStatus.POSTED,
+      form: { case: "transfer", value: { fromEntityId: a, toEntityId: b, amount: 1n } },
+    });
+    return res.transactionGroup!.transactionGroupId;
+  };
+}
+
+/**
+ * Open loop: request i leaves at start + i/rate whether or not earlier ones answered, so a slow
+ * system shows as latency rather than as a politely slower sender.
+ */
+export async function pacedLatency(
+  rpc: Rpc,
+  fixtures: Fixtures,
+  tracker: DeliveryTracker,
+  rate: number,
+  seconds: number,
+  onProgress: (line: string) => void,
+): Promise<WebhookLatency> {
+  const send = sender(rpc, fixtures);
+  const total = Math.max(1, Math.round(rate * seconds));
+  const commits = new Map<string, number>();
+  const errors: Record<string, number> = {};
+  let launched = 0;
+  let inFlight = 0;
+  let lastAnswer = 0;
+  const start = performance.now();
+  const progress = setInterval(() => onProgress(`webhooks ${rate}/s: ${launched}/${total} sent, ${commits.size} committed`), 1_000);
+  try {
+    while (launched < total) {
+      const due = Math.min(total, Math.floor(((performance.now() - start) / 1000) * rate) + 1);
+      while (launched < due && inFlight < MAX_IN_FLIGHT) {
+        launched++;
+        inFlight++;
+        send()
+          .then(
+            (group) => void commits.set(group, Date.now()),
+            (err: unknown) => {
+              const code = errorCode(err);
+              errors[code] = (errors[code] ?? 0) + 1;
+            },
+          )
+          .finally(() => {
+            inFlight--;
+            lastAnswer = performance.now();
+          });
+      }
+      await new Promise((resolve) => setTimeout(resolve, 1));
+    }
+    // Each call has its own timeout, so this wait ends.
+    const deadline = Date.now() + REQUEST_TIMEOUT_MS + 1_000;
+    while (inFlight > 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 5));
+    const missing = await tracker.waitFor(commits.keys(), 60_000);
+    const latencies = [...commits].filter(([g]) => tracker.arrivals.has(g)).map(([g, at]) => tracker.arrivals.get(g)! - at);
+    latencies.sort((a, b) => a - b);
+    return {
+      rate,
+      sent: total,
+      achievedPerSecond: commits.size / Math.max((lastAnswer - start) / 1000, 1 / rate),
+      p50: percentile(latencies, 0.5),
+      p99: percentile(latencies, 0.99),
+      max: latencies.at(-1) ?? 0,
+      missing: missing.length,
+      errors,
+    };
+  } finally {
+    clearInterval(progress);
+  }
+}
+
+/**
+ * Deliveries per second of one notification process: pause it (SIGSTOP), commit `events`
+ * transactions and let the ledger publish them, resume it, and time until the receiver has all.
+ */
+export async function drain(
+  system: System,
+  probe: BacklogProbe,
+  rpc: Rpc,
+  fixtures: Fixtures,
+  tracker: DeliveryTracker,
+  events: number,
+  onProgress: (line: string) => void,
+): Promise<DrainResult> {
+  const send = sender(rpc, fixtures);
+  const groups: string[] = [];
+  system.signal("notification", "SIGSTOP");
+  try {
+    let next = 0;
+    await Promise.all(
+      Array.from({ length: 32 }, async () => {
+        while (next < events) {
+          next++;
+          groups.push(await send());
+        }
+      }),
+    );
+    onProgress(`drain: ${groups.length} committed while notification is paused; waiting for the outbox`);
+    // The consumer cannot empty while paused, so wait for the outbox alone.
+    const deadline = Date.now() + 60_000;
+    while ((await probe.read()).outbox > 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50));
+  } finally {
+    system.signal("notification", "SIGCONT");
+  }
+  const resumed = Date.now();
+  const progress = setInterval(() => onProgress(`drain: ${groups.filter((g) => tracker.arrivals.has(g)).length}/${groups.length} delivered`), 1_000);
+  try {
+    const missing = await tracker.waitFor(groups, 120_000);
+    const last = Math.max(resumed, ...groups.map((g) => tracker.arrivals.get(g) ?? 0));
+    const seconds = (last - resumed) / 1000;
+    return { events: groups.length, seconds, perSecond: seconds > 0 ? (groups.length - missing.length) / seconds : 0, missing: missing.length };
+  } finally {
+    clearInterval(progress);
+  }
+}

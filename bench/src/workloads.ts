@@ -1,0 +1,131 @@
+// The five workloads of issue 5, each with a REST form (through the gateway) and an RPC form
+// (straight to the service), doing the same money movement so the two can be compared.
+import { Direction, TransactionStatus } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import type { Rest, Rpc } from "./clients.js";
+import type { Operation } from "./closed-loop.js";
+
+export const WORKLOADS = ["transfer", "deposit", "hot", "hold", "multileg"] as const;
+export type WorkloadName = (typeof WORKLOADS)[number];
+export type Transport = "rest" | "rpc";
+
+/** What each workload does, for the report. */
+export const WORKLOAD_DESCRIPTIONS: Record<WorkloadName, string> = {
+  transfer: "posted two-party transfer between two random distinct pre-funded entities",
+  deposit: "deposit (fund) into a random entity: every request debits the program's one external entity",
+  hot: "posted transfer where every other request debits the same hot entity",
+  hold: "hold then capture all of it to another entity (one pair counts once)",
+  multileg: "posted multi-leg transaction of 10 legs (5 debits, 5 credits, distinct entities)",
+};
+
+/**
+ * Entities every workload draws from. Each is funded far beyond what a run can spend (a run moves
+ * a few units per request), so `insufficient_funds` must never happen: any error is a finding.
+ */
+export interface Fixtures {
+  entities: string[];
+  hot: string;
+}
+
+/** Money each entity starts with: enough for millions of 1-unit transfers. */
+export const STARTING_BALANCE = 1_000_000_000_000n;
+
+/** Creates `count` funded entities plus the hot one, over RPC, `parallel` at a time. */
+export async function createFixtures(rpc: Rpc, count: number, parallel = 16): Promise<Fixtures> {
+  const make = async (name: string) => {
+    const { entity } = await rpc.ledger.createEntity({ entityName: name, entityType: "customer" });
+    await rpc.ledger.fundEntity({ entityId: entity!.entityId, amount: STARTING_BALANCE, description: "bench seed" });
+    return entity!.entityId;
+  };
+  const entities: string[] = [];
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: parallel }, async () => {
+      while (next < count) {
+        const i = next++;
+        entities[i] = await make(`bench ${i}`);
+      }
+    }),
+  );
+  return { entities, hot: await make("bench hot") };
+}
+
+/** `n` distinct random entities. */
+function pick(entities: string[], n: number): string[] {
+  const chosen = new Set<string>();
+  // Bounded: entities outnumber n many times over, so this ends in a few draws.
+  for (let tries = 0; chosen.size < n && tries < n * 100; tries++) {
+    chosen.add(entities[Math.floor(Math.random() * entities.length)]!);
+  }
+  return [...chosen];
+}
+
+/** The request a workload sends, by transport. */
+export function operation(workload: WorkloadName, transport: Transport, clients: { rest: Rest; rpc: Rpc }, fixtures: Fixtures): Operation {
+  const { rest, rpc } = clients;
+  const transfer = (from: string, to: string): Promise<unknown> =>
+    transport === "rest"
+      ? rest.post("/transaction", { description: "bench", status: "posted", amount: 1, account: { from, to } })
+      : rpc.ledger.createTransaction({
+          description: "bench",
+          status: TransactionStatus.POSTED,
+          form: { case: "transfer", value: { fromEntityId: from, toEntityId: to, amount: 1n } },
+        });
+  switch (workload) {
+    case "transfer":
+      return async () => {
+        const [from, to] = pick(fixtures.entities, 2) as [string, string];
+        await transfer(from, to);
+      };
+    case "deposit":
+      return async () => {
+        const [to] = pick(fixtures.entities, 1) as [string];
+        await (transport === "rest"
+          ? rest.post("/entity/fund", { entity_id: to, amount: 1, description: "bench" })
+          : rpc.ledger.fundEntity({ entityId: to, amount: 1n, description: "bench" }));
+      };
+    case "hot": {
+      // A shared counter, not a coin flip, so exactly every other request debits the hot entity.
+      let n = 0;
+      return async () => {
+        const [a, b] = pick(fixtures.entities, 2) as [string, string];
+        await transfer(n++ % 2 === 0 ? fixtures.hot : a, b);
+      };
+    }
+    case "hold":
+      return async () => {
+        const [from, to] = pick(fixtures.entities, 2) as [string, string];
+        if (transport === "rest") {
+          const created = await rest.post<{ hold: { hold_id: string } }>("/hold", { entity_id: from, amount: 2, description: "bench" });
+          await rest.post("/hold/capture", { hold_id: created.hold.hold_id, amount: 2, destination_entity_id: to });
+        } else {
+          const { hold } = await rpc.hold.createHold({ entityId: from, amount: 2n, description: "bench" });
+          await rpc.hold.captureHold({ holdId: hold!.holdId, amount: 2n, destinationEntityId: to });
+        }
+      };
+    case "multileg":
+      return async () => {
+        const legs = pick(fixtures.entities, 10);
+        const entries = legs.map((entityId, i) => ({ entityId, direction: i < 5 ? ("debit" as const) : ("credit" as const), amount: 2 }));
+        await (transport === "rest"
+          ? rest.post("/transaction", {
+              description: "bench",
+              status: "posted",
+              entries: entries.map((e) => ({ entity_id: e.entityId, direction: e.direction, amount: e.amount })),
+            })
+          : rpc.ledger.createTransaction({
+              description: "bench",
+              status: TransactionStatus.POSTED,
+              form: {
+                case: "entries",
+                value: {
+                  entries: entries.map((e) => ({
+                    entityId: e.entityId,
+                    direction: e.direction === "debit" ? Direction.DEBIT : Direction.CREDIT,
+                    amount: BigInt(e.amount),
+                  })),
+                },
+              },
+            }));
+      };
+  }
+}
