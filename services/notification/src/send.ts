@@ -46,6 +46,32 @@ function parseRetryAfter(value: string | undefined): number | undefined {
   return Number.isNaN(at) ? undefined : Math.max(0, Math.round((at - Date.now()) / 1000));
 }
 
+// Keep-alive agents, one per checked address (and host name, port, trusted CAs): a connection in
+// an agent's pool always goes to the address that passed the check when it was opened, so reuse
+// cannot bypass the SSRF policy, and a busy destination no longer pays a TLS handshake per attempt.
+const agents = new Map<string, http.Agent>();
+const MAX_AGENTS = 1_000;
+
+function agentFor(isHttps: boolean, target: ResolvedTarget, url: URL, extraCa: string | undefined): http.Agent {
+  const key = `${isHttps ? "https" : "http"}|${target.address}|${url.hostname}|${url.port}|${extraCa ? extraCa.length : 0}`;
+  let agent = agents.get(key);
+  if (agent) {
+    // Most recently used last, so the oldest is evicted first.
+    agents.delete(key);
+    agents.set(key, agent);
+    return agent;
+  }
+  const settings = { keepAlive: true, keepAliveMsecs: 10_000, maxFreeSockets: 16, scheduling: "lifo" as const };
+  agent = isHttps ? new https.Agent(settings) : new http.Agent(settings);
+  agents.set(key, agent);
+  if (agents.size > MAX_AGENTS) {
+    const [oldestKey, oldest] = agents.entries().next().value!;
+    agents.delete(oldestKey);
+    oldest.destroy();
+  }
+  return agent;
+}
+
 /**
  * POSTs `body` to `url` once. The host is resolved and checked now, and the connection is made to
  * that checked address (a custom `lookup`), while TLS still verifies the certificate against the
@@ -78,7 +104,7 @@ export async function sendOnce(url: URL, body: string, headers: Record<string, s
         path: `${url.pathname}${url.search}`,
         method: "POST",
         headers: { ...headers, "content-length": String(Buffer.byteLength(body)) },
-        agent: false,
+        agent: agentFor(isHttps, target, url, options.extraCa),
         // Pin the connection to the address that passed the check.
         lookup: (_host: string, opts: { all?: boolean }, cb: (...args: unknown[]) => void) => {
           if (opts?.all) cb(null, [{ address: target.address, family: target.family }]);

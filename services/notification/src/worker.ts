@@ -95,20 +95,21 @@ export function createWorker(options: WorkerOptions): Worker {
       // cannot fill the batch and hold back the others.
       const due = await tx<{ id: string; endpoint_id: string; enabled: boolean; deleted: boolean }[]>`
         select d.id, d.endpoint_id, en.enabled, en.deleted_at is not null as deleted
-        from deliveries d join endpoints en on en.id = d.endpoint_id
-        -- The due conditions stand on d itself, not only inside the subquery: when another
-        -- process leased a row after this statement's snapshot, the lock re-reads the row and
-        -- these conditions drop it. Inside the subquery alone they would not be re-checked,
-        -- and the row would be sent twice.
-        where d.status = 'pending' and d.next_attempt_at <= now()
-          and d.id in (
-          select id from (
-            select id, row_number() over (partition by endpoint_id order by next_attempt_at, id) as rn
-            from deliveries where status = 'pending' and next_attempt_at <= now()
-          ) ranked where rn <= ${cap})
+        from (select distinct endpoint_id from deliveries
+              where status = 'pending' and next_attempt_at <= now() limit 1000) due_endpoints
+        join endpoints en on en.id = due_endpoints.endpoint_id
+        -- Per destination, its oldest due deliveries through the (endpoint_id, next_attempt_at)
+        -- index: each claim reads a few rows per destination, not the whole backlog. The due
+        -- conditions stand on the locked rows themselves, so a row another process leased
+        -- after this statement's snapshot is re-read by the lock and dropped, never sent twice.
+        cross join lateral (
+          select id, endpoint_id, next_attempt_at from deliveries d
+          where d.endpoint_id = en.id and d.status = 'pending' and d.next_attempt_at <= now()
+          order by d.next_attempt_at, d.id
+          limit ${cap}
+          for update skip locked) d
         order by d.next_attempt_at, d.id
-        limit ${limit * 2}
-        for update of d skip locked`;
+        limit ${limit * 2}`;
       if (due.length === 0) return [] as Claimed[];
       // A destination switched off while this was queued: the retry stops here (DESIGN.md 6).
       const stopped = due.filter((d) => !d.enabled || d.deleted);
