@@ -1,8 +1,8 @@
 import { fromBinary } from "@bufbuild/protobuf";
-import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type ConsumerMessages } from "@nats-io/jetstream";
+import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type ConsumerMessages, type JsMsg } from "@nats-io/jetstream";
 import { ensureEventStream, isId, type Logger, type NatsHandle, type Sql, type StreamSettings } from "@ledger/common";
 import { EventSchema, type Event } from "@ledger/proto/events/v1/events_pb.js";
-import { ingestEvent } from "./events.js";
+import { ingestEvents } from "./events.js";
 
 /** Options of the event consumer. */
 export interface ConsumerOptions {
@@ -33,7 +33,7 @@ function isPoison(event: Event): string | undefined {
 }
 
 /**
- * Reads every event of the stream and stores it (ingestEvent is idempotent per event id). A message
+ * Reads every event of the stream and stores it (ingestEvents is idempotent per event id). A message
  * is acked only after its transaction committed; a passing fault (the database is down) naks it
  * with a delay so JetStream redelivers it; a message that can never be stored is terminated.
  * Starting does not wait for NATS: the loop connects when NATS is there and catches up from the
@@ -82,14 +82,34 @@ export function createEventConsumer(options: ConsumerOptions): EventConsumer {
         m.term(poison);
         continue;
       }
-      try {
-        const queued = await ingestEvent(sql, event);
-        m.ack();
-        if (queued > 0) options.onIngested();
-      } catch (err) {
-        log.warn({ event_id: event.id, err: (err as Error).message }, "storing an event failed; it will be redelivered");
-        m.nak(2_000);
+      pending.push({ m, event });
+      flushing ??= flush();
+    }
+    await flushing;
+  }
+
+  // Messages that arrive while a transaction stores the previous ones wait and go together in
+  // the next: one transaction per burst, not per event.
+  const pending: Array<{ m: JsMsg; event: Event }> = [];
+  let flushing: Promise<void> | undefined;
+  async function flush(): Promise<void> {
+    while (pending.length > 0) await store(pending.splice(0, 500));
+    flushing = undefined;
+  }
+
+  async function store(batch: Array<{ m: JsMsg; event: Event }>): Promise<void> {
+    try {
+      const queued = await ingestEvents(sql, batch.map((b) => b.event));
+      for (const b of batch) b.m.ack();
+      if (queued > 0) options.onIngested();
+    } catch (err) {
+      if (batch.length > 1) {
+        // One event the database refuses must not hold back the others: store them one by one.
+        for (const b of batch) await store([b]);
+        return;
       }
+      log.warn({ event_id: batch[0]!.event.id, err: (err as Error).message }, "storing an event failed; it will be redelivered");
+      batch[0]!.m.nak(2_000);
     }
   }
 

@@ -6,37 +6,46 @@ import type { EventSchema as ApiEventSchema } from "@ledger/proto/notification/v
 import { deliveryBody } from "./event-body.js";
 
 /**
- * Stores an event once per id and, in the same transaction, queues one delivery for each of the
- * account's enabled destinations that subscribe to its type. A redelivered message finds the
- * event already there and changes nothing, so the consumer may ack it again safely.
+ * Stores events once per id and, in the same transaction, queues one delivery for each of their
+ * account's enabled destinations that subscribe to their type. A redelivered message finds its
+ * event already there and changes nothing, so the consumer may ack it again safely. Many events
+ * share one transaction, so ingestion keeps up with the ledger's group commit.
  * Returns how many deliveries were queued.
  */
-export async function ingestEvent(sql: Sql, event: Event): Promise<number> {
-  const body = deliveryBody(event);
-  const created = event.created ? timestampDate(event.created) : new Date();
+export async function ingestEvents(sql: Sql, events: Event[]): Promise<number> {
+  const unique = [...new Map(events.map((e) => [e.id, e])).values()];
+  const rows = unique.map((event) => ({
+    id: event.id,
+    account_id: event.accountId,
+    type: event.type,
+    body: deliveryBody(event),
+    created_at: event.created ? timestampDate(event.created) : new Date(),
+  }));
   return sql.begin(async (tx) => {
-    const inserted = await tx`
-      insert into events (id, account_id, type, body, created_at)
-      values (${event.id}, ${event.accountId}, ${event.type}, ${body}, ${created})
+    const inserted = await tx<{ id: string; account_id: string; type: string }[]>`
+      insert into events ${tx(rows)}
       on conflict (id) do nothing
-      returning 1`;
+      returning id, account_id, type`;
     if (inserted.length === 0) return 0;
-    const endpoints = await tx<{ id: string }[]>`
-      select id from endpoints
-      where account_id = ${event.accountId} and enabled and deleted_at is null
-        and (event_types is null or ${event.type} = any (event_types))`;
+    const accounts = [...new Set(inserted.map((e) => e.account_id))];
+    const endpoints = await tx<{ id: string; account_id: string; event_types: string[] | null }[]>`
+      select id, account_id, event_types from endpoints
+      where account_id = any(${accounts}) and enabled and deleted_at is null`;
     if (endpoints.length === 0) return 0;
-    const rows = endpoints.map((e) => ({
-      id: newId("delivery"),
-      account_id: event.accountId,
-      event_id: event.id,
-      endpoint_id: e.id,
-      status: "pending",
-    }));
-    await tx`insert into deliveries ${tx(rows, "id", "account_id", "event_id", "endpoint_id", "status")}`;
-    // Due now; set by the database clock, which every worker compares against.
-    await tx`update deliveries set next_attempt_at = now() where event_id = ${event.id}`;
-    return rows.length;
+    const deliveries = inserted.flatMap((event) =>
+      endpoints
+        .filter((e) => e.account_id === event.account_id && (e.event_types === null || e.event_types.includes(event.type)))
+        .map((e) => ({ id: newId("delivery"), account_id: event.account_id, event_id: event.id, endpoint_id: e.id })),
+    );
+    if (deliveries.length === 0) return 0;
+    // Due now, by the database clock, which every worker compares against.
+    await tx`
+      insert into deliveries (id, account_id, event_id, endpoint_id, status, next_attempt_at)
+      select id, account_id, event_id, endpoint_id, 'pending', now()
+      from unnest(${deliveries.map((d) => d.id)}::text[], ${deliveries.map((d) => d.account_id)}::text[],
+                  ${deliveries.map((d) => d.event_id)}::text[], ${deliveries.map((d) => d.endpoint_id)}::text[])
+        as d(id, account_id, event_id, endpoint_id)`;
+    return deliveries.length;
   });
 }
 
