@@ -64,6 +64,8 @@ export async function startSystem(options: SystemOptions): Promise<System> {
     HOLD_PORT: String(ports.hold),
     NOTIFICATION_PORT: String(ports.notification),
     PORT: String(ports.gateway),
+    // The benchmark is one API key at full speed: the per-key limit would measure itself.
+    GATEWAY_RATE_LIMIT_PER_SECOND: "0",
     GATEWAY_HOST: "127.0.0.1",
     LEDGER_URL: urls.ledger,
     HOLD_URL: urls.hold,

@@ -12,6 +12,10 @@ export interface GatewayConfig {
   notificationUrl: string;
   /** Largest request body accepted; larger ones answer 413. */
   bodyLimitBytes: number;
+  /** Requests per second per API key on average (0: no limit); over it, 429 with Retry-After. */
+  rateLimitPerSecond: number;
+  /** Requests a key may send at once above the average. */
+  rateLimitBurst: number;
   logLevel: string;
 }
 
@@ -24,6 +28,8 @@ export function readGatewayConfig(env: Record<string, string | undefined> = proc
     holdUrl: envUrl(env, "HOLD_URL", "http://127.0.0.1:8082", ["http", "https"]),
     notificationUrl: envUrl(env, "NOTIFICATION_URL", "http://127.0.0.1:8083", ["http", "https"]),
     bodyLimitBytes: envInt(env, "GATEWAY_BODY_LIMIT_BYTES", 1024 * 1024, 1024, 64 * 1024 * 1024),
+    rateLimitPerSecond: envInt(env, "GATEWAY_RATE_LIMIT_PER_SECOND", 1_000, 0, 1_000_000),
+    rateLimitBurst: envInt(env, "GATEWAY_RATE_LIMIT_BURST", 2_000, 1, 10_000_000),
     logLevel: envString(env, "LOG_LEVEL", "info"),
   };
 }

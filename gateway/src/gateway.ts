@@ -6,6 +6,7 @@ import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { NotificationService } from "@ledger/proto/notification/v1/notification_pb.js";
 import type { GatewayConfig } from "./config.js";
 import { holdRoutes } from "./hold-routes.js";
+import { createRateLimiter } from "./rate-limit.js";
 import { notificationRoutes } from "./notification-routes.js";
 import { ledgerRoutes, type Clients } from "./routes.js";
 import { createRestHandler } from "./server.js";
@@ -31,7 +32,9 @@ export async function startGateway(config: GatewayConfig): Promise<GatewayHandle
   // The notification service is not a readiness check: money endpoints stay up while it is down,
   // and its own paths answer 503 until it is back.
   const routes = [...ledgerRoutes, ...holdRoutes, ...notificationRoutes];
-  const handler = createRestHandler(routes, clients, { bodyLimitBytes: config.bodyLimitBytes, log });
+  const rateLimiter =
+    config.rateLimitPerSecond > 0 ? createRateLimiter({ perSecond: config.rateLimitPerSecond, burst: config.rateLimitBurst }) : undefined;
+  const handler = createRestHandler(routes, clients, { bodyLimitBytes: config.bodyLimitBytes, log, ...(rateLimiter ? { rateLimiter } : {}) });
   const server = await listen({
     name: "gateway",
     host: config.host,

@@ -6,6 +6,7 @@ import { errorEnvelope } from "./errors.js";
 import { parseJsonBody, PayloadTooLarge, readBody } from "./http.js";
 import { asObject, onlyKnown, parseQuery, type Fields } from "./input.js";
 import { toJson } from "./json.js";
+import { rateKeyOf, type RateLimiter } from "./rate-limit.js";
 import type { Clients, Route } from "./routes.js";
 
 /** The version segment every REST path starts with (SPEC.md section 9). */
@@ -27,7 +28,11 @@ function header(req: IncomingMessage, name: string): string | undefined {
  * caller's Authorization, program_id, Idempotency-Key and request id to the RPC, and writes the
  * result or the error envelope. It owns no data and no business rule.
  */
-export function createRestHandler(routes: Route[], clients: Clients, options: { bodyLimitBytes: number; log: Logger }) {
+export function createRestHandler(
+  routes: Route[],
+  clients: Clients,
+  options: { bodyLimitBytes: number; log: Logger; rateLimiter?: RateLimiter },
+) {
   const table = new Map(routes.map((route) => [`${route.method} ${route.path}`, route]));
   const methodsByPath = new Map<string, string[]>();
   for (const route of routes) methodsByPath.set(route.path, [...(methodsByPath.get(route.path) ?? []), route.method]);
@@ -41,6 +46,17 @@ export function createRestHandler(routes: Route[], clients: Clients, options: { 
     const method = req.method ?? "GET";
     let status = 200;
     try {
+      // Budgets are checked before anything else is read: an over-eager client costs almost nothing.
+      const decision = options.rateLimiter?.take(rateKeyOf(header(req, "authorization"), req.socket.remoteAddress));
+      if (decision && !decision.ok) {
+        status = 429;
+        const message = `too many requests for this API key; retry in ${decision.retryAfterSeconds} s`;
+        send(res, 429, { status: "error", error: { code: "rate_limited", message, details: { retry_after_seconds: decision.retryAfterSeconds } } }, {
+          [REQUEST_ID_HEADER]: requestId,
+          "retry-after": String(decision.retryAfterSeconds),
+        });
+        return;
+      }
       const route = path === undefined ? undefined : table.get(`${method} ${path}`);
       if (!route) {
         const allowed = path === undefined ? undefined : methodsByPath.get(path);

@@ -4,7 +4,7 @@ import { createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
-import { startGateway, type GatewayHandle } from "@ledger/gateway";
+import { startGateway, type GatewayConfig, type GatewayHandle } from "@ledger/gateway";
 import { startHold, type HoldConfig, type HoldHandle } from "@ledger/hold-service";
 import { createAccount, startLedger, type LedgerHandle, type NewAccount } from "@ledger/ledger-service";
 import { startNotification, type NotificationConfig, type NotificationHandle } from "@ledger/notification-service";
@@ -108,6 +108,8 @@ export interface StackOptions {
   externalHoldUrl?: string;
   /** How old unfinished hold work must be before recovery finishes it. */
   recoveryAfterMs?: number;
+  /** Gateway settings to override, for example a low rate limit. */
+  gateway?: Partial<GatewayConfig>;
   /**
    * Starts the notification service too. Test defaults: private networks allowed (receivers are
    * on 127.0.0.1), a short retry schedule (300ms,300ms), a 2 s timeout, a random secret key.
@@ -202,6 +204,9 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     notificationUrl: notification?.server.url ?? "http://127.0.0.1:9",
     bodyLimitBytes: 64 * 1024,
     logLevel,
+    rateLimitPerSecond: 0,
+    rateLimitBurst: 1,
+    ...options.gateway,
   });
   const sql = postgres(databaseUrl, { max: 4, types: { bigint: postgres.BigInt }, onnotice: () => {}, connection: { search_path: "ledger" } }) as unknown as postgres.Sql<{ bigint: bigint }>;
   const restUrl = `${gateway.server.url}/v1`;
