@@ -43,7 +43,10 @@ describe("deliveries to blocked addresses", () => {
 
   it("fails them with blocked_address and never connects", async () => {
     const port = new URL(receiver.origin).port;
-    const urls = [receiver.endpoint("/loopback"), "https://10.0.0.1/hook", "https://169.254.169.254/latest/meta-data", `https://[::1]:${port}/hook`];
+    // `localhost` is a name, not an address: it is resolved at delivery time, and what it resolves
+    // to is checked then, whatever it was when the destination was created.
+    const byName = receiver.endpoint("/by-name").replace("127.0.0.1", "localhost");
+    const urls = [receiver.endpoint("/loopback"), "https://10.0.0.1/hook", "https://169.254.169.254/latest/meta-data", `https://[::1]:${port}/hook`, byName];
     const ids: string[] = [];
     for (const url of urls) {
       const res = await api.post("/webhooks", { url });
@@ -62,5 +65,6 @@ describe("deliveries to blocked addresses", () => {
       expect(delivery).toMatchObject({ status: "failed", attempts: 2, error: "blocked_address", response_status: null });
     }
     expect(receiver.received("/loopback")).toHaveLength(0);
+    expect(receiver.received("/by-name")).toHaveLength(0);
   });
 });
