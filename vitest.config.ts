@@ -4,6 +4,7 @@ import { defineConfig } from "vitest/config";
 export default defineConfig({
   test: {
     include: ["packages/*/src/**/*.test.ts", "services/*/src/**/*.test.ts", "gateway/src/**/*.test.ts"],
+    exclude: ["**/node_modules/**", "**/*.faults.test.ts"],
     globalSetup: ["packages/testing/src/global-setup.ts"],
     pool: "forks",
     testTimeout: 60_000,

@@ -1,0 +1,13 @@
+import { defineConfig } from "vitest/config";
+
+// The fault tests (pnpm test:faults): they kill services and restart NATS and Postgres, so they
+// run on their own, after the other tests, never beside them.
+export default defineConfig({
+  test: {
+    include: ["packages/*/src/**/*.faults.test.ts"],
+    globalSetup: ["packages/testing/src/global-setup.ts"],
+    pool: "forks",
+    testTimeout: 600_000,
+    hookTimeout: 120_000,
+  },
+});
