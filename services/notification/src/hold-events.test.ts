@@ -1,4 +1,5 @@
 import Stripe from "stripe";
+import { verifyWebhook } from "@ledger/webhooks";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { eventually, startStack, startWebhookReceiver, type Stack, type WebhookReceiver } from "@ledger/testing";
 
@@ -39,7 +40,12 @@ it("delivers hold.created, hold.captured and hold.released, signed, with the hol
   const got = receiver.received("/holds");
   // Only hold events: the fund and the capture's transfer (transaction.created) are filtered out.
   expect(got.map((g) => JSON.parse(g.body).type).sort()).toEqual(["hold.captured", "hold.created", "hold.released"]);
-  for (const g of got) expect(signature.verifyHeader(g.body, g.headers["x-service-signature"] as string, secret)).toBe(true);
+  for (const g of got) {
+    expect(signature.verifyHeader(g.body, g.headers["x-service-signature"] as string, secret)).toBe(true);
+    // The receiver-side helper this project ships agrees, and refuses the same body with another secret.
+    expect(verifyWebhook(g.body, g.headers["x-service-signature"] as string, [secret])).toMatchObject({ id: g.headers["x-service-event-id"] });
+    expect(() => verifyWebhook(g.body, g.headers["x-service-signature"] as string, ["whsec_other"])).toThrow(/no signature matches/);
+  }
 
   const byType = Object.fromEntries(got.map((g) => [JSON.parse(g.body).type, JSON.parse(g.body).data]));
   expect(byType["hold.created"]).toMatchObject({ hold_id: hold.hold_id, entity_id: source, amount: 300, captured_amount: 0, status: "held", currency_code: "USD", description: "auth" });
