@@ -1,13 +1,22 @@
 import { randomUUID } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { CallOptions } from "@connectrpc/connect";
-import { IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER, REQUEST_ID_HEADER, type Logger } from "@ledger/common";
+import { Histogram } from "prom-client";
+import { IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER, metricsRegistry, REQUEST_ID_HEADER, type Logger } from "@ledger/common";
 import { errorEnvelope } from "./errors.js";
 import { parseJsonBody, PayloadTooLarge, readBody } from "./http.js";
 import { asObject, onlyKnown, parseQuery, type Fields } from "./input.js";
 import { toJson } from "./json.js";
 import { rateKeyOf, type RateLimiter } from "./rate-limit.js";
 import type { Clients, Route } from "./routes.js";
+
+const httpDuration = new Histogram({
+  name: "http_server_duration_seconds",
+  help: "REST requests by method, route and status: rate (count), errors (status) and latency.",
+  labelNames: ["method", "route", "status"],
+  buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
+  registers: [metricsRegistry],
+});
 
 /** The version segment every REST path starts with (SPEC.md section 9). */
 export const API_PREFIX = "/v1";
@@ -80,6 +89,11 @@ export function createRestHandler(
       const headers: Record<string, string> = { [REQUEST_ID_HEADER]: requestId };
       const authorization = header(req, "authorization");
       if (authorization) headers["authorization"] = authorization;
+      // W3C trace context passes through untouched, so a tracing setup sees one trace per call.
+      for (const name of ["traceparent", "tracestate"]) {
+        const value = header(req, name);
+        if (value && value.length <= 512) headers[name] = value;
+      }
       const idempotencyKey = header(req, IDEMPOTENCY_KEY_HEADER);
       if (idempotencyKey !== undefined && method !== "GET") headers[IDEMPOTENCY_KEY_HEADER] = idempotencyKey;
       let replayed = false;
@@ -104,7 +118,10 @@ export function createRestHandler(
       if (status >= 500) options.log.error({ request_id: requestId, err }, "request failed");
       send(res, envelope.status, envelope.body, { [REQUEST_ID_HEADER]: requestId });
     } finally {
-      options.log.info({ request_id: requestId, method, path: url.pathname, status, ms: Math.round(performance.now() - started) }, "request");
+      const seconds = (performance.now() - started) / 1000;
+      const route = path !== undefined && table.has(`${method} ${path}`) ? path : "unmatched";
+      httpDuration.observe({ method, route, status: String(status) }, seconds);
+      options.log.info({ request_id: requestId, method, path: url.pathname, status, ms: Math.round(seconds * 1000) }, "request");
     }
   };
 }

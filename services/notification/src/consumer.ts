@@ -1,8 +1,22 @@
 import { fromBinary } from "@bufbuild/protobuf";
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type ConsumerMessages, type JsMsg } from "@nats-io/jetstream";
-import { ensureEventStream, isId, type Logger, type NatsHandle, type Sql, type StreamSettings } from "@ledger/common";
+import { ensureEventStream, isId, metricsRegistry, type Logger, type NatsHandle, type Sql, type StreamSettings } from "@ledger/common";
+import { Gauge } from "prom-client";
 import { EventSchema, type Event } from "@ledger/proto/events/v1/events_pb.js";
 import { ingestEvents } from "./events.js";
+
+// How far the consumer is behind the stream, read from JetStream when /metrics is scraped.
+const lagSources = new Set<() => Promise<number>>();
+new Gauge({
+  name: "jetstream_consumer_pending",
+  help: "Events on the stream not yet stored by this service (pending plus delivered but unacknowledged).",
+  registers: [metricsRegistry],
+  async collect() {
+    let pending = 0;
+    for (const source of lagSources) pending += await source().catch(() => 0);
+    this.set(pending);
+  },
+});
 
 /** Options of the event consumer. */
 export interface ConsumerOptions {
@@ -46,6 +60,7 @@ export function createEventConsumer(options: ConsumerOptions): EventConsumer {
   let messages: ConsumerMessages | undefined;
   let loop: Promise<void> | undefined;
   let stopTimer: (() => void) | undefined;
+  let lag: () => Promise<number> = async () => 0;
 
   async function consumeOnce(): Promise<void> {
     const nc = await options.nats.connected();
@@ -65,6 +80,12 @@ export function createEventConsumer(options: ConsumerOptions): EventConsumer {
       });
     }
     const consumer = await jetstream(nc).consumers.get(options.stream.name, name);
+    lagSources.delete(lag);
+    lag = async () => {
+      const info = await jsm.consumers.info(options.stream.name, name);
+      return info.num_pending + info.num_ack_pending;
+    };
+    lagSources.add(lag);
     messages = await consumer.consume({ max_messages: 100 });
     if (!running) messages.stop();
     for await (const m of messages) {
@@ -141,6 +162,7 @@ export function createEventConsumer(options: ConsumerOptions): EventConsumer {
     },
     async stop() {
       running = false;
+      lagSources.delete(lag);
       messages?.stop();
       stopTimer?.();
       // connected() never resolves while NATS stays down; do not wait on it for ever.

@@ -19,6 +19,7 @@ export async function ingestEvents(sql: Sql, events: Event[]): Promise<number> {
     account_id: event.accountId,
     type: event.type,
     body: deliveryBody(event),
+    request_id: event.requestId.slice(0, 128),
     created_at: event.created ? timestampDate(event.created) : new Date(),
   }));
   return sql.begin(async (tx) => {

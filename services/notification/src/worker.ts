@@ -49,6 +49,7 @@ interface Claimed {
   endpoint_id: string;
   event_id: string;
   event_type: string;
+  request_id: string;
   url: string;
   body: string;
   attempts: number;
@@ -141,7 +142,7 @@ export function createWorker(options: WorkerOptions): Worker {
           update deliveries set lease_id = ${lease}, next_attempt_at = now() + make_interval(secs => ${leaseMs / 1000}), updated_at = now()
           where id in ${tx(chosen)}
           returning id, endpoint_id, event_id, attempts)
-        select l.id, l.endpoint_id, l.event_id, ev.type as event_type, en.url, ev.body, l.attempts,
+        select l.id, l.endpoint_id, l.event_id, ev.type as event_type, ev.request_id, en.url, ev.body, l.attempts,
                en.secret, en.previous_secret,
                coalesce(en.previous_secret_expires_at > now(), false) as previous_active,
                ${lease} as lease_id
@@ -202,7 +203,11 @@ export function createWorker(options: WorkerOptions): Worker {
         insert into delivery_attempts (delivery_id, endpoint_id, succeeded, response_status, duration_ms, error)
         values (${c.id}, ${c.endpoint_id}, ${succeeded}, ${result.status || null}, ${result.durationMs}, ${result.error || null})`;
     });
-    log.debug({ delivery_id: c.id, attempt: number, status: result.status, error: result.error, next }, "delivery attempt");
+    // One line per attempt, carrying the request id of the call that caused the event, so a
+    // delivery can be traced back to the gateway's log line and forward from it.
+    const fields = { request_id: c.request_id, event_id: c.event_id, delivery_id: c.id, endpoint_id: c.endpoint_id, attempt: number, status: result.status, error: result.error || undefined, ms: result.durationMs, next };
+    if (succeeded) log.info(fields, "delivery attempt succeeded");
+    else log.warn(fields, "delivery attempt failed");
   }
 
   async function run() {
