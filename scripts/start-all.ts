@@ -5,8 +5,10 @@ import { readGatewayConfig, startGateway } from "@ledger/gateway";
 import { readHoldConfig, startHold } from "@ledger/hold-service";
 import { readLedgerConfig, startLedger } from "@ledger/ledger-service";
 import { readNotificationConfig, startNotification } from "@ledger/notification-service";
+import { ensureLocalNats } from "./local-nats.js";
 
 runMain("ledger-all", async () => {
+  const stopNats = await ensureLocalNats(process.env["NATS_URL"] ?? "nats://127.0.0.1:4222", process.env["LEDGER_DATA_DIR"] ?? ".data");
   const ledger = await startLedger(readLedgerConfig());
   const ledgerUrl = process.env["LEDGER_URL"] ?? ledger.server.url;
   const hold = await startHold({ ...readHoldConfig(), ledgerUrl });
@@ -27,6 +29,7 @@ runMain("ledger-all", async () => {
       await notification.close();
       await hold.close();
       await ledger.close();
+      stopNats?.();
     },
   };
 });
