@@ -5,6 +5,7 @@ import { HoldService } from "@ledger/proto/hold/v1/hold_pb.js";
 import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { NotificationService } from "@ledger/proto/notification/v1/notification_pb.js";
 import type { GatewayConfig } from "./config.js";
+import { createDocsHandler } from "./docs.js";
 import { holdRoutes } from "./hold-routes.js";
 import { createRateLimiter } from "./rate-limit.js";
 import { notificationRoutes } from "./notification-routes.js";
@@ -35,12 +36,16 @@ export async function startGateway(config: GatewayConfig): Promise<GatewayHandle
   const rateLimiter =
     config.rateLimitPerSecond > 0 ? createRateLimiter({ perSecond: config.rateLimitPerSecond, burst: config.rateLimitBurst }) : undefined;
   const handler = createRestHandler(routes, clients, { bodyLimitBytes: config.bodyLimitBytes, log, ...(rateLimiter ? { rateLimiter } : {}) });
+  // The docs come first: they need no API key and do not count against a key's rate limit.
+  const docs = createDocsHandler();
   const server = await listen({
     name: "gateway",
     host: config.host,
     port: config.port,
     log,
-    fallback: (req, res) => void handler(req as never, res as never),
+    fallback: (req, res) => {
+      if (!docs(req as never, res as never)) void handler(req as never, res as never);
+    },
     readiness: {
       ledger: async () => (await fetch(new URL("/healthz", config.ledgerUrl), { signal: AbortSignal.timeout(1_500) })).ok,
       hold: async () => (await fetch(new URL("/healthz", config.holdUrl), { signal: AbortSignal.timeout(1_500) })).ok,

@@ -1,0 +1,77 @@
+import { readFileSync } from "node:fs";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { parse } from "yaml";
+
+// The OpenAPI description and a page that renders it, served by the gateway itself. Neither
+// needs an API key: the description is public, and a browser opening /docs sends none.
+// The renderer is swagger-ui-dist's prebuilt bundle, served from node_modules, because the page
+// must work where no CDN is reachable.
+
+/** Where gateway/openapi.yaml lives, beside this package's src/. */
+export const OPENAPI_PATH = fileURLToPath(new URL("../openapi.yaml", import.meta.url));
+
+/** The OpenAPI document as an object (parsed from YAML). */
+export function loadOpenApi(path = OPENAPI_PATH): Record<string, unknown> {
+  return parse(readFileSync(path, "utf8")) as Record<string, unknown>;
+}
+
+const SWAGGER_DIR = dirname(createRequire(import.meta.url).resolve("swagger-ui-dist/package.json"));
+
+// validatorUrl null: Swagger UI would otherwise send the document to an outside validator.
+const PAGE = `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>Ledger REST API</title>
+<link rel="stylesheet" href="/docs/swagger-ui.css">
+</head>
+<body>
+<div id="swagger-ui"></div>
+<script src="/docs/swagger-ui-bundle.js"></script>
+<script>
+window.ui = SwaggerUIBundle({ url: "/v1/openapi.json", dom_id: "#swagger-ui", validatorUrl: null, deepLinking: true });
+</script>
+</body>
+</html>
+`;
+
+const ASSETS: Record<string, { file: string; type: string }> = {
+  "/docs/swagger-ui.css": { file: "swagger-ui.css", type: "text/css; charset=utf-8" },
+  "/docs/swagger-ui-bundle.js": { file: "swagger-ui-bundle.js", type: "text/javascript; charset=utf-8" },
+};
+
+/**
+ * A handler for GET /v1/openapi.json, /docs and the renderer's files. It returns false for any
+ * other request so the REST handler takes it. Everything is read once here, at start, so a
+ * missing or broken openapi.yaml stops the gateway instead of failing a client later.
+ */
+export function createDocsHandler(): (req: IncomingMessage, res: ServerResponse) => boolean {
+  const spec = Buffer.from(JSON.stringify(loadOpenApi()));
+  const page = Buffer.from(PAGE);
+  const assets = new Map(Object.entries(ASSETS).map(([path, a]) => [path, { body: readFileSync(join(SWAGGER_DIR, a.file)), type: a.type }]));
+  const send = (res: ServerResponse, type: string, body: Buffer, cache: string) => {
+    res.writeHead(200, { "content-type": type, "content-length": body.length, "cache-control": cache });
+    res.end(body);
+  };
+  return (req, res) => {
+    if (req.method !== "GET" && req.method !== "HEAD") return false;
+    const path = new URL(req.url ?? "/", "http://gateway").pathname;
+    if (path === "/v1/openapi.json") {
+      send(res, "application/json; charset=utf-8", spec, "no-cache");
+      return true;
+    }
+    if (path === "/docs" || path === "/docs/") {
+      send(res, "text/html; charset=utf-8", page, "no-cache");
+      return true;
+    }
+    const asset = assets.get(path);
+    if (asset) {
+      send(res, asset.type, asset.body, "public, max-age=3600");
+      return true;
+    }
+    return false;
+  };
+}
