@@ -40,7 +40,7 @@ async function main(): Promise<void> {
   }
 
   const infra = readInfraConfig(env);
-  // 3 on the three-node cluster of deploy/base/nats.yaml; the dev overlay sets 1 for a single node.
+  // 3 on the three-node cluster of deploy/base/nats.yaml; set 1 against a single NATS server.
   const replicas = envInt(env, "NATS_STREAM_REPLICAS", 3, 1, 5);
   const nc = await connect({ servers: infra.natsUrl, timeout: 10_000 });
   try {
