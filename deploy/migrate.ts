@@ -1,0 +1,66 @@
+/**
+ * The migration Job's entry point: applies every service's migrations and makes sure the event
+ * stream exists with the replica count the cluster wants, then exits.
+ *
+ * The services migrate at start as well (under an advisory lock, so this is never a race), but a
+ * Job that runs first means a bad migration fails one Job, visibly, instead of crash-looping every
+ * replica of a rolling update. It lives under deploy/ because only Kubernetes needs it.
+ *
+ * The stream matters as much: services create it when it is missing with JetStream's default of
+ * one replica, which on a three-node NATS cluster would keep every event on one node. Creating it
+ * here first (or raising its replicas when a service won the race) makes it survive a node loss.
+ */
+import { fileURLToPath } from "node:url";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { connect } from "@nats-io/transport-node";
+import { createLogger, ensureEventStream, envInt, openDatabase, readDatabaseUrl, readInfraConfig } from "@ledger/common";
+
+const env = process.env;
+const log = createLogger("migrate", env["LOG_LEVEL"] ?? "info");
+
+/** Each service's schema, its own database variable and its migrations, as its service.ts has them. */
+const SERVICES = [
+  { schema: "ledger", variable: "LEDGER_DATABASE_URL", dir: "../services/ledger/migrations" },
+  { schema: "hold", variable: "HOLD_DATABASE_URL", dir: "../services/hold/migrations" },
+  { schema: "notification", variable: "NOTIFICATION_DATABASE_URL", dir: "../services/notification/migrations" },
+] as const;
+
+async function main(): Promise<void> {
+  for (const service of SERVICES) {
+    const sql = await openDatabase({
+      url: readDatabaseUrl(env, service.variable),
+      schema: service.schema,
+      migrationsDir: fileURLToPath(new URL(service.dir, import.meta.url)),
+      max: 1,
+      log,
+      applicationName: `migrate-${service.schema}`,
+    });
+    await sql.end({ timeout: 5 });
+    log.info({ schema: service.schema }, "migrations applied");
+  }
+
+  const infra = readInfraConfig(env);
+  // 3 on the three-node cluster of deploy/base/nats.yaml; set 1 against a single NATS server.
+  const replicas = envInt(env, "NATS_STREAM_REPLICAS", 3, 1, 5);
+  const nc = await connect({ servers: infra.natsUrl, timeout: 10_000 });
+  try {
+    await ensureEventStream(nc, { name: infra.natsStream, subjectPrefix: infra.natsSubjectPrefix });
+    const jsm = await jetstreamManager(nc);
+    const info = await jsm.streams.info(infra.natsStream);
+    if (info.config.num_replicas < replicas) {
+      // JetStream moves a stream from R1 to R3 online; lowering is left to an operator on purpose.
+      await jsm.streams.update(infra.natsStream, { num_replicas: replicas });
+      log.info({ stream: infra.natsStream, replicas }, "raised stream replicas");
+    }
+  } finally {
+    await nc.drain();
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (err: unknown) => {
+    console.error(`migrate: ${err instanceof Error ? err.message : String(err)}`);
+    process.exit(1);
+  },
+);
