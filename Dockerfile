@@ -17,6 +17,8 @@ COPY package.json pnpm-lock.yaml pnpm-workspace.yaml ./
 COPY proto/package.json proto/
 COPY packages/common/package.json packages/common/
 COPY packages/testing/package.json packages/testing/
+COPY packages/webhooks/package.json packages/webhooks/
+COPY packages/client/package.json packages/client/
 COPY services/ledger/package.json services/ledger/
 COPY services/hold/package.json services/hold/
 COPY services/notification/package.json services/notification/
