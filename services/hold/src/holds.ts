@@ -48,8 +48,8 @@ export function visibleStatus(row: HoldRow): string {
   return row.status;
 }
 
-/** The API form of a hold. */
-export function holdToProto(row: HoldRow): MessageInitShape<typeof HoldSchema> {
+/** What a client sees of a hold, in the API and in the `hold.*` events alike. */
+function holdFields(row: HoldRow) {
   return {
     holdId: row.id,
     entityId: row.entity_id,
@@ -62,11 +62,18 @@ export function holdToProto(row: HoldRow): MessageInitShape<typeof HoldSchema> {
     releaseReason: row.status === "released" ? (row.release_reason ?? "") : "",
     currencyCode: row.currency_code,
     createdAt: timestampFromDate(row.created_at),
-    updatedAt: timestampFromDate(row.updated_at),
   };
 }
 
+/** The API form of a hold. */
+export function holdToProto(row: HoldRow): MessageInitShape<typeof HoldSchema> {
+  return { ...holdFields(row), updatedAt: timestampFromDate(row.updated_at) };
+}
+
 function holdEvent(type: "hold.created" | "hold.captured" | "hold.released", row: HoldRow, requestId: string, capture?: CaptureRow): Event {
+  const captured = capture
+    ? { captured: { amount: capture.amount, destinationEntityId: capture.destination_entity_id, transactionGroupId: capture.transaction_group_id ?? "" } }
+    : {};
   return create(EventSchema, {
     id: newId("event"),
     type,
@@ -74,25 +81,7 @@ function holdEvent(type: "hold.created" | "hold.captured" | "hold.released", row
     programId: row.program_id,
     created: timestampFromDate(new Date()),
     requestId,
-    data: {
-      case: "hold",
-      value: {
-        holdId: row.id,
-        entityId: row.entity_id,
-        amount: row.amount,
-        capturedAmount: row.captured_amount,
-        status: visibleStatus(row),
-        ...(row.expires_at ? { expiresAt: timestampFromDate(row.expires_at) } : {}),
-        description: row.description,
-        releaseReason: row.status === "released" ? (row.release_reason ?? "") : "",
-        programId: row.program_id,
-        currencyCode: row.currency_code,
-        createdAt: timestampFromDate(row.created_at),
-        ...(capture
-          ? { captured: { amount: capture.amount, destinationEntityId: capture.destination_entity_id, transactionGroupId: capture.transaction_group_id ?? "" } }
-          : {}),
-      },
-    },
+    data: { case: "hold", value: { ...holdFields(row), ...captured } },
   });
 }
 
