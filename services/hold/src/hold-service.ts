@@ -33,9 +33,6 @@ function parseAmount(amount: bigint): bigint {
   return amount;
 }
 
-function parseDescription(value: string): string {
-  return parseText(value, "description");
-}
 
 function idempotencyOf<I extends DescMessage>(ctx: HandlerContext, schema: I, request: MessageShape<I>): Idempotency | undefined {
   const key = idempotencyKeyOf(ctx);
@@ -58,7 +55,7 @@ export function createHoldService(holds: ReturnType<typeof createHolds>, ledger:
         entityId: req.entityId,
         amount,
         ...(expiresAt ? { expiresAt } : {}),
-        description: parseDescription(req.description),
+        description: parseText(req.description, "description"),
         ...(idempotencyOf(ctx, CreateHoldRequestSchema, req) ? { idempotency: idempotencyOf(ctx, CreateHoldRequestSchema, req)! } : {}),
         requestId: requestIdOf(ctx),
       });
@@ -81,7 +78,7 @@ export function createHoldService(holds: ReturnType<typeof createHolds>, ledger:
         holdId: req.holdId,
         amount: parseAmount(req.amount),
         destinationEntityId: req.destinationEntityId,
-        description: parseDescription(req.description),
+        description: parseText(req.description, "description"),
         ...(idempotency ? { idempotency } : {}),
         requestId: requestIdOf(ctx),
       });

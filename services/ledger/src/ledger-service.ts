@@ -2,7 +2,7 @@ import type { JsonObject } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import {
   invalidArgument,
-  parseText as parseClientText,
+  parseText,
   isId,
   parsePageRequest,
   principalOf,
@@ -62,9 +62,6 @@ export interface LedgerDeps {
   resolveProgram: (principal: Principal, requested: string) => Promise<string>;
 }
 
-function parseText(value: string, field: string, required: boolean): string {
-  return parseClientText(value, field, { required });
-}
 
 function requireId(value: string, field: string): string {
   if (value === "") throw invalidArgument(`${field} is required`);
@@ -84,7 +81,7 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
   async function settleCommand(ctx: HandlerContext, programId: string, groupId: string, to: "posted" | "canceled" | "failed", reason: string) {
     const base = await scope(ctx, programId);
     requireId(groupId, "transaction_group_id");
-    parseText(reason, "reason", false);
+    parseText(reason, "reason");
     return { kind: "settle" as const, ...base, groupId, to, reason };
   }
 
@@ -124,7 +121,7 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
       const base = await scope(ctx, req.programId);
       const entityId = requireId(req.entityId, "entity_id");
       const amount = parseAmount(req.amount);
-      const description = parseText(req.description, "description", false) || "Deposit";
+      const description = parseText(req.description, "description") || "Deposit";
       return submit(ctx, FundEntityRequestSchema, req, FundEntityResponseSchema, { kind: "fund", ...base, entityId, amount, description }, (outcome) => {
         const group = groupOf(outcome);
         return { transactionGroup: groupToProto(group), credit: legToProto(group.legs[1]!, group.status) };
@@ -135,7 +132,7 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
       const base = await scope(ctx, req.programId);
       const entityId = requireId(req.entityId, "entity_id");
       const amount = parseAmount(req.amount);
-      const description = parseText(req.description, "description", false) || "Withdrawal";
+      const description = parseText(req.description, "description") || "Withdrawal";
       return submit(ctx, DefundEntityRequestSchema, req, DefundEntityResponseSchema, { kind: "defund", ...base, entityId, amount, description }, (outcome) => {
         const group = groupOf(outcome);
         return { transactionGroup: groupToProto(group), debit: legToProto(group.legs[0]!, group.status) };
@@ -144,7 +141,7 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
 
     async createTransaction(req, ctx) {
       const base = await scope(ctx, req.programId);
-      const description = parseText(req.description, "description", true);
+      const description = parseText(req.description, "description", { required: true });
       const metadata = parseMetadata(req.metadata as JsonObject | undefined);
       let status: "pending" | "posted";
       if (req.status === TransactionStatus.UNSPECIFIED || req.status === TransactionStatus.PENDING) status = "pending";
@@ -214,7 +211,7 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
     async reverseTransaction(req, ctx) {
       const base = await scope(ctx, req.programId);
       const groupId = requireId(req.transactionGroupId, "transaction_group_id");
-      const description = parseText(req.description, "description", false);
+      const description = parseText(req.description, "description");
       return submit(ctx, ReverseTransactionRequestSchema, req, ReverseTransactionResponseSchema, { kind: "reverse", ...base, groupId, description }, (outcome) => ({
         transactionGroup: groupToProto(groupOf(outcome)),
         reversalTransactionGroupId: outcome.reversal!.id,
@@ -225,7 +222,7 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
     async disputeTransaction(req, ctx) {
       const base = await scope(ctx, req.programId);
       const groupId = requireId(req.transactionGroupId, "transaction_group_id");
-      const reason = parseText(req.reason, "reason", false);
+      const reason = parseText(req.reason, "reason");
       return submit(ctx, DisputeTransactionRequestSchema, req, DisputeTransactionResponseSchema, { kind: "dispute", ...base, groupId, reason }, groupResponse);
     },
 

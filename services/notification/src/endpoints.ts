@@ -74,9 +74,6 @@ export function validateEventTypes(types: string[]): string[] {
   return [...new Set(types)];
 }
 
-function validateText(value: string, field: string, max: number): string {
-  return parseText(value, field, { max });
-}
 
 /** Inserts a destination and returns it with its secret, shown this once. */
 export async function createEndpoint(
@@ -87,10 +84,10 @@ export async function createEndpoint(
   const id = newId("endpoint");
   const secret = generateSecret();
   // A generated name tells destinations apart in a list: the host and a piece of the id.
-  const name = validateText(input.name, "name", 200) || `${new URL(input.url).hostname} ${id.slice(-6)}`;
+  const name = parseText(input.name, "name", { max: 200 }) || `${new URL(input.url).hostname} ${id.slice(-6)}`;
   const [row] = await sql<EndpointRow[]>`
     insert into endpoints (id, account_id, url, name, description, event_types, secret)
-    values (${id}, ${input.accountId}, ${input.url}, ${name}, ${validateText(input.description, "description", 1000)},
+    values (${id}, ${input.accountId}, ${input.url}, ${name}, ${parseText(input.description, "description", { max: 1000 })},
             ${input.eventTypes}, ${encryptSecret(key, id, secret)})
     returning ${sql(COLUMNS)}`;
   return { row: row!, secret };
@@ -141,7 +138,7 @@ export interface EndpointChange {
  */
 export async function updateEndpoint(tx: Tx, accountId: string, endpointId: string, change: EndpointChange): Promise<EndpointRow> {
   if (change.name !== undefined) {
-    validateText(change.name, "name", 200);
+    parseText(change.name, "name", { max: 200 });
     if (change.name === "") throw invalidArgument("name must not be empty", { field: "name" });
   }
   const current = await findEndpoint(tx, accountId, endpointId, true);
