@@ -78,11 +78,13 @@ export async function startSystem(options: SystemOptions): Promise<System> {
   const logDir = join(tmpdir(), `ledger-bench-${tag}`);
   mkdirSync(logDir, { recursive: true });
 
+  // Extra node flags for every service, for profiling: BENCH_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof".
+  const nodeArgs = (process.env["BENCH_NODE_ARGS"] ?? "").split(/\s+/).filter(Boolean);
   const children = new Map<ServiceName, ChildProcess>();
   const start = async (name: ServiceName) => {
     const log = openSync(join(logDir, `${name}.log`), "a");
     const childEnv = name === "notification" ? { ...env, NODE_EXTRA_CA_CERTS: options.caFile } : env;
-    const child = spawn(process.execPath, ["--import", "tsx", ENTRY[name]], { cwd: options.repoRoot, env: childEnv, stdio: ["ignore", log, log] });
+    const child = spawn(process.execPath, [...nodeArgs, "--import", "tsx", ENTRY[name]], { cwd: options.repoRoot, env: childEnv, stdio: ["ignore", log, log] });
     closeSync(log);
     children.set(name, child);
     await waitReady(name, urls[name], child, join(logDir, `${name}.log`));

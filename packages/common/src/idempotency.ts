@@ -64,6 +64,74 @@ export async function claimIdempotencyKey(tx: Tx, accountId: string, key: string
   return { kind: "replay", response: existing.response };
 }
 
+/** One key of a batch to claim, as `claimIdempotencyKey` takes it. */
+export interface KeyClaim {
+  accountId: string;
+  key: string;
+  fingerprint: Buffer;
+}
+
+/**
+ * Claims many keys in the caller's transaction: one statement inserts every new key (the usual
+ * case), and only keys that exist already are looked at one by one, as `claimIdempotencyKey` does.
+ * Callers pass the keys sorted; the insert takes them in that order and rows that exist are locked
+ * only after every insert, so two batches with overlapping keys cannot wait on each other in a cycle.
+ * Each claim answers with its own result or its own error.
+ */
+export async function claimIdempotencyKeys(tx: Tx, claims: KeyClaim[]): Promise<Array<Claim | Error>> {
+  if (claims.length === 0) return [];
+  const inserted = await tx<{ account_id: string; key: string }[]>`
+    insert into idempotency_keys (account_id, key, fingerprint)
+    select c.account_id, c.key, decode(c.fingerprint, 'hex')
+    from unnest(${claims.map((c) => c.accountId)}::text[], ${claims.map((c) => c.key)}::text[],
+                ${claims.map((c) => c.fingerprint.toString("hex"))}::text[]) with ordinality as c(account_id, key, fingerprint, n)
+    order by c.n
+    on conflict (account_id, key) do nothing
+    returning account_id, key`;
+  const fresh = new Set(inserted.map((row) => `${row.account_id}\u0000${row.key}`));
+  const results: Array<Claim | Error> = [];
+  for (const claim of claims) {
+    if (fresh.has(`${claim.accountId}\u0000${claim.key}`)) {
+      results.push({ kind: "new" });
+      continue;
+    }
+    try {
+      results.push(await claimIdempotencyKey(tx, claim.accountId, claim.key, claim.fingerprint));
+    } catch (err) {
+      results.push(err instanceof Error ? err : new Error(String(err)));
+    }
+  }
+  return results;
+}
+
+/**
+ * Stores the responses of claimed keys and forgets the claims of refused requests, in one
+ * statement each, in the same transaction as the effects. The statements are sent, not awaited:
+ * the caller awaits them with its commit, so they cost no round trip of their own.
+ */
+export function settleIdempotencyKeys(
+  tx: Tx,
+  completed: Array<{ accountId: string; key: string; response: Uint8Array }>,
+  refused: Array<{ accountId: string; key: string }>,
+): Promise<unknown>[] {
+  const writes: Promise<unknown>[] = [];
+  if (completed.length > 0) {
+    writes.push(tx`
+      update idempotency_keys k set response = decode(v.response, 'hex')
+      from unnest(${completed.map((c) => c.accountId)}::text[], ${completed.map((c) => c.key)}::text[],
+                  ${completed.map((c) => Buffer.from(c.response).toString("hex"))}::text[]) as v(account_id, key, response)
+      where k.account_id = v.account_id and k.key = v.key`.execute());
+  }
+  if (refused.length > 0) {
+    // A refused request stores nothing: its claim goes, so a retry with the key is tried afresh.
+    writes.push(tx`
+      delete from idempotency_keys k
+      using unnest(${refused.map((c) => c.accountId)}::text[], ${refused.map((c) => c.key)}::text[]) as v(account_id, key)
+      where k.account_id = v.account_id and k.key = v.key`.execute());
+  }
+  return writes;
+}
+
 /** Stores the response of a claimed key, in the same transaction as the effect. */
 export async function completeIdempotencyKey(tx: Tx, accountId: string, key: string, response: Uint8Array): Promise<void> {
   await tx`update idempotency_keys set response = ${response} where account_id = ${accountId} and key = ${key}`;

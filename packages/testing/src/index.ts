@@ -140,6 +140,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     databasePoolSize: 10,
     batchMax: 128,
     batchConcurrency: 4,
+    batchLingerMs: 2,
     serviceToken: TEST_SERVICE_TOKEN,
   });
   const infra = { natsUrl, natsStream: stream, natsSubjectPrefix: subjectPrefix, logLevel };

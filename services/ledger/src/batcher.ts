@@ -1,6 +1,6 @@
 import { create, fromBinary, toBinary, type DescMessage, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
 import { ConnectError } from "@connectrpc/connect";
-import { claimIdempotencyKey, completeIdempotencyKey, type Logger, type Outbox, type Sql, type Tx } from "@ledger/common";
+import { claimIdempotencyKeys, settleIdempotencyKeys, type Logger, type Outbox, type Sql, type Tx } from "@ledger/common";
 import { Counter, Histogram } from "prom-client";
 import { metricsRegistry } from "@ledger/common";
 import { applyCommands, ExternalEntityCache, type MoneyCommand, type Outcome } from "./money.js";
@@ -9,6 +9,12 @@ const batchSize = new Histogram({
   name: "ledger_batch_commands",
   help: "Money commands applied per database transaction (group commit).",
   buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256],
+  registers: [metricsRegistry],
+});
+const batchDuration = new Histogram({
+  name: "ledger_batch_seconds",
+  help: "Time from a batch's start to its commit, waits for locks and round trips included.",
+  buckets: [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1],
   registers: [metricsRegistry],
 });
 const batchFallbacks = new Counter({
@@ -50,13 +56,23 @@ export interface BatcherOptions {
   maxBatch: number;
   /** Transactions in flight at once; commands arriving meanwhile wait and go together. */
   maxInFlight: number;
+  /**
+   * While another transaction is in flight, how long a new one waits for company before it starts
+   * with fewer than `maxBatch` commands. 0 starts at once.
+   */
+  lingerMs: number;
 }
 
 /**
- * Group commit. Commands queue here; whenever fewer than `maxInFlight` transactions are running,
- * everything queued (up to `maxBatch`) is applied in one transaction by `applyCommands`. At low
- * load a command runs alone at once; under load, commands that arrive while transactions are in
- * flight share the next one, so the commit cost is paid once per batch, not once per request.
+ * Group commit. Commands queue here and are applied many to a transaction by `applyCommands`.
+ * With nothing in flight a command starts at once, so a lone request waits for nobody. While
+ * transactions are in flight, a new one starts when `maxBatch` commands are queued or the oldest
+ * has waited `lingerMs`: without that wait, the callers answered by one batch come back one by one
+ * and each takes a free slot alone, and most transactions carry a single command.
+ *
+ * A transaction is pipelined on a reserved connection: BEGIN goes out with the batch's first read,
+ * and COMMIT right behind its writes, so a batch waits on Postgres twice (read, then write and
+ * commit) however many commands it holds.
  *
  * Each command keeps its own result: a refused one answers its caller and changes nothing (its
  * idempotency claim is deleted before commit). Lock order stays global: idempotency keys sorted,
@@ -69,6 +85,8 @@ export function createBatcher(options: BatcherOptions) {
   const externals = new ExternalEntityCache();
   const queue: Waiting[] = [];
   let inFlight = 0;
+  let oldestQueuedAt = 0;
+  let lingerTimer: NodeJS.Timeout | undefined;
 
   function keyOf(w: Waiting): string | undefined {
     const i = w.submission.idempotency;
@@ -93,7 +111,18 @@ export function createBatcher(options: BatcherOptions) {
 
   function pump() {
     while (inFlight < options.maxInFlight && queue.length > 0) {
+      if (inFlight > 0 && queue.length < options.maxBatch) {
+        const waited = performance.now() - oldestQueuedAt;
+        if (waited < options.lingerMs) {
+          lingerTimer ??= setTimeout(() => {
+            lingerTimer = undefined;
+            pump();
+          }, Math.ceil(options.lingerMs - waited));
+          return;
+        }
+      }
       const batch = takeBatch();
+      oldestQueuedAt = performance.now();
       inFlight++;
       void run(batch).finally(() => {
         inFlight--;
@@ -104,9 +133,11 @@ export function createBatcher(options: BatcherOptions) {
 
   async function run(batch: Waiting[]): Promise<void> {
     batchSize.observe(batch.length);
+    const endTimer = batchDuration.startTimer();
     let answers: Array<Answer<DescMessage> | ConnectError>;
     try {
-      answers = await sql.begin((tx) => applyBatch(tx, batch));
+      answers = await inPipelinedTransaction((tx, writes) => applyBatch(tx, batch, writes));
+      endTimer();
     } catch (err) {
       if (batch.length === 1) {
         batch[0]!.reject(err);
@@ -125,40 +156,71 @@ export function createBatcher(options: BatcherOptions) {
     });
   }
 
-  async function applyBatch(tx: Tx, batch: Waiting[]): Promise<Array<Answer<DescMessage> | ConnectError>> {
+  /**
+   * Runs `work` in a transaction on a reserved connection. BEGIN is sent, not awaited: Postgres
+   * answers in order, so it has succeeded by the time `work`'s first read returns, and `work`
+   * must read before it writes. The statements `work` puts in `writes` are sent but not awaited;
+   * COMMIT follows them at once, and the transaction counts only if every one of them succeeded
+   * (after a failed statement Postgres turns COMMIT into ROLLBACK).
+   */
+  async function inPipelinedTransaction<T>(work: (tx: Tx, writes: Promise<unknown>[]) => Promise<T>): Promise<T> {
+    const conn = await sql.reserve();
+    let open = true;
+    try {
+      const begun = conn`begin`.execute();
+      begun.catch(() => {}); // awaited below; this only keeps a failure from counting as unhandled meanwhile
+      const writes: Promise<unknown>[] = [];
+      const result = await work(conn as unknown as Tx, writes);
+      await begun;
+      const committed = conn`commit`.execute();
+      const outcome = await Promise.allSettled([...writes, committed]);
+      open = false;
+      const failed = outcome.find((o): o is PromiseRejectedResult => o.status === "rejected");
+      if (failed) throw failed.reason;
+      if ((outcome.at(-1) as PromiseFulfilledResult<{ command: string }>).value.command !== "COMMIT") {
+        throw new Error("the batch's transaction did not commit");
+      }
+      return result;
+    } catch (err) {
+      if (open) await conn`rollback`.catch(() => {});
+      throw err;
+    } finally {
+      conn.release();
+    }
+  }
+
+  async function applyBatch(tx: Tx, batch: Waiting[], writes: Promise<unknown>[]): Promise<Array<Answer<DescMessage> | ConnectError>> {
     const answers: Array<Answer<DescMessage> | ConnectError | undefined> = new Array(batch.length);
     // Claims first, in key order, so two batches never wait on each other's keys in a cycle.
     const keyed = batch
       .map((w, i) => ({ w, i, key: keyOf(w) }))
       .filter((x) => x.key !== undefined)
       .sort((a, b) => (a.key! < b.key! ? -1 : a.key! > b.key! ? 1 : 0));
-    for (const { w, i } of keyed) {
-      const { accountId, key, fingerprint } = w.submission.idempotency!;
-      try {
-        const claim = await claimIdempotencyKey(tx, accountId, key, fingerprint);
-        if (claim.kind === "replay") answers[i] = { response: fromBinary(w.submission.responseSchema, claim.response), replayed: true };
-      } catch (err) {
-        answers[i] = ConnectError.from(err);
-      }
-    }
+    const claims = await claimIdempotencyKeys(tx, keyed.map(({ w }) => w.submission.idempotency!));
+    keyed.forEach(({ w, i }, n) => {
+      const claim = claims[n]!;
+      if (claim instanceof Error) answers[i] = ConnectError.from(claim);
+      else if (claim.kind === "replay") answers[i] = { response: fromBinary(w.submission.responseSchema, claim.response), replayed: true };
+    });
     const live = batch.map((w, i) => ({ w, i })).filter(({ i }) => answers[i] === undefined);
-    if (live.length > 0) {
-      const { outcomes } = await applyCommands(tx, live.map(({ w }) => w.submission.command), externals, (events) => outbox.rowsOf(events));
-      for (let n = 0; n < live.length; n++) {
-        const { w, i } = live[n]!;
-        const outcome = outcomes[n]!;
-        const idem = w.submission.idempotency;
-        if (!outcome.ok) {
-          // A refused request stores nothing: its claim goes, so a retry with the key is tried afresh.
-          if (idem) await tx`delete from idempotency_keys where account_id = ${idem.accountId} and key = ${idem.key}`;
-          answers[i] = outcome.error;
-          continue;
-        }
-        const response = create(w.submission.responseSchema, w.submission.respond(outcome));
-        if (idem) await completeIdempotencyKey(tx, idem.accountId, idem.key, toBinary(w.submission.responseSchema, response));
-        answers[i] = { response, replayed: false };
+    if (live.length === 0) return answers as Array<Answer<DescMessage> | ConnectError>;
+    const { outcomes, written } = await applyCommands(tx, live.map(({ w }) => w.submission.command), externals, (events) => outbox.rowsOf(events));
+    writes.push(written);
+    const completed: Array<{ accountId: string; key: string; response: Uint8Array }> = [];
+    const refused: Array<{ accountId: string; key: string }> = [];
+    live.forEach(({ w, i }, n) => {
+      const outcome = outcomes[n]!;
+      const idem = w.submission.idempotency;
+      if (!outcome.ok) {
+        if (idem) refused.push(idem);
+        answers[i] = outcome.error;
+        return;
       }
-    }
+      const response = create(w.submission.responseSchema, w.submission.respond(outcome));
+      if (idem) completed.push({ accountId: idem.accountId, key: idem.key, response: toBinary(w.submission.responseSchema, response) });
+      answers[i] = { response, replayed: false };
+    });
+    writes.push(...settleIdempotencyKeys(tx, completed, refused));
     return answers as Array<Answer<DescMessage> | ConnectError>;
   }
 
@@ -166,6 +228,7 @@ export function createBatcher(options: BatcherOptions) {
     /** Queues a command and resolves with its own answer once its transaction committed. */
     submit<O extends DescMessage>(submission: Submission<O>): Promise<Answer<O>> {
       return new Promise<Answer<O>>((resolve, reject) => {
+        if (queue.length === 0) oldestQueuedAt = performance.now();
         queue.push({ submission: submission as unknown as Submission<DescMessage>, resolve: resolve as (a: Answer<DescMessage>) => void, reject });
         pump();
       });

@@ -12,6 +12,8 @@ export interface LedgerConfig extends InfraConfig {
   batchMax: number;
   /** Group commit: transactions in flight at once (LEDGER_BATCH_CONCURRENCY). */
   batchConcurrency: number;
+  /** Group commit: how long a batch waits for company while another is in flight (LEDGER_BATCH_LINGER_MS). */
+  batchLingerMs: number;
   /** Shared secret of the installation's services (SERVICE_TOKEN). */
   serviceToken: string;
 }
@@ -30,6 +32,7 @@ export function readLedgerConfig(env: Record<string, string | undefined> = proce
     databasePoolSize: envInt(env, "LEDGER_DATABASE_POOL_SIZE", 20, 1, 500),
     batchMax: envInt(env, "LEDGER_BATCH_MAX", 128, 1, 1_000),
     batchConcurrency: envInt(env, "LEDGER_BATCH_CONCURRENCY", 4, 1, 64),
+    batchLingerMs: envInt(env, "LEDGER_BATCH_LINGER_MS", 2, 0, 100),
     serviceToken: readServiceToken(env),
     ...(devApiKey ? { devApiKey } : {}),
   };

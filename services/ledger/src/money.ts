@@ -137,6 +137,8 @@ export class ExternalEntityCache {
 /**
  * Applies `commands` in order inside `tx` and returns one outcome each. A refused command changes
  * nothing and does not disturb the others, so a batch of many callers' commands can commit together.
+ * The batch's one write statement is sent but not awaited (`written`): the caller sends COMMIT
+ * right behind it and awaits both, so the write costs no round trip of its own.
  *
  * Locks are always taken in one order: groups by id, reservations by id, then ordinary entities
  * by id. External
@@ -148,7 +150,7 @@ export async function applyCommands(
   commands: MoneyCommand[],
   externals: ExternalEntityCache,
   outboxRowsOf: (events: Event[]) => OutboxRow[],
-): Promise<{ outcomes: Outcome[]; events: Event[] }> {
+): Promise<{ outcomes: Outcome[]; events: Event[]; written: Promise<unknown> }> {
   const now = new Date();
 
   const groupIds = commands.flatMap((c) => ("groupId" in c && isId("group", c.groupId) ? [c.groupId] : []));
@@ -261,7 +263,7 @@ export async function applyCommands(
     }
   });
 
-  await persist(tx, {
+  const written = persist(tx, {
     entities,
     newGroups,
     changedGroups: [...changedGroups],
@@ -271,7 +273,7 @@ export async function applyCommands(
     outbox: outboxRowsOf(events),
     now,
   });
-  return { outcomes, events };
+  return { outcomes, events, written };
 }
 
 interface ApplyContext {
@@ -569,13 +571,13 @@ export interface OutboxRow {
 }
 
 /**
- * Writes a batch's effects in one statement, so a batch costs one round trip to write however
- * many commands it holds: ordinary balances (absolute), external balances (deltas), new groups
+ * Writes a batch's effects in one statement, sent at once and not awaited here, so a batch costs
+ * at most one round trip to write however many commands it holds: ordinary balances (absolute), external balances (deltas), new groups
  * and legs, changed groups, reservations and captures, and the outbox rows of its events.
  * Foreign keys between the parts are checked at the end of the statement, when all are in.
  * The statement text never changes, so Postgres plans it once per connection.
  */
-async function persist(
+function persist(
   tx: Tx,
   batch: {
     entities: Map<string, EntityState>;
@@ -587,7 +589,7 @@ async function persist(
     outbox: OutboxRow[];
     now: Date;
   },
-): Promise<void> {
+): Promise<unknown> {
   const changed = [...batch.entities.values()].filter((s) => s.changed).sort((a, b) => (a.row.id < b.row.id ? -1 : 1));
   const balances = (states: EntityState[]) =>
     json(states.map((s) => ({ id: s.row.id, posted: s.posted, pending_debits: s.pendingDebits, pending_credits: s.pendingCredits, held: s.held })));
@@ -622,7 +624,7 @@ async function persist(
   const reservationChanges = json(batch.changedReservations);
   const captures = json(batch.newCaptures);
   const outbox = json(batch.outbox.map((r) => ({ event_id: r.event_id, subject: r.subject, payload: Buffer.from(r.payload).toString("base64") })));
-  await tx`
+  return tx`
     with
     ordinary_balances as (
       update entities e
@@ -670,7 +672,7 @@ async function persist(
       insert into outbox (event_id, subject, payload)
       select event_id, subject, decode(payload, 'base64')
       from json_to_recordset(${outbox}::text::json) as r(event_id text, subject text, payload text))
-    select 1`;
+    select 1`.execute();
 }
 
 /** JSON text of rows for json_to_recordset: bigints as exact decimal strings, dates in ISO form. */

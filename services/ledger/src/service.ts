@@ -59,7 +59,7 @@ export async function startLedger(config: LedgerConfig): Promise<LedgerHandle> {
     routes: routes({
       sql,
       outbox,
-      batcher: createBatcher({ sql, outbox, log, maxBatch: config.batchMax, maxInFlight: config.batchConcurrency }),
+      batcher: createBatcher({ sql, outbox, log, maxBatch: config.batchMax, maxInFlight: config.batchConcurrency, lingerMs: config.batchLingerMs }),
       authenticate: auth,
       resolveProgram: createProgramResolver(sql),
     }),
