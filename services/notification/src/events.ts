@@ -10,9 +10,10 @@ import { deliveryBody } from "./event-body.js";
  * account's enabled destinations that subscribe to their type. A redelivered message finds its
  * event already there and changes nothing, so the consumer may ack it again safely. Many events
  * share one transaction, so ingestion keeps up with the ledger's group commit.
- * Returns how many deliveries were queued.
+ * Returns how many deliveries were queued. `traceparentOf` gives the trace context stored with an
+ * event for its delivery attempts: the storing span's when the service traces, else the event's own.
  */
-export async function ingestEvents(sql: Sql, events: Event[]): Promise<number> {
+export async function ingestEvents(sql: Sql, events: Event[], traceparentOf: (event: Event) => string = (event) => event.traceparent): Promise<number> {
   const unique = [...new Map(events.map((e) => [e.id, e])).values()];
   const rows = unique.map((event) => ({
     id: event.id,
@@ -20,6 +21,8 @@ export async function ingestEvents(sql: Sql, events: Event[]): Promise<number> {
     type: event.type,
     body: deliveryBody(event),
     request_id: event.requestId.slice(0, 128),
+    // Longer is not a traceparent; the column is no place for whatever a producer put there.
+    traceparent: traceparentOf(event).length <= 512 ? traceparentOf(event) : "",
     created_at: event.created ? timestampDate(event.created) : new Date(),
   }));
   return sql.begin(async (tx) => {
