@@ -6,7 +6,8 @@ import { defaultResource, resourceFromAttributes } from "@opentelemetry/resource
 import { BatchSpanProcessor, TracerProvider } from "@opentelemetry/sdk-trace";
 import type { TracingConfig } from "./config.js";
 
-export { SpanKind, SpanStatusCode };
+// What services need of the API to start spans through `startSpan`, without a dependency of their own on it.
+export { SpanKind };
 export type { Span };
 
 /**

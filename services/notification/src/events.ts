@@ -5,6 +5,11 @@ import type { Event } from "@ledger/proto/events/v1/events_pb.js";
 import type { EventSchema as ApiEventSchema } from "@ledger/proto/notification/v1/notification_pb.js";
 import { deliveryBody } from "./event-body.js";
 
+// Longer is not a traceparent; the column is no place for whatever a producer put there.
+function storableTraceparent(value: string): string {
+  return value.length <= 512 ? value : "";
+}
+
 /**
  * Stores events once per id and, in the same transaction, queues one delivery for each of their
  * account's enabled destinations that subscribe to their type. A redelivered message finds its
@@ -21,8 +26,7 @@ export async function ingestEvents(sql: Sql, events: Event[], traceparentOf: (ev
     type: event.type,
     body: deliveryBody(event),
     request_id: event.requestId.slice(0, 128),
-    // Longer is not a traceparent; the column is no place for whatever a producer put there.
-    traceparent: traceparentOf(event).length <= 512 ? traceparentOf(event) : "",
+    traceparent: storableTraceparent(traceparentOf(event)),
     created_at: event.created ? timestampDate(event.created) : new Date(),
   }));
   return sql.begin(async (tx) => {
