@@ -1,4 +1,4 @@
-import { envInt, envString, envUrl } from "@ledger/common";
+import { envInt, envString, envUrl, readTracingConfig, type TracingConfig } from "@ledger/common";
 
 /** Configuration of the REST gateway, read once at start. */
 export interface GatewayConfig {
@@ -17,6 +17,8 @@ export interface GatewayConfig {
   /** Requests a key may send at once above the average. */
   rateLimitBurst: number;
   logLevel: string;
+  /** OpenTelemetry tracing; undefined (the default) leaves it off. */
+  tracing?: TracingConfig | undefined;
 }
 
 /** Reads and validates the gateway's configuration. */
@@ -31,5 +33,6 @@ export function readGatewayConfig(env: Record<string, string | undefined> = proc
     rateLimitPerSecond: envInt(env, "GATEWAY_RATE_LIMIT_PER_SECOND", 1_000, 0, 1_000_000),
     rateLimitBurst: envInt(env, "GATEWAY_RATE_LIMIT_BURST", 2_000, 1, 10_000_000),
     logLevel: envString(env, "LOG_LEVEL", "info"),
+    tracing: readTracingConfig(env),
   };
 }

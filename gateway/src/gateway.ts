@@ -1,6 +1,6 @@
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
-import { createLogger, listen, type RunningServer } from "@ledger/common";
+import { createLogger, listen, startTracing, traceClientInterceptor, type RunningServer, type Tracing } from "@ledger/common";
 import { HoldService } from "@ledger/proto/hold/v1/hold_pb.js";
 import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { NotificationService } from "@ledger/proto/notification/v1/notification_pb.js";
@@ -15,6 +15,8 @@ import { createRestHandler } from "./server.js";
 /** A running gateway. */
 export interface GatewayHandle {
   server: RunningServer;
+  /** Present when tracing is configured. */
+  tracing: Tracing | undefined;
   close(): Promise<void>;
 }
 
@@ -24,7 +26,9 @@ export interface GatewayHandle {
  */
 export async function startGateway(config: GatewayConfig): Promise<GatewayHandle> {
   const log = createLogger("gateway", config.logLevel);
-  const transport = (baseUrl: string) => createConnectTransport({ baseUrl, httpVersion: "2", useBinaryFormat: true, pingIntervalMs: 30_000 });
+  const tracing = startTracing(config.tracing, "gateway");
+  const interceptors = tracing ? [traceClientInterceptor(tracing)] : [];
+  const transport = (baseUrl: string) => createConnectTransport({ baseUrl, httpVersion: "2", useBinaryFormat: true, pingIntervalMs: 30_000, interceptors });
   const clients: Clients = {
     ledger: createClient(LedgerService, transport(config.ledgerUrl)),
     hold: createClient(HoldService, transport(config.holdUrl)),
@@ -35,7 +39,7 @@ export async function startGateway(config: GatewayConfig): Promise<GatewayHandle
   const routes = [...ledgerRoutes, ...holdRoutes, ...notificationRoutes];
   const rateLimiter =
     config.rateLimitPerSecond > 0 ? createRateLimiter({ perSecond: config.rateLimitPerSecond, burst: config.rateLimitBurst }) : undefined;
-  const handler = createRestHandler(routes, clients, { bodyLimitBytes: config.bodyLimitBytes, log, ...(rateLimiter ? { rateLimiter } : {}) });
+  const handler = createRestHandler(routes, clients, { bodyLimitBytes: config.bodyLimitBytes, log, tracing, ...(rateLimiter ? { rateLimiter } : {}) });
   // The docs come first: they need no API key and do not count against a key's rate limit.
   const docs = createDocsHandler();
   const server = await listen({
@@ -53,8 +57,10 @@ export async function startGateway(config: GatewayConfig): Promise<GatewayHandle
   });
   return {
     server,
+    tracing,
     async close() {
       await server.close();
+      await tracing?.shutdown();
       log.info("gateway stopped");
     },
   };

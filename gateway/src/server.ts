@@ -2,7 +2,20 @@ import { randomUUID } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { CallOptions } from "@connectrpc/connect";
 import { Histogram } from "prom-client";
-import { IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER, metricsRegistry, REQUEST_ID_HEADER, type Logger } from "@ledger/common";
+import {
+  continueTrace,
+  IDEMPOTENCY_KEY_HEADER,
+  IDEMPOTENT_REPLAYED_HEADER,
+  incomingTrace,
+  metricsRegistry,
+  recordFailure,
+  REQUEST_ID_HEADER,
+  SpanKind,
+  startSpan,
+  type Logger,
+  type TracedSpan,
+  type Tracing,
+} from "@ledger/common";
 import { errorEnvelope } from "./errors.js";
 import { parseJsonBody, PayloadTooLarge, readBody } from "./http.js";
 import { asObject, onlyKnown, parseQuery, type Fields } from "./input.js";
@@ -35,12 +48,13 @@ function header(req: IncomingMessage, name: string): string | undefined {
 /**
  * The REST handler: finds the route, parses and checks the query and body, forwards the
  * caller's Authorization, program_id, Idempotency-Key and request id to the RPC, and writes the
- * result or the error envelope. It owns no data and no business rule.
+ * result or the error envelope. It owns no data and no business rule. With `tracing`, each request
+ * is a server span named by its route, and its RPC a client span under it.
  */
 export function createRestHandler(
   routes: Route[],
   clients: Clients,
-  options: { bodyLimitBytes: number; log: Logger; rateLimiter?: RateLimiter },
+  options: { bodyLimitBytes: number; log: Logger; rateLimiter?: RateLimiter; tracing?: Tracing | undefined },
 ) {
   const table = new Map(routes.map((route) => [`${route.method} ${route.path}`, route]));
   const methodsByPath = new Map<string, string[]>();
@@ -53,6 +67,11 @@ export function createRestHandler(
     const url = new URL(req.url ?? "/", "http://gateway");
     const path = url.pathname.startsWith(API_PREFIX + "/") ? url.pathname.slice(API_PREFIX.length).replace(/\/+$/, "") : undefined;
     const method = req.method ?? "GET";
+    const incomingContext = incomingTrace((name) => header(req, name));
+    // Named by route once it is known; a client's path (ids, typos) would make every name unique.
+    const traced: TracedSpan | undefined = options.tracing
+      ? startSpan(options.tracing, method, SpanKind.SERVER, incomingContext, { "http.request.method": method })
+      : undefined;
     let status = 200;
     try {
       // Budgets are checked before anything else is read: an over-eager client costs almost nothing.
@@ -89,16 +108,14 @@ export function createRestHandler(
       const headers: Record<string, string> = { [REQUEST_ID_HEADER]: requestId };
       const authorization = header(req, "authorization");
       if (authorization) headers["authorization"] = authorization;
-      // W3C trace context passes through untouched, so a tracing setup sees one trace per call.
-      for (const name of ["traceparent", "tracestate"]) {
-        const value = header(req, name);
-        if (value && value.length <= 512) headers[name] = value;
-      }
       const idempotencyKey = header(req, IDEMPOTENCY_KEY_HEADER);
       if (idempotencyKey !== undefined && method !== "GET") headers[IDEMPOTENCY_KEY_HEADER] = idempotencyKey;
       let replayed = false;
       const call: CallOptions = {
         headers,
+        // Untraced, the caller's W3C trace context passes through untouched, so a tracing setup
+        // around the gateway still sees one trace per call.
+        ...continueTrace(traced?.link ?? incomingContext, headers),
         onHeader: (h) => {
           if (h.get(IDEMPOTENT_REPLAYED_HEADER) === "true") replayed = true;
         },
@@ -121,6 +138,15 @@ export function createRestHandler(
       const seconds = (performance.now() - started) / 1000;
       const route = path !== undefined && table.has(`${method} ${path}`) ? path : "unmatched";
       httpDuration.observe({ method, route, status: String(status) }, seconds);
+      if (traced) {
+        if (route !== "unmatched") {
+          traced.span.updateName(`${method} ${API_PREFIX}${route}`);
+          traced.span.setAttribute("http.route", API_PREFIX + route);
+        }
+        traced.span.setAttribute("http.response.status_code", status);
+        if (status >= 500) recordFailure(traced.span, String(status));
+        traced.span.end();
+      }
       options.log.info({ request_id: requestId, method, path: url.pathname, status, ms: Math.round(seconds * 1000) }, "request");
     }
   };

@@ -64,6 +64,8 @@ export interface InfraConfig {
   natsStream: string;
   natsSubjectPrefix: string;
   logLevel: string;
+  /** OpenTelemetry tracing; undefined (the default) leaves it off. */
+  tracing?: TracingConfig | undefined;
 }
 
 /** Reads the settings shared by every process. */
@@ -81,6 +83,69 @@ export function readInfraConfig(env: Env = process.env): InfraConfig {
     natsStream,
     natsSubjectPrefix,
     logLevel: envString(env, "LOG_LEVEL", "info"),
+    tracing: readTracingConfig(env),
+  };
+}
+
+/** Where and how a process exports its spans; see `startTracing`. */
+export interface TracingConfig {
+  /** The OTLP/HTTP traces URL (ending in `/v1/traces` unless given whole). */
+  tracesUrl: string;
+  /** OTEL_SERVICE_NAME; each process falls back to its own name (gateway, ledger, hold, notification). */
+  serviceName?: string | undefined;
+  /** Headers of export requests; often a collector's token, so never logged. */
+  headers: Record<string, string>;
+  /** How long the batch span processor gathers spans before an export. */
+  exportDelayMs: number;
+}
+
+// OTEL_EXPORTER_OTLP_HEADERS: `key=value` pairs, comma-separated, values URL-encoded (W3C baggage form).
+function parseOtlpHeaders(env: Env, name: string): Record<string, string> {
+  const raw = envOptional(env, name);
+  const headers: Record<string, string> = {};
+  if (raw === undefined) return headers;
+  for (const pair of raw.split(",")) {
+    if (pair.trim() === "") continue;
+    const at = pair.indexOf("=");
+    const key = at > 0 ? pair.slice(0, at).trim() : "";
+    // The value is not quoted back: it is usually a credential.
+    if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(key)) throw new ConfigError(name, "must be comma-separated key=value pairs");
+    let value: string;
+    try {
+      value = decodeURIComponent(pair.slice(at + 1).trim());
+    } catch {
+      throw new ConfigError(name, `has a value that is not URL-encoded (key ${key})`);
+    }
+    headers[key.toLowerCase()] = value;
+  }
+  return headers;
+}
+
+/**
+ * OpenTelemetry tracing from the standard variables, or undefined when it is off: it is on only
+ * when OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (used as given) or OTEL_EXPORTER_OTLP_ENDPOINT (a base
+ * to which `/v1/traces` is added) is set, and OTEL_SDK_DISABLED is not true. Spans go out as
+ * OTLP/HTTP with JSON bodies, the one protocol this build exports.
+ */
+export function readTracingConfig(env: Env = process.env): TracingConfig | undefined {
+  if (envBool(env, "OTEL_SDK_DISABLED", false)) return undefined;
+  const tracesEndpoint = envOptional(env, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+  const baseEndpoint = envOptional(env, "OTEL_EXPORTER_OTLP_ENDPOINT");
+  if (tracesEndpoint === undefined && baseEndpoint === undefined) return undefined;
+  for (const name of ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"]) {
+    const protocol = envOptional(env, name);
+    if (protocol !== undefined && protocol !== "http/json") throw new ConfigError(name, `must be http/json (the protocol this build exports), got ${JSON.stringify(protocol)}`);
+  }
+  const tracesUrl =
+    tracesEndpoint !== undefined
+      ? envUrl(env, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", tracesEndpoint, ["http", "https"])
+      : `${envUrl(env, "OTEL_EXPORTER_OTLP_ENDPOINT", baseEndpoint!, ["http", "https"]).replace(/\/+$/, "")}/v1/traces`;
+  const serviceName = envOptional(env, "OTEL_SERVICE_NAME");
+  return {
+    tracesUrl,
+    serviceName,
+    headers: { ...parseOtlpHeaders(env, "OTEL_EXPORTER_OTLP_HEADERS"), ...parseOtlpHeaders(env, "OTEL_EXPORTER_OTLP_TRACES_HEADERS") },
+    exportDelayMs: envInt(env, "OTEL_BSP_SCHEDULE_DELAY", 5_000, 0, 600_000),
   };
 }
 

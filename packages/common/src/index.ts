@@ -15,3 +15,4 @@ export * from "./main.js";
 export * from "./identity-client.js";
 export * from "./wakeable-sleep.js";
 export * from "./text.js";
+export * from "./tracing.js";

@@ -3,6 +3,7 @@ import { Code, ConnectError, createContextKey, type HandlerContext, type Interce
 import type { Logger } from "pino";
 import { sqlState } from "./db.js";
 import { appError } from "./errors.js";
+import { traceOf, type TraceLink } from "./tracing.js";
 
 /** The account (API customer) a request acts for, resolved from its API key. */
 export interface Principal {
@@ -146,4 +147,15 @@ export function clientSafeError(err: unknown): ConnectError {
     return appError(Code.Unavailable, "unavailable", "a dependency of the service is unavailable; retry shortly", undefined, err);
   }
   return new ConnectError("internal error", Code.Internal, undefined, undefined, err);
+}
+
+/** What work caused by a call carries of it: the request id for logs and the trace for spans. */
+export interface CallOrigin {
+  requestId: string;
+  trace: TraceLink;
+}
+
+/** The origin of the current call, for the work and events it causes. */
+export function originOf(ctx: HandlerContext): CallOrigin {
+  return { requestId: requestIdOf(ctx), trace: traceOf(ctx) };
 }

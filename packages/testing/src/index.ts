@@ -4,6 +4,7 @@ import { createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
+import type { TracingConfig } from "@ledger/common";
 import { startGateway, type GatewayConfig, type GatewayHandle } from "@ledger/gateway";
 import { startHold, type HoldConfig, type HoldHandle } from "@ledger/hold-service";
 import { createAccount, startLedger, type LedgerHandle, type NewAccount } from "@ledger/ledger-service";
@@ -116,6 +117,8 @@ export interface StackOptions {
    * Anything given here overrides them, for example `webhookExtraCa` to trust a test CA.
    */
   notification?: Partial<NotificationConfig>;
+  /** OpenTelemetry tracing for every process of the stack (off when absent, as in production). */
+  tracing?: TracingConfig;
 }
 
 /**
@@ -142,8 +145,9 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     batchConcurrency: 4,
     batchLingerMs: 2,
     serviceToken: TEST_SERVICE_TOKEN,
+    tracing: options.tracing,
   });
-  const infra = { natsUrl, natsStream: stream, natsSubjectPrefix: subjectPrefix, logLevel };
+  const infra = { natsUrl, natsStream: stream, natsSubjectPrefix: subjectPrefix, logLevel, tracing: options.tracing };
   // The hold and notification services get databases of their own per stack: their background
   // workers (expiry, recovery, deliveries) take any due row in their database, and must not pick
   // up another test file's rows with this stack's settings.
@@ -207,6 +211,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     logLevel,
     rateLimitPerSecond: 0,
     rateLimitBurst: 1,
+    tracing: options.tracing,
     ...options.gateway,
   });
   const sql = postgres(databaseUrl, { max: 4, types: { bigint: postgres.BigInt }, onnotice: () => {}, connection: { search_path: "ledger" } }) as unknown as postgres.Sql<{ bigint: bigint }>;
@@ -353,3 +358,4 @@ export async function eventually(check: () => Promise<boolean>, timeoutMs = 15_0
 
 export { startWebhookReceiver, testCertificate, type ReceivedWebhook, type Reply, type WebhookReceiver } from "./webhook-receiver.js";
 export { freePort, NATS_SERVER_BIN, ownNats, type OwnNats } from "./own-nats.js";
+export { startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from "./otlp-receiver.js";

@@ -11,7 +11,7 @@ import {
   parseText,
   principalOf,
   requestFingerprint,
-  requestIdOf,
+  originOf,
   toPage,
 } from "@ledger/common";
 import {
@@ -57,7 +57,7 @@ export function createHoldService(holds: ReturnType<typeof createHolds>, ledger:
         ...(expiresAt ? { expiresAt } : {}),
         description: parseText(req.description, "description"),
         ...(idempotencyOf(ctx, CreateHoldRequestSchema, req) ? { idempotency: idempotencyOf(ctx, CreateHoldRequestSchema, req)! } : {}),
-        requestId: requestIdOf(ctx),
+        origin: originOf(ctx),
       });
       if (result.replay) {
         ctx.responseHeader.set(IDEMPOTENT_REPLAYED_HEADER, "true");
@@ -80,7 +80,7 @@ export function createHoldService(holds: ReturnType<typeof createHolds>, ledger:
         destinationEntityId: req.destinationEntityId,
         description: parseText(req.description, "description"),
         ...(idempotency ? { idempotency } : {}),
-        requestId: requestIdOf(ctx),
+        origin: originOf(ctx),
       });
       if (result.replay) {
         ctx.responseHeader.set(IDEMPOTENT_REPLAYED_HEADER, "true");
@@ -98,7 +98,7 @@ export function createHoldService(holds: ReturnType<typeof createHolds>, ledger:
     async releaseHold(req, ctx) {
       const { accountId } = principalOf(ctx);
       if (req.holdId === "") throw invalidArgument("hold_id is required");
-      const hold = await holds.release({ accountId, programId: req.programId, holdId: req.holdId, reason: "requested", requestId: requestIdOf(ctx) });
+      const hold = await holds.release({ accountId, programId: req.programId, holdId: req.holdId, reason: "requested", origin: originOf(ctx) });
       return { hold: holdToProto(hold) };
     },
 
@@ -115,7 +115,7 @@ export function createHoldService(holds: ReturnType<typeof createHolds>, ledger:
         throw invalidArgument(`status must be one of ${HOLD_STATUSES.join(", ")}`);
       }
       // The ledger decides whether the entity is the caller's: another account's answers 404.
-      await ledger.ledger.getEntity({ programId: req.programId, entityId: req.entityId }, ledger.asAccount(accountId, requestIdOf(ctx)));
+      await ledger.ledger.getEntity({ programId: req.programId, entityId: req.entityId }, ledger.asAccount(accountId, originOf(ctx)));
       const page = parsePageRequest(req.limit, req.cursor, (id) => isId("hold", id));
       const rows = await holds.list(req.entityId, { ...page, status: req.status || undefined });
       const result = toPage(rows, page, (row) => row.id);

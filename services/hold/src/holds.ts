@@ -1,7 +1,7 @@
 import { create, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { invalidArgument, isId, newId, notFound, ruleViolation, type Logger, type Outbox, type Sql, type Tx } from "@ledger/common";
+import { invalidArgument, isId, newId, NO_TRACE, notFound, ruleViolation, type CallOrigin, type Logger, type Outbox, type Sql, type Tx } from "@ledger/common";
 import { EventSchema, type Event } from "@ledger/proto/events/v1/events_pb.js";
 import { CreateHoldResponseSchema, type HoldSchema } from "@ledger/proto/hold/v1/hold_pb.js";
 import type { CrashPoint } from "./crash.js";
@@ -70,7 +70,7 @@ export function holdToProto(row: HoldRow): MessageInitShape<typeof HoldSchema> {
   return { ...holdFields(row), updatedAt: timestampFromDate(row.updated_at) };
 }
 
-function holdEvent(type: "hold.created" | "hold.captured" | "hold.released", row: HoldRow, requestId: string, capture?: CaptureRow): Event {
+function holdEvent(type: "hold.created" | "hold.captured" | "hold.released", row: HoldRow, origin: CallOrigin, capture?: CaptureRow): Event {
   const captured = capture
     ? { captured: { amount: capture.amount, destinationEntityId: capture.destination_entity_id, transactionGroupId: capture.transaction_group_id ?? "" } }
     : {};
@@ -80,7 +80,8 @@ function holdEvent(type: "hold.created" | "hold.captured" | "hold.released", row
     accountId: row.account_id,
     programId: row.program_id,
     created: timestampFromDate(new Date()),
-    requestId,
+    requestId: origin.requestId,
+    traceparent: origin.trace.traceparent,
     data: { case: "hold", value: { ...holdFields(row), ...captured } },
   });
 }
@@ -113,6 +114,8 @@ export interface Idempotency {
  */
 export function createHolds(deps: HoldDeps) {
   const { sql, outbox, ledger, crash, log } = deps;
+  // Expiry and recovery act for no client call: a request id of their own for the logs, no trace.
+  const background = (requestId: string): CallOrigin => ({ requestId, trace: NO_TRACE });
 
   async function lockHold(tx: Tx, accountId: string, holdId: string, programId: string): Promise<HoldRow> {
     if (!isId("hold", holdId)) throw notFound("hold", holdId);
@@ -124,12 +127,12 @@ export function createHolds(deps: HoldDeps) {
   }
 
   /** Reserves in the ledger and completes a hold in `creating`. Safe to repeat. */
-  async function finishCreate(hold: HoldRow, requestId: string): Promise<HoldRow> {
+  async function finishCreate(hold: HoldRow, origin: CallOrigin): Promise<HoldRow> {
     let reservation;
     try {
       const res = await ledger.reservations.reserve(
         { programId: hold.program_id, reservationId: hold.id, entityId: hold.entity_id, amount: hold.amount },
-        ledger.asAccount(hold.account_id, requestId),
+        ledger.asAccount(hold.account_id, origin),
       );
       reservation = res.reservation!;
     } catch (err) {
@@ -147,7 +150,7 @@ export function createHolds(deps: HoldDeps) {
       if (!row) return (await tx<HoldRow[]>`select * from holds where id = ${hold.id}`)[0]!;
       const response = toBinary(CreateHoldResponseSchema, create(CreateHoldResponseSchema, { hold: holdToProto(row) }));
       await tx`update holds set create_response = ${response} where id = ${row.id}`;
-      await outbox.enqueue(tx, [holdEvent("hold.created", row, requestId)]);
+      await outbox.enqueue(tx, [holdEvent("hold.created", row, origin)]);
       return row;
     });
     outbox.wake();
@@ -155,7 +158,7 @@ export function createHolds(deps: HoldDeps) {
   }
 
   /** Captures in the ledger and completes a pending capture. Safe to repeat. */
-  async function finishCapture(hold: HoldRow, capture: CaptureRow, requestId: string): Promise<{ hold: HoldRow; capture: CaptureRow }> {
+  async function finishCapture(hold: HoldRow, capture: CaptureRow, origin: CallOrigin): Promise<{ hold: HoldRow; capture: CaptureRow }> {
     let groupId: string;
     try {
       const res = await ledger.reservations.captureReservation(
@@ -167,7 +170,7 @@ export function createHolds(deps: HoldDeps) {
           destinationEntityId: capture.destination_entity_id,
           description: capture.description,
         },
-        ledger.asAccount(hold.account_id, requestId),
+        ledger.asAccount(hold.account_id, origin),
       );
       groupId = res.transactionGroup!.transactionGroupId;
     } catch (err) {
@@ -187,7 +190,7 @@ export function createHolds(deps: HoldDeps) {
           status = case when captured_amount + ${done.amount} = amount then 'captured' else 'partially_captured' end,
           updated_at = now()
         where id = ${hold.id} returning *`;
-      await outbox.enqueue(tx, [holdEvent("hold.captured", row!, requestId, done)]);
+      await outbox.enqueue(tx, [holdEvent("hold.captured", row!, origin, done)]);
       return { hold: row!, capture: done };
     });
     outbox.wake();
@@ -195,14 +198,14 @@ export function createHolds(deps: HoldDeps) {
   }
 
   /** Releases in the ledger and completes a hold in `releasing`. Safe to repeat. */
-  async function finishRelease(hold: HoldRow, requestId: string): Promise<HoldRow> {
-    await ledger.reservations.releaseReservation({ programId: hold.program_id, reservationId: hold.id }, ledger.asAccount(hold.account_id, requestId));
+  async function finishRelease(hold: HoldRow, origin: CallOrigin): Promise<HoldRow> {
+    await ledger.reservations.releaseReservation({ programId: hold.program_id, reservationId: hold.id }, ledger.asAccount(hold.account_id, origin));
     crash("after_ledger_release");
     const done = await sql.begin(async (tx) => {
       const [row] = await tx<HoldRow[]>`
         update holds set status = 'released', updated_at = now() where id = ${hold.id} and status = 'releasing' returning *`;
       if (!row) return (await tx<HoldRow[]>`select * from holds where id = ${hold.id}`)[0]!;
-      await outbox.enqueue(tx, [holdEvent("hold.released", row, requestId)]);
+      await outbox.enqueue(tx, [holdEvent("hold.released", row, origin)]);
       return row;
     });
     outbox.wake();
@@ -218,7 +221,7 @@ export function createHolds(deps: HoldDeps) {
       expiresAt?: Date;
       description: string;
       idempotency?: Idempotency;
-      requestId: string;
+      origin: CallOrigin;
     }): Promise<{ hold: HoldRow; replay?: Uint8Array }> {
       const id = newId("hold");
       const key = args.idempotency;
@@ -239,7 +242,7 @@ export function createHolds(deps: HoldDeps) {
         hold = existing;
       }
       crash("after_create_intent");
-      return { hold: await finishCreate(hold, args.requestId) };
+      return { hold: await finishCreate(hold, args.origin) };
     },
 
     async capture(args: {
@@ -250,7 +253,7 @@ export function createHolds(deps: HoldDeps) {
       destinationEntityId: string;
       description: string;
       idempotency?: Idempotency;
-      requestId: string;
+      origin: CallOrigin;
     }): Promise<{ hold: HoldRow; capture: CaptureRow; replay?: Uint8Array }> {
       const key = args.idempotency;
       const intent = await sql.begin(async (tx) => {
@@ -287,7 +290,7 @@ export function createHolds(deps: HoldDeps) {
       });
       if (intent.capture.status === "done" && intent.capture.response) return { ...intent, replay: intent.capture.response };
       crash("after_capture_intent");
-      return finishCapture(intent.hold, intent.capture, args.requestId);
+      return finishCapture(intent.hold, intent.capture, args.origin);
     },
 
     /** Stores the response of a keyed capture so a retry replays it. */
@@ -295,7 +298,7 @@ export function createHolds(deps: HoldDeps) {
       await sql`update captures set response = ${response} where id = ${captureId} and idempotency_key is not null`;
     },
 
-    async release(args: { accountId: string; programId: string; holdId: string; reason: "requested" | "expired"; requestId: string }): Promise<HoldRow> {
+    async release(args: { accountId: string; programId: string; holdId: string; reason: "requested" | "expired"; origin: CallOrigin }): Promise<HoldRow> {
       const hold = await sql.begin(async (tx) => {
         const row = await lockHold(tx, args.accountId, args.holdId, args.programId);
         if (row.status === "releasing") return row;
@@ -309,7 +312,7 @@ export function createHolds(deps: HoldDeps) {
         return updated!;
       });
       crash("after_release_intent");
-      return finishRelease(hold, args.requestId);
+      return finishRelease(hold, args.origin);
     },
 
     async get(accountId: string, programId: string, holdId: string): Promise<HoldRow> {
@@ -345,7 +348,7 @@ export function createHolds(deps: HoldDeps) {
           where id in ${tx(rows.map((r) => r.id))} returning *`;
       });
       for (const hold of due) {
-        await finishRelease(hold, `expiry-${hold.id}`).catch((err: unknown) =>
+        await finishRelease(hold, background(`expiry-${hold.id}`)).catch((err: unknown) =>
           log.warn({ hold_id: hold.id, err: (err as Error).message }, "expiry release failed; recovery will finish it"),
         );
       }
@@ -361,14 +364,14 @@ export function createHolds(deps: HoldDeps) {
       let finished = 0;
       const stale = sql`now() - make_interval(secs => ${olderThanMs / 1000})`;
       for (const hold of await sql<HoldRow[]>`select * from holds where status = 'creating' and updated_at < ${stale} limit 100`) {
-        await finishCreate(hold, `recovery-${hold.id}`).then(() => finished++, (err: unknown) => log.warn({ hold_id: hold.id, err: (err as Error).message }, "could not finish a hold's creation"));
+        await finishCreate(hold, background(`recovery-${hold.id}`)).then(() => finished++, (err: unknown) => log.warn({ hold_id: hold.id, err: (err as Error).message }, "could not finish a hold's creation"));
       }
       for (const capture of await sql<CaptureRow[]>`select * from captures where status = 'pending' and created_at < ${stale} limit 100`) {
         const [hold] = await sql<HoldRow[]>`select * from holds where id = ${capture.hold_id}`;
-        await finishCapture(hold!, capture, `recovery-${capture.id}`).then(() => finished++, (err: unknown) => log.warn({ capture_id: capture.id, err: (err as Error).message }, "could not finish a capture"));
+        await finishCapture(hold!, capture, background(`recovery-${capture.id}`)).then(() => finished++, (err: unknown) => log.warn({ capture_id: capture.id, err: (err as Error).message }, "could not finish a capture"));
       }
       for (const hold of await sql<HoldRow[]>`select * from holds where status = 'releasing' and updated_at < ${stale} limit 100`) {
-        await finishRelease(hold, `recovery-${hold.id}`).then(() => finished++, (err: unknown) => log.warn({ hold_id: hold.id, err: (err as Error).message }, "could not finish a release"));
+        await finishRelease(hold, background(`recovery-${hold.id}`)).then(() => finished++, (err: unknown) => log.warn({ hold_id: hold.id, err: (err as Error).message }, "could not finish a release"));
       }
       if (finished > 0) log.info({ finished }, "recovered unfinished hold operations");
       return finished;

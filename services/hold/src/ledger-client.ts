@@ -1,6 +1,16 @@
 import { createClient, type CallOptions, type Client } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
-import { ACCOUNT_HEADER, cachedAuthenticator, ledgerAuthenticator, REQUEST_ID_HEADER, type Authenticator } from "@ledger/common";
+import {
+  ACCOUNT_HEADER,
+  cachedAuthenticator,
+  continueTrace,
+  ledgerAuthenticator,
+  REQUEST_ID_HEADER,
+  traceClientInterceptor,
+  type Authenticator,
+  type CallOrigin,
+  type Tracing,
+} from "@ledger/common";
 import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { ReservationService } from "@ledger/proto/ledger/v1/reservation_pb.js";
 
@@ -9,26 +19,28 @@ export interface LedgerClients {
   reservations: Client<typeof ReservationService>;
   ledger: Client<typeof LedgerService>;
   authenticate: Authenticator;
-  /** Call options that act for `accountId` with the installation's service token. */
-  asAccount(accountId: string, requestId?: string): CallOptions;
+  /** Call options that act for `accountId` with the installation's service token, continuing `origin`'s request id and trace. */
+  asAccount(accountId: string, origin?: CallOrigin): CallOptions;
 }
 
-/** Connects to the ledger over HTTP/2 with binary protobuf. */
-export function connectLedger(ledgerUrl: string, serviceToken: string): LedgerClients {
-  const transport = createConnectTransport({ baseUrl: ledgerUrl, httpVersion: "2", useBinaryFormat: true, pingIntervalMs: 30_000 });
+/** Connects to the ledger over HTTP/2 with binary protobuf; with `tracing`, each call is a client span. */
+export function connectLedger(ledgerUrl: string, serviceToken: string, tracing?: Tracing): LedgerClients {
+  const transport = createConnectTransport({
+    baseUrl: ledgerUrl,
+    httpVersion: "2",
+    useBinaryFormat: true,
+    pingIntervalMs: 30_000,
+    interceptors: tracing ? [traceClientInterceptor(tracing)] : [],
+  });
   return {
     reservations: createClient(ReservationService, transport),
     ledger: createClient(LedgerService, transport),
     authenticate: cachedAuthenticator(ledgerAuthenticator(ledgerUrl)),
-    asAccount(accountId, requestId) {
-      return {
-        headers: {
-          authorization: `Service ${serviceToken}`,
-          [ACCOUNT_HEADER]: accountId,
-          ...(requestId ? { [REQUEST_ID_HEADER]: requestId } : {}),
-        },
-        timeoutMs: 10_000,
-      };
+    asAccount(accountId, origin) {
+      const headers: Record<string, string> = { authorization: `Service ${serviceToken}`, [ACCOUNT_HEADER]: accountId };
+      if (!origin) return { headers, timeoutMs: 10_000 };
+      headers[REQUEST_ID_HEADER] = origin.requestId;
+      return { headers, timeoutMs: 10_000, ...continueTrace(origin.trace, headers) };
     },
   };
 }

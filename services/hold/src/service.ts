@@ -9,7 +9,10 @@ import {
   metricsInterceptor,
   openDatabase,
   requestIdInterceptor,
+  startTracing,
+  tracingInterceptors,
   type RunningServer,
+  type Tracing,
   type Sql,
 } from "@ledger/common";
 import { HoldService } from "@ledger/proto/hold/v1/hold_pb.js";
@@ -43,17 +46,20 @@ new Gauge({
 /** A running hold service. */
 export interface HoldHandle {
   server: RunningServer;
+  /** Present when tracing is configured. */
+  tracing: Tracing | undefined;
   close(): Promise<void>;
 }
 
 /** Starts the hold service: database, outbox relay, expiry and recovery loops, RPC server. */
 export async function startHold(config: HoldConfig): Promise<HoldHandle> {
   const log = createLogger("hold", config.logLevel);
+  const tracing = startTracing(config.tracing, "hold");
   const sql = await openDatabase({ url: config.databaseUrl, schema: "hold", migrationsDir: MIGRATIONS, max: 10, log, applicationName: "hold" });
   const nats = connectNats(config.natsUrl, "hold", log);
   const outbox = createOutbox({ service: "hold", sql, nats, stream: { name: config.natsStream, subjectPrefix: config.natsSubjectPrefix }, log });
   outbox.start();
-  const ledger = connectLedger(config.ledgerUrl, config.serviceToken);
+  const ledger = connectLedger(config.ledgerUrl, config.serviceToken, tracing);
   const holds = createHolds({ sql, outbox, ledger, crash: crashHook(config.crashAt), log });
 
   const server = await listen({
@@ -62,7 +68,7 @@ export async function startHold(config: HoldConfig): Promise<HoldHandle> {
     port: config.port,
     log,
     routes: (router: ConnectRouter) => router.service(HoldService, createHoldService(holds, ledger)),
-    interceptors: [requestIdInterceptor(log), metricsInterceptor(), authInterceptor({ authenticate: ledger.authenticate })],
+    interceptors: [...tracingInterceptors(tracing), requestIdInterceptor(log), metricsInterceptor(), authInterceptor({ authenticate: ledger.authenticate })],
     readiness: {
       database: async () => (await sql`select 1`).length === 1,
       nats: () => nats.ping(),
@@ -89,6 +95,7 @@ export async function startHold(config: HoldConfig): Promise<HoldHandle> {
   expiryLagSources.add(sql);
   return {
     server,
+    tracing,
     async close() {
       stopped = true;
       await server.close();
@@ -97,6 +104,7 @@ export async function startHold(config: HoldConfig): Promise<HoldHandle> {
       await nats.close();
       await sql.end({ timeout: 5 });
       expiryLagSources.delete(sql);
+      await tracing?.shutdown();
       log.info("hold stopped");
     },
   };

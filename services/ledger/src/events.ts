@@ -14,14 +14,15 @@ export type TransactionEventType =
   | "transaction.disputed";
 
 /** Builds a `transaction.*` event about `group` as it is after the change (DESIGN.md section 4). */
-export function transactionEvent(type: TransactionEventType, group: GroupRow, requestId: string, at: Date): Event {
+export function transactionEvent(type: TransactionEventType, group: GroupRow, origin: { requestId: string; traceparent: string }, at: Date): Event {
   return create(EventSchema, {
     id: newId("event"),
     type,
     accountId: group.account_id,
     programId: group.program_id,
     created: timestampFromDate(at),
-    requestId,
+    requestId: origin.requestId,
+    traceparent: origin.traceparent,
     data: {
       case: "transaction",
       value: {

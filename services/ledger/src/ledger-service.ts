@@ -7,6 +7,7 @@ import {
   parsePageRequest,
   principalOf,
   requestIdOf,
+  traceOf,
   toPage,
   type Principal,
   type Sql,
@@ -75,7 +76,7 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
 
   async function scope(ctx: HandlerContext, programId: string) {
     const principal = principalOf(ctx);
-    return { principal, accountId: principal.accountId, programId: await deps.resolveProgram(principal, programId), requestId: requestIdOf(ctx) };
+    return { principal, accountId: principal.accountId, programId: await deps.resolveProgram(principal, programId), requestId: requestIdOf(ctx), traceparent: traceOf(ctx).traceparent };
   }
 
   async function settleCommand(ctx: HandlerContext, programId: string, groupId: string, to: "posted" | "canceled" | "failed", reason: string) {

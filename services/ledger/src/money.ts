@@ -20,6 +20,8 @@ interface CommandBase {
   accountId: string;
   programId: string;
   requestId: string;
+  /** W3C traceparent of the call's span, stored on the events it causes. */
+  traceparent: string;
 }
 
 /**
@@ -301,7 +303,7 @@ function applyOne(command: MoneyCommand, ctx: ApplyContext): Applied {
   switch (command.kind) {
     case "create": {
       const group = newGroup(command, ctx, command.legs, command.status, command.description, command.metadata);
-      return { group, created: [group], changed: [], events: [transactionEvent("transaction.created", group, command.requestId, ctx.now)] };
+      return { group, created: [group], changed: [], events: [transactionEvent("transaction.created", group, command, ctx.now)] };
     }
     case "fund":
     case "defund": {
@@ -314,7 +316,7 @@ function applyOne(command: MoneyCommand, ctx: ApplyContext): Applied {
         { entityId: to, direction: "credit", amount: command.amount },
       ];
       const group = newGroup(command, ctx, legs, "posted", command.description, null);
-      return { group, created: [group], changed: [], events: [transactionEvent("transaction.created", group, command.requestId, ctx.now)] };
+      return { group, created: [group], changed: [], events: [transactionEvent("transaction.created", group, command, ctx.now)] };
     }
     case "settle": {
       const group = groupOf(command, command.groupId, ctx);
@@ -335,7 +337,7 @@ function applyOne(command: MoneyCommand, ctx: ApplyContext): Applied {
       }
       const changed: GroupRow = { ...group, status: command.to, reason: command.reason || group.reason, updated_at: ctx.now };
       const type = command.to === "posted" ? "transaction.posted" : command.to === "canceled" ? "transaction.canceled" : "transaction.failed";
-      return { group: changed, created: [], changed: [changed], events: [transactionEvent(type, changed, command.requestId, ctx.now)] };
+      return { group: changed, created: [], changed: [changed], events: [transactionEvent(type, changed, command, ctx.now)] };
     }
     case "reverse": {
       const group = groupOf(command, command.groupId, ctx);
@@ -358,8 +360,8 @@ function applyOne(command: MoneyCommand, ctx: ApplyContext): Applied {
         created: [reversal],
         changed: [reversed],
         events: [
-          transactionEvent("transaction.created", reversal, command.requestId, ctx.now),
-          transactionEvent("transaction.reversed", reversed, command.requestId, ctx.now),
+          transactionEvent("transaction.created", reversal, command, ctx.now),
+          transactionEvent("transaction.reversed", reversed, command, ctx.now),
         ],
       };
     }
@@ -370,7 +372,7 @@ function applyOne(command: MoneyCommand, ctx: ApplyContext): Applied {
         throw ruleViolation("invalid_state", `transaction group ${group.id} ${why}`, { status: group.status, disputed: group.disputed });
       }
       const disputed: GroupRow = { ...group, disputed: true, reason: command.reason || group.reason, updated_at: ctx.now };
-      return { group: disputed, created: [], changed: [disputed], events: [transactionEvent("transaction.disputed", disputed, command.requestId, ctx.now)] };
+      return { group: disputed, created: [], changed: [disputed], events: [transactionEvent("transaction.disputed", disputed, command, ctx.now)] };
     }
     case "reserve": {
       const existing = ctx.reservations.get(command.reservationId);
@@ -455,7 +457,7 @@ function applyOne(command: MoneyCommand, ctx: ApplyContext): Applied {
         captures: [{ id: command.captureId, reservation_id: reservation.id, amount: command.amount, group_id: group.id }],
         created: [group],
         changed: [],
-        events: [transactionEvent("transaction.created", group, command.requestId, ctx.now)],
+        events: [transactionEvent("transaction.created", group, command, ctx.now)],
       };
     }
     case "release": {

@@ -1,6 +1,6 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import { invalidArgument, notFound, principalOf, requestIdOf, sqlState, type Principal, type Sql } from "@ledger/common";
+import { invalidArgument, notFound, principalOf, requestIdOf, sqlState, traceOf, type Principal, type Sql } from "@ledger/common";
 import {
   CaptureReservationRequestSchema,
   CaptureReservationResponseSchema,
@@ -61,7 +61,7 @@ export function createReservationService(deps: {
 
   async function scope(ctx: HandlerContext, programId: string) {
     const principal = principalOf(ctx);
-    return { accountId: principal.accountId, programId: await deps.resolveProgram(principal, programId), requestId: requestIdOf(ctx) };
+    return { accountId: principal.accountId, programId: await deps.resolveProgram(principal, programId), requestId: requestIdOf(ctx), traceparent: traceOf(ctx).traceparent };
   }
 
   return {

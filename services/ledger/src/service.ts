@@ -10,7 +10,10 @@ import {
   metricsInterceptor,
   openDatabase,
   requestIdInterceptor,
+  startTracing,
+  tracingInterceptors,
   type RunningServer,
+  type Tracing,
 } from "@ledger/common";
 import type { LedgerConfig } from "./config.js";
 import { authenticate, ensureDevAccount, principalOfAccount } from "./identity.js";
@@ -23,6 +26,8 @@ const MIGRATIONS = fileURLToPath(new URL("../migrations", import.meta.url));
 /** A running ledger service. */
 export interface LedgerHandle {
   server: RunningServer;
+  /** Present when tracing is configured. */
+  tracing: Tracing | undefined;
   /** SIGTERM path: stop accepting, finish in-flight calls, flush the outbox, close connections. */
   close(): Promise<void>;
 }
@@ -30,6 +35,7 @@ export interface LedgerHandle {
 /** Starts the ledger: database and migrations, the outbox relay, and the RPC server. */
 export async function startLedger(config: LedgerConfig): Promise<LedgerHandle> {
   const log = createLogger("ledger", config.logLevel);
+  const tracing = startTracing(config.tracing, "ledger");
   const sql = await openDatabase({
     url: config.databaseUrl,
     schema: "ledger",
@@ -64,6 +70,7 @@ export async function startLedger(config: LedgerConfig): Promise<LedgerHandle> {
       resolveProgram: createProgramResolver(sql),
     }),
     interceptors: [
+      ...tracingInterceptors(tracing),
       requestIdInterceptor(log),
       metricsInterceptor(),
       authInterceptor({
@@ -82,12 +89,14 @@ export async function startLedger(config: LedgerConfig): Promise<LedgerHandle> {
 
   return {
     server,
+    tracing,
     async close() {
       stopSweep();
       await server.close();
       await outbox.stop();
       await nats.close();
       await sql.end({ timeout: 5 });
+      await tracing?.shutdown();
       log.info("ledger stopped");
     },
   };

@@ -1,6 +1,19 @@
 import { fromBinary } from "@bufbuild/protobuf";
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type ConsumerMessages, type JsMsg } from "@nats-io/jetstream";
-import { ensureEventStream, isId, metricsRegistry, type Logger, type NatsHandle, type Sql, type StreamSettings } from "@ledger/common";
+import {
+  ensureEventStream,
+  isId,
+  metricsRegistry,
+  recordFailure,
+  SpanKind,
+  startSpan,
+  type Logger,
+  type NatsHandle,
+  type Sql,
+  type StreamSettings,
+  type TracedSpan,
+  type Tracing,
+} from "@ledger/common";
 import { Gauge } from "prom-client";
 import { EventSchema, type Event } from "@ledger/proto/events/v1/events_pb.js";
 import { ingestEvents } from "./events.js";
@@ -26,6 +39,8 @@ export interface ConsumerOptions {
   log: Logger;
   /** Called after events committed, so the delivery loop looks at once. */
   onIngested: () => void;
+  /** When set, storing an event is a span in the trace of the call that caused it. */
+  tracing?: Tracing | undefined;
 }
 
 /** The durable JetStream consumer of one process; every replica shares it, as a work queue. */
@@ -118,9 +133,33 @@ export function createEventConsumer(options: ConsumerOptions): EventConsumer {
     flushing = undefined;
   }
 
+  // One span per event, a child of the span that committed it, so the trace of a call goes on
+  // across JetStream; the event is stored with the new span's traceparent for its deliveries.
+  function startStoreSpans(batch: Array<{ m: JsMsg; event: Event }>): Map<string, TracedSpan> | undefined {
+    const tracing = options.tracing;
+    if (!tracing) return undefined;
+    const spans = new Map<string, TracedSpan>();
+    for (const { m, event } of batch) {
+      // A message redelivered into the same batch is stored once, so it gets one span.
+      if (spans.has(event.id)) continue;
+      const attributes = {
+        "messaging.system": "nats",
+        "messaging.operation.name": "process",
+        "messaging.destination.name": m.subject,
+        "messaging.message.id": event.id,
+        "event.type": event.type,
+      };
+      spans.set(event.id, startSpan(tracing, `process ${event.type}`, SpanKind.CONSUMER, { traceparent: event.traceparent, tracestate: "" }, attributes));
+    }
+    return spans;
+  }
+
   async function store(batch: Array<{ m: JsMsg; event: Event }>): Promise<void> {
+    const spans = startStoreSpans(batch);
+    let failure: string | undefined = "store_failed";
     try {
-      const queued = await ingestEvents(sql, batch.map((b) => b.event));
+      const queued = await ingestEvents(sql, batch.map((b) => b.event), spans ? (event) => spans.get(event.id)!.link.traceparent : undefined);
+      failure = undefined;
       for (const b of batch) b.m.ack();
       if (queued > 0) options.onIngested();
     } catch (err) {
@@ -131,6 +170,11 @@ export function createEventConsumer(options: ConsumerOptions): EventConsumer {
       }
       log.warn({ event_id: batch[0]!.event.id, err: (err as Error).message }, "storing an event failed; it will be redelivered");
       batch[0]!.m.nak(2_000);
+    } finally {
+      for (const { span } of spans?.values() ?? []) {
+        if (failure) recordFailure(span, failure);
+        span.end();
+      }
     }
   }
 

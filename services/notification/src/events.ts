@@ -5,14 +5,20 @@ import type { Event } from "@ledger/proto/events/v1/events_pb.js";
 import type { EventSchema as ApiEventSchema } from "@ledger/proto/notification/v1/notification_pb.js";
 import { deliveryBody } from "./event-body.js";
 
+// Longer is not a traceparent; the column is no place for whatever a producer put there.
+function storableTraceparent(value: string): string {
+  return value.length <= 512 ? value : "";
+}
+
 /**
  * Stores events once per id and, in the same transaction, queues one delivery for each of their
  * account's enabled destinations that subscribe to their type. A redelivered message finds its
  * event already there and changes nothing, so the consumer may ack it again safely. Many events
  * share one transaction, so ingestion keeps up with the ledger's group commit.
- * Returns how many deliveries were queued.
+ * Returns how many deliveries were queued. `traceparentOf` gives the trace context stored with an
+ * event for its delivery attempts: the storing span's when the service traces, else the event's own.
  */
-export async function ingestEvents(sql: Sql, events: Event[]): Promise<number> {
+export async function ingestEvents(sql: Sql, events: Event[], traceparentOf: (event: Event) => string = (event) => event.traceparent): Promise<number> {
   const unique = [...new Map(events.map((e) => [e.id, e])).values()];
   const rows = unique.map((event) => ({
     id: event.id,
@@ -20,6 +26,7 @@ export async function ingestEvents(sql: Sql, events: Event[]): Promise<number> {
     type: event.type,
     body: deliveryBody(event),
     request_id: event.requestId.slice(0, 128),
+    traceparent: storableTraceparent(traceparentOf(event)),
     created_at: event.created ? timestampDate(event.created) : new Date(),
   }));
   return sql.begin(async (tx) => {

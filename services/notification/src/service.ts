@@ -10,7 +10,10 @@ import {
   metricsInterceptor,
   openDatabase,
   requestIdInterceptor,
+  startTracing,
+  tracingInterceptors,
   type RunningServer,
+  type Tracing,
 } from "@ledger/common";
 import type { NotificationConfig } from "./config.js";
 import { createEventConsumer } from "./consumer.js";
@@ -26,6 +29,8 @@ export const USER_AGENT = "ledger-webhooks/0.1.0";
 /** A running notification service. */
 export interface NotificationHandle {
   server: RunningServer;
+  /** Present when tracing is configured. */
+  tracing: Tracing | undefined;
   /** Looks for due deliveries now (tests and resends use it; workers also poll). */
   wake(): void;
   /** SIGTERM path: stop accepting, stop consuming, finish attempts in flight, close connections. */
@@ -38,6 +43,7 @@ export interface NotificationHandle {
  */
 export async function startNotification(config: NotificationConfig): Promise<NotificationHandle> {
   const log = createLogger("notification", config.logLevel);
+  const tracing = startTracing(config.tracing, "notification");
   const sql = await openDatabase({
     url: config.databaseUrl,
     schema: "notification",
@@ -57,6 +63,7 @@ export async function startNotification(config: NotificationConfig): Promise<Not
     concurrencyPerEndpoint: config.webhookConcurrencyPerEndpoint,
     allowPrivateNetworks: config.webhookAllowPrivateNetworks,
     userAgent: USER_AGENT,
+    tracing,
     ...(config.webhookExtraCa ? { extraCa: config.webhookExtraCa } : {}),
   });
   worker.start();
@@ -68,6 +75,7 @@ export async function startNotification(config: NotificationConfig): Promise<Not
     stream: { name: config.natsStream, subjectPrefix: config.natsSubjectPrefix },
     log,
     onIngested: () => worker.wake(),
+    tracing,
   });
   consumer.start();
 
@@ -78,7 +86,7 @@ export async function startNotification(config: NotificationConfig): Promise<Not
     port: config.port,
     log,
     routes: routes({ sql, secretKey: config.secretKey, allowHttp: config.webhookAllowHttp, wake: () => worker.wake() }),
-    interceptors: [requestIdInterceptor(log), metricsInterceptor(), authInterceptor({ authenticate: auth })],
+    interceptors: [...tracingInterceptors(tracing), requestIdInterceptor(log), metricsInterceptor(), authInterceptor({ authenticate: auth })],
     readiness: {
       database: async () => (await sql`select 1`).length === 1,
       nats: () => nats.ping(),
@@ -89,6 +97,7 @@ export async function startNotification(config: NotificationConfig): Promise<Not
 
   return {
     server,
+    tracing,
     wake: () => worker.wake(),
     async close() {
       stopSweep();
@@ -97,6 +106,7 @@ export async function startNotification(config: NotificationConfig): Promise<Not
       await worker.stop();
       await nats.close();
       await sql.end({ timeout: 5 });
+      await tracing?.shutdown();
       log.info("notification stopped");
     },
   };

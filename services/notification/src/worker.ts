@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
-import type { Logger, Sql } from "@ledger/common";
-import { metricsRegistry, wakeableSleep } from "@ledger/common";
+import type { Logger, Sql, Tracing } from "@ledger/common";
+import { metricsRegistry, recordFailure, SpanKind, startSpan, wakeableSleep } from "@ledger/common";
 import { Counter, Histogram } from "prom-client";
 import { signingSecrets } from "./endpoints.js";
 import { signatureHeader } from "./secrets.js";
@@ -33,6 +33,8 @@ export interface WorkerOptions {
   userAgent: string;
   /** How often to look for due work when nothing woke the loop. */
   pollMs?: number;
+  /** When set, each attempt is a span in the trace of the call that caused the event. */
+  tracing?: Tracing | undefined;
 }
 
 /** The delivery loop of one process. */
@@ -50,6 +52,7 @@ interface Claimed {
   event_id: string;
   event_type: string;
   request_id: string;
+  traceparent: string;
   url: string;
   body: string;
   attempts: number;
@@ -142,7 +145,7 @@ export function createWorker(options: WorkerOptions): Worker {
           update deliveries set lease_id = ${lease}, next_attempt_at = now() + make_interval(secs => ${leaseMs / 1000}), updated_at = now()
           where id in ${tx(chosen)}
           returning id, endpoint_id, event_id, attempts)
-        select l.id, l.endpoint_id, l.event_id, ev.type as event_type, ev.request_id, en.url, ev.body, l.attempts,
+        select l.id, l.endpoint_id, l.event_id, ev.type as event_type, ev.request_id, ev.traceparent, en.url, ev.body, l.attempts,
                en.secret, en.previous_secret,
                coalesce(en.previous_secret_expires_at > now(), false) as previous_active,
                ${lease} as lease_id
@@ -151,6 +154,34 @@ export function createWorker(options: WorkerOptions): Worker {
   }
 
   async function attempt(c: Claimed): Promise<void> {
+    const number = c.attempts + 1;
+    const traced = options.tracing
+      ? startSpan(options.tracing, `deliver ${c.event_type}`, SpanKind.CLIENT, { traceparent: c.traceparent, tracestate: "" }, {
+          "http.request.method": "POST",
+          "event.type": c.event_type,
+          "event.id": c.event_id,
+          "webhook.delivery_id": c.id,
+          "webhook.endpoint_id": c.endpoint_id,
+          "webhook.attempt": number,
+        })
+      : undefined;
+    try {
+      await attemptOnce(c, number, (result, succeeded) => {
+        if (!traced) return;
+        if (result.status) traced.span.setAttribute("http.response.status_code", result.status);
+        if (!succeeded) recordFailure(traced.span, result.error || String(result.status));
+      });
+    } catch (err) {
+      if (traced) recordFailure(traced.span, "not_recorded");
+      throw err;
+    } finally {
+      traced?.span.end();
+    }
+  }
+
+  // The URL stays out of the span (its query may hold the receiver's token), and the request
+  // carries no traceparent: internal trace ids are not the receiver's business.
+  async function attemptOnce(c: Claimed, number: number, onResult: (result: AttemptResult, succeeded: boolean) => void): Promise<void> {
     let result: AttemptResult;
     try {
       const t = Math.floor(Date.now() / 1000);
@@ -175,7 +206,7 @@ export function createWorker(options: WorkerOptions): Worker {
     }
     const succeeded = result.error === "" && result.status >= 200 && result.status < 300;
     if (!succeeded && result.error === "" && result.status >= 300 && result.status < 400) result.error = "redirect";
-    const number = c.attempts + 1;
+    onResult(result, succeeded);
     const delay = succeeded ? undefined : retryDelayMs(options.retryScheduleMs, number, result);
     const next = succeeded ? "succeeded" : delay === undefined ? "failed" : "pending";
     attemptsTotal.inc({ outcome: succeeded ? "succeeded" : "failed", error: result.error || "none" });
