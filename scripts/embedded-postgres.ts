@@ -116,7 +116,7 @@ function lockFolder(lockPath: string): () => void {
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
       const holder = Number(readFileSync(lockPath, "utf8").trim());
-      if (holder && holder !== process.pid && alive(holder)) {
+      if (holder && alive(holder)) {
         throw new Error(`the embedded database in ${lockPath.replace(/\.lock$/, "")} is in use by process ${holder}; stop it first, or set LEDGER_DATA_DIR to another folder`);
       }
       // Left by a process that died without cleaning up: take it over.
