@@ -3,7 +3,7 @@ import { defineConfig } from "vitest/config";
 // One run covers every package: tests live beside their source as *.test.ts.
 export default defineConfig({
   test: {
-    include: ["packages/*/src/**/*.test.ts", "services/*/src/**/*.test.ts", "gateway/src/**/*.test.ts", "deploy/**/*.test.ts"],
+    include: ["packages/*/src/**/*.test.ts", "services/*/src/**/*.test.ts", "gateway/src/**/*.test.ts", "deploy/**/*.test.ts", "scripts/**/*.test.ts"],
     exclude: ["**/node_modules/**", "**/*.faults.test.ts"],
     globalSetup: ["packages/testing/src/global-setup.ts"],
     pool: "forks",

@@ -1,0 +1,152 @@
+import { execFile, spawn, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { connect } from "@nats-io/transport-node";
+import { restClient } from "@ledger/testing";
+import { afterAll, expect, inject, it } from "vitest";
+
+// `pnpm start` on a machine without PostgreSQL: the whole system on the embedded database, as a
+// child process, through REST; then a stop with SIGTERM and a start on the same folder. NATS is
+// the run's real server, on a stream of this test's own.
+
+const ROOT = fileURLToPath(new URL("..", import.meta.url));
+const TSX = join(ROOT, "node_modules/.bin/tsx");
+const START_ALL = join(ROOT, "scripts/start-all.ts");
+const CLI = join(ROOT, "services/ledger/src/cli.ts");
+const run = promisify(execFile);
+
+const dataRoot = mkdtempSync(join(tmpdir(), "start-all-"));
+const tag = randomBytes(4).toString("hex");
+const children: ChildProcess[] = [];
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", () => resolve()));
+  const address = server.address();
+  await new Promise((resolve) => server.close(resolve));
+  return typeof address === "object" && address ? address.port : 0;
+}
+
+/** The environment of a laptop: no DATABASE_URL, whatever the test run has. */
+async function laptopEnv(extra: Record<string, string>): Promise<NodeJS.ProcessEnv> {
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  for (const name of ["DATABASE_URL", "LEDGER_DATABASE_URL", "HOLD_DATABASE_URL", "NOTIFICATION_DATABASE_URL", "LEDGER_URL", "HOLD_URL", "NOTIFICATION_URL"]) delete env[name];
+  return {
+    ...env,
+    LEDGER_DATA_DIR: dataRoot,
+    NATS_URL: inject("natsUrl"),
+    NATS_STREAM: `TEST_${tag}`,
+    NATS_SUBJECT_PREFIX: `test${tag}`,
+    GATEWAY_HOST: "127.0.0.1",
+    PORT: String(await freePort()),
+    LEDGER_PORT: String(await freePort()),
+    HOLD_PORT: String(await freePort()),
+    NOTIFICATION_PORT: String(await freePort()),
+    LOG_LEVEL: "warn",
+    ...extra,
+  };
+}
+
+interface Running {
+  child: ChildProcess;
+  restUrl: string;
+  databaseUrl: string;
+  output: () => string;
+}
+
+/** Starts `scripts/start-all.ts` and waits for its "Ledger is up" line. */
+async function startAll(env: NodeJS.ProcessEnv): Promise<Running> {
+  const child = spawn(TSX, [START_ALL], { cwd: ROOT, env, stdio: ["ignore", "pipe", "pipe"] });
+  children.push(child);
+  let output = "";
+  child.stdout!.on("data", (d: Buffer) => (output += d.toString()));
+  child.stderr!.on("data", (d: Buffer) => (output += d.toString()));
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no "Ledger is up" within 90 s:\n${output}`)), 90_000);
+    const check = () => {
+      if (output.includes("Ledger is up")) (clearTimeout(timer), resolve());
+    };
+    child.stderr!.on("data", check);
+    child.once("exit", (code) => (clearTimeout(timer), reject(new Error(`start-all exited with ${code}:\n${output}`))));
+  });
+  const databaseUrl = /served at (postgres:\/\/\S+) /.exec(output)?.[1];
+  expect(output).toMatch(/Database: embedded PostgreSQL \(PGlite, LEDGER_EMBEDDED_POSTGRES=true\), data in \S+pglite,.*set DATABASE_URL/);
+  return { child, restUrl: `http://127.0.0.1:${env["PORT"]}/v1`, databaseUrl: databaseUrl!, output: () => output };
+}
+
+async function stop(running: Running): Promise<number | null> {
+  const exited = new Promise<number | null>((resolve) => running.child.once("exit", (code) => resolve(code)));
+  running.child.kill("SIGTERM");
+  return exited;
+}
+
+afterAll(async () => {
+  for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+  const nc = await connect({ servers: inject("natsUrl") });
+  await (await jetstreamManager(nc)).streams.delete(`TEST_${tag}`).catch(() => {});
+  await nc.close();
+  rmSync(dataRoot, { recursive: true, force: true });
+});
+
+it("runs everything on the embedded database, and keeps the data across a restart", async () => {
+  const env = await laptopEnv({ LEDGER_EMBEDDED_POSTGRES: "true" });
+  const first = await startAll(env);
+
+  // The CLI, in another process, reaches the embedded database through the URL the start printed.
+  const { stdout } = await run(TSX, [CLI, "accounts", "create", "--name", "Laptop", "--json"], {
+    cwd: ROOT,
+    env: { ...env, DATABASE_URL: first.databaseUrl },
+  });
+  const account = JSON.parse(stdout) as { api_key: string };
+  const api = restClient(first.restUrl, account.api_key);
+
+  const alice = (await api.post("/entity", { entity_name: "Alice", entity_type: "customer" })).body.entity.entity_id as string;
+  const bob = (await api.post("/entity", { entity_name: "Bob", entity_type: "customer" })).body.entity.entity_id as string;
+  expect((await api.post("/entity/fund", { entity_id: alice, amount: 10_000 })).status).toBe(200);
+
+  // Concurrent writes from several gateway connections: transfers both ways, deposits, a hold.
+  const answers = await Promise.all([
+    ...Array.from({ length: 16 }, () => api.post("/transaction", { description: "a to b", status: "posted", amount: 300, account: { from: alice, to: bob } })),
+    ...Array.from({ length: 8 }, () => api.post("/transaction", { description: "b to a", status: "posted", amount: 100, account: { from: bob, to: alice } })),
+    ...Array.from({ length: 8 }, () => api.post("/entity/fund", { entity_id: bob, amount: 50 })),
+    api.post("/hold", { entity_id: alice, amount: 700 }),
+  ]);
+  for (const answer of answers) expect(answer.status, JSON.stringify(answer.body)).toBe(200);
+
+  const balances = async (client: typeof api, id: string) => (await client.get("/entity", { entity_id: id })).body.entity.balances;
+  const expectedAlice = { posted: 10_000 - 16 * 300 + 8 * 100, pending_debits: 0, pending_credits: 0, held: 700, available: 10_000 - 16 * 300 + 8 * 100 - 700 };
+  const expectedBob = { posted: 16 * 300 - 8 * 100 + 8 * 50, pending_debits: 0, pending_credits: 0, held: 0, available: 16 * 300 - 8 * 100 + 8 * 50 };
+  expect(await balances(api, alice)).toEqual(expectedAlice);
+  expect(await balances(api, bob)).toEqual(expectedBob);
+  // Posted balances of the program sum to zero: the external entity holds minus the deposits.
+  const external = (await api.get("/program")).body.program.external_entity_id as string;
+  expect((await balances(api, external)).posted).toBe(-(10_000 + 8 * 50));
+
+  expect(await stop(first)).toBe(0);
+  expect(first.output()).not.toMatch(/shutdown failed/);
+
+  const second = await startAll(await laptopEnv({ LEDGER_EMBEDDED_POSTGRES: "true" }));
+  const again = restClient(second.restUrl, account.api_key);
+  expect(await balances(again, alice)).toEqual(expectedAlice);
+  expect(await balances(again, bob)).toEqual(expectedBob);
+  expect((await again.get("/transactions", { entity_id: alice, limit: "100" })).body.transactions).toHaveLength(1 + 16 + 8);
+  expect(await stop(second)).toBe(0);
+}, 240_000);
+
+it("stops with a message naming DATABASE_URL when the database it names does not answer", async () => {
+  const port = await freePort();
+  const env = await laptopEnv({ DATABASE_URL: `postgres://127.0.0.1:${port}/ledger` });
+  const failed = await run(TSX, [START_ALL], { cwd: ROOT, env }).then(
+    () => undefined,
+    (err: { code: number; stderr: string }) => err,
+  );
+  expect(failed?.code).toBe(1);
+  expect(failed?.stderr).toMatch(/DATABASE_URL names a server at 127\.0\.0\.1:\d+ and nothing answers there/);
+  expect(failed?.stderr).not.toMatch(/Database: embedded/);
+}, 60_000);
