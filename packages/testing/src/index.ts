@@ -160,6 +160,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     ledgerUrl: ledger.server.url,
     serviceToken: TEST_SERVICE_TOKEN,
     expiryIntervalMs: 200,
+    databasePoolSize: 10,
     recoveryAfterMs: options.recoveryAfterMs ?? 1_000,
   };
   const holdReplicas: HoldHandle[] = [];

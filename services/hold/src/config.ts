@@ -4,6 +4,8 @@ import { CRASH_POINTS, type CrashPoint } from "./crash.js";
 /** Configuration of the hold service, read once at start. */
 export interface HoldConfig extends InfraConfig {
   databaseUrl: string;
+  /** Postgres connections (HOLD_DATABASE_POOL_SIZE): every operation holds one for two short transactions. */
+  databasePoolSize: number;
   host: string;
   port: number;
   /** Where the ledger's RPC server is. */
@@ -26,6 +28,7 @@ export function readHoldConfig(env: Record<string, string | undefined> = process
   return {
     ...readInfraConfig(env),
     databaseUrl: readDatabaseUrl(env, "HOLD_DATABASE_URL"),
+    databasePoolSize: envInt(env, "HOLD_DATABASE_POOL_SIZE", 10, 2, 500),
     host: envString(env, "HOLD_HOST", "127.0.0.1"),
     port: envInt(env, "HOLD_PORT", 8082, 0, 65535),
     ledgerUrl: envUrl(env, "LEDGER_URL", "http://127.0.0.1:8081", ["http", "https"]),

@@ -55,7 +55,7 @@ export interface HoldHandle {
 export async function startHold(config: HoldConfig): Promise<HoldHandle> {
   const log = createLogger("hold", config.logLevel);
   const tracing = startTracing(config.tracing, "hold");
-  const sql = await openDatabase({ url: config.databaseUrl, schema: "hold", migrationsDir: MIGRATIONS, max: 10, log, applicationName: "hold" });
+  const sql = await openDatabase({ url: config.databaseUrl, schema: "hold", migrationsDir: MIGRATIONS, max: config.databasePoolSize, log, applicationName: "hold" });
   const nats = connectNats(config.natsUrl, "hold", log);
   const outbox = createOutbox({ service: "hold", sql, nats, stream: { name: config.natsStream, subjectPrefix: config.natsSubjectPrefix }, log });
   outbox.start();
