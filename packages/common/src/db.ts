@@ -101,3 +101,39 @@ export async function migrate(sql: Sql, schema: string, dir: string, log: Logger
 export function sqlState(err: unknown): string | undefined {
   return typeof err === "object" && err !== null && "code" in err ? String((err as { code: unknown }).code) : undefined;
 }
+
+/**
+ * Runs `work` in a transaction on a reserved connection with its statements pipelined, so the
+ * transaction waits on Postgres once for its reads and once for its writes with the commit.
+ * BEGIN is sent, not awaited: Postgres answers in order, so it has succeeded by the time the
+ * first read returns, and `work` must read before it writes. The statements `work` puts in
+ * `writes` are sent (`.execute()`) but not awaited; COMMIT follows them at once, and the
+ * transaction counts only if every one of them succeeded (after a failed statement Postgres turns
+ * COMMIT into ROLLBACK). Any error rolls back and is thrown.
+ */
+export async function pipelinedTransaction<T>(sql: Sql, work: (tx: Tx, writes: Promise<unknown>[]) => Promise<T>): Promise<T> {
+  const conn = await sql.reserve();
+  let open = true;
+  try {
+    const begun = conn`begin`.execute();
+    begun.catch(() => {}); // awaited below; this only keeps a failure from counting as unhandled meanwhile
+    const writes: Promise<unknown>[] = [];
+    const result = await work(conn as unknown as Tx, writes);
+    await begun;
+    const committed = conn`commit`.execute();
+    const outcome = await Promise.allSettled([...writes, committed]);
+    open = false;
+    const failed = outcome.find((o): o is PromiseRejectedResult => o.status === "rejected");
+    if (failed) throw failed.reason;
+    if ((outcome.at(-1) as PromiseFulfilledResult<{ command: string }>).value.command !== "COMMIT") {
+      throw new Error("the transaction did not commit");
+    }
+    return result;
+  } catch (err) {
+    if (open) await conn`rollback`.catch(() => {});
+    throw err;
+  } finally {
+    conn.release();
+  }
+}
+

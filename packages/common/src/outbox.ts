@@ -68,6 +68,7 @@ export interface OutboxOptions {
  * them to JetStream with `Nats-Msg-Id` = event id and deletes them once JetStream has acked.
  */
 export interface Outbox {
+  /** Inserts the events' rows in `tx`; the statement is sent at once, the promise is its answer. */
   enqueue(tx: Tx, events: Event[]): Promise<void>;
   /** The rows `enqueue` would insert, for a caller that writes them in a statement of its own. */
   rowsOf(events: Event[]): Array<{ event_id: string; subject: string; payload: Uint8Array }>;
@@ -140,9 +141,10 @@ export function createOutbox(options: OutboxOptions): Outbox {
   }
 
   return {
-    async enqueue(tx, events) {
-      if (events.length === 0) return;
-      await tx`insert into outbox ${tx(rowsOf(events), "event_id", "subject", "payload")}`;
+    enqueue(tx, events) {
+      if (events.length === 0) return Promise.resolve();
+      // Sent at once, so a pipelined transaction can put its COMMIT right behind it.
+      return tx`insert into outbox ${tx(rowsOf(events), "event_id", "subject", "payload")}`.execute().then(() => {});
     },
     rowsOf,
     wake,

@@ -1,6 +1,6 @@
 import { create, fromBinary, toBinary, type DescMessage, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
 import { ConnectError } from "@connectrpc/connect";
-import { claimIdempotencyKeys, settleIdempotencyKeys, type Logger, type Outbox, type Sql, type Tx } from "@ledger/common";
+import { claimIdempotencyKeys, pipelinedTransaction, settleIdempotencyKeys, type Logger, type Outbox, type Sql, type Tx } from "@ledger/common";
 import { Counter, Histogram } from "prom-client";
 import { metricsRegistry } from "@ledger/common";
 import { applyCommands, ExternalEntityCache, type MoneyCommand, type Outcome } from "./money.js";
@@ -70,9 +70,8 @@ export interface BatcherOptions {
  * has waited `lingerMs`: without that wait, the callers answered by one batch come back one by one
  * and each takes a free slot alone, and most transactions carry a single command.
  *
- * A transaction is pipelined on a reserved connection: BEGIN goes out with the batch's first read,
- * and COMMIT right behind its writes, so a batch waits on Postgres twice (read, then write and
- * commit) however many commands it holds.
+ * A batch is one `pipelinedTransaction`: BEGIN goes out with its first read and COMMIT right
+ * behind its writes, so it waits on Postgres twice however many commands it holds.
  *
  * Each command keeps its own result: a refused one answers its caller and changes nothing (its
  * idempotency claim is deleted before commit). Lock order stays global: idempotency keys sorted,
@@ -136,7 +135,7 @@ export function createBatcher(options: BatcherOptions) {
     const endTimer = batchDuration.startTimer();
     let answers: Array<Answer<DescMessage> | ConnectError>;
     try {
-      answers = await inPipelinedTransaction((tx, writes) => applyBatch(tx, batch, writes));
+      answers = await pipelinedTransaction(sql, (tx, writes) => applyBatch(tx, batch, writes));
       endTimer();
     } catch (err) {
       if (batch.length === 1) {
@@ -154,39 +153,6 @@ export function createBatcher(options: BatcherOptions) {
       if (answer instanceof ConnectError) w.reject(answer);
       else w.resolve(answer);
     });
-  }
-
-  /**
-   * Runs `work` in a transaction on a reserved connection. BEGIN is sent, not awaited: Postgres
-   * answers in order, so it has succeeded by the time `work`'s first read returns, and `work`
-   * must read before it writes. The statements `work` puts in `writes` are sent but not awaited;
-   * COMMIT follows them at once, and the transaction counts only if every one of them succeeded
-   * (after a failed statement Postgres turns COMMIT into ROLLBACK).
-   */
-  async function inPipelinedTransaction<T>(work: (tx: Tx, writes: Promise<unknown>[]) => Promise<T>): Promise<T> {
-    const conn = await sql.reserve();
-    let open = true;
-    try {
-      const begun = conn`begin`.execute();
-      begun.catch(() => {}); // awaited below; this only keeps a failure from counting as unhandled meanwhile
-      const writes: Promise<unknown>[] = [];
-      const result = await work(conn as unknown as Tx, writes);
-      await begun;
-      const committed = conn`commit`.execute();
-      const outcome = await Promise.allSettled([...writes, committed]);
-      open = false;
-      const failed = outcome.find((o): o is PromiseRejectedResult => o.status === "rejected");
-      if (failed) throw failed.reason;
-      if ((outcome.at(-1) as PromiseFulfilledResult<{ command: string }>).value.command !== "COMMIT") {
-        throw new Error("the batch's transaction did not commit");
-      }
-      return result;
-    } catch (err) {
-      if (open) await conn`rollback`.catch(() => {});
-      throw err;
-    } finally {
-      conn.release();
-    }
   }
 
   async function applyBatch(tx: Tx, batch: Waiting[], writes: Promise<unknown>[]): Promise<Array<Answer<DescMessage> | ConnectError>> {
