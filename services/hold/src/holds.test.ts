@@ -156,4 +156,23 @@ describe("holds", () => {
     expect((await api.post("/hold", { entity_id: source, amount: 31 }, key)).body.error.code).toBe("idempotency_conflict");
     await expectHeldMatchesHolds();
   });
+
+  it("replays a keyed capture, also when sent twice at once, and refuses the key with another amount", async () => {
+    const [source, sink] = [await entity(), await entity()];
+    await api.post("/entity/fund", { entity_id: source, amount: 100 });
+    const holdId = (await api.post("/hold", { entity_id: source, amount: 60 })).body.hold.hold_id;
+    const key = { "idempotency-key": `capture-${Date.now()}` };
+    const capture = (amount: number) => api.post("/hold/capture", { hold_id: holdId, amount, destination_entity_id: sink }, key);
+    const [a, b] = await Promise.all([capture(25), capture(25)]);
+    expect([a.status, b.status]).toEqual([200, 200]);
+    expect(a.body.transaction.transaction_group_id).toMatch(/^trx-grp_/);
+    expect(b.body.transaction.transaction_group_id).toBe(a.body.transaction.transaction_group_id);
+    expect((await capture(25)).body.transaction.transaction_group_id).toBe(a.body.transaction.transaction_group_id);
+    expect((await capture(26)).body.error.code).toBe("idempotency_conflict");
+    // Once only: 25 of the 60 moved, the hold shows it, and 35 stay held.
+    expect((await api.get("/hold", { hold_id: holdId })).body.hold).toMatchObject({ captured_amount: 25, status: "partially_captured" });
+    expect(await balances(sink)).toMatchObject({ posted: 25 });
+    expect(await balances(source)).toMatchObject({ posted: 75, held: 35, available: 40 });
+    await expectHeldMatchesHolds();
+  });
 });

@@ -1,7 +1,7 @@
 import { create, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { invalidArgument, isId, newId, NO_TRACE, notFound, ruleViolation, type CallOrigin, type Logger, type Outbox, type Sql, type Tx } from "@ledger/common";
+import { invalidArgument, isId, newId, NO_TRACE, notFound, pipelinedTransaction, ruleViolation, type CallOrigin, type Logger, type Outbox, type Sql, type Tx } from "@ledger/common";
 import { EventSchema, type Event } from "@ledger/proto/events/v1/events_pb.js";
 import { CreateHoldResponseSchema, type HoldSchema } from "@ledger/proto/hold/v1/hold_pb.js";
 import type { CrashPoint } from "./crash.js";
@@ -117,13 +117,18 @@ export function createHolds(deps: HoldDeps) {
   // Expiry and recovery act for no client call: a request id of their own for the logs, no trace.
   const background = (requestId: string): CallOrigin => ({ requestId, trace: NO_TRACE });
 
-  async function lockHold(tx: Tx, accountId: string, holdId: string, programId: string): Promise<HoldRow> {
-    if (!isId("hold", holdId)) throw notFound("hold", holdId);
-    const [row] = await tx<HoldRow[]>`select * from holds where id = ${holdId} for update`;
+  /** The hold, when the caller may see it: another account's, another program's or an unfinished one is not found. */
+  function visibleHold(row: HoldRow | undefined, accountId: string, holdId: string, programId: string): HoldRow {
     if (!row || row.account_id !== accountId || row.status === "creating" || (programId !== "" && row.program_id !== programId)) {
       throw notFound("hold", holdId);
     }
     return row;
+  }
+
+  async function lockHold(tx: Tx, accountId: string, holdId: string, programId: string): Promise<HoldRow> {
+    if (!isId("hold", holdId)) throw notFound("hold", holdId);
+    const [row] = await tx<HoldRow[]>`select * from holds where id = ${holdId} for update`;
+    return visibleHold(row, accountId, holdId, programId);
   }
 
   /** Reserves in the ledger and completes a hold in `creating`. Safe to repeat. */
@@ -143,18 +148,24 @@ export function createHolds(deps: HoldDeps) {
       throw err;
     }
     crash("after_ledger_reserve");
-    const done = await sql.begin(async (tx) => {
-      const [row] = await tx<HoldRow[]>`
-        update holds set status = 'held', program_id = ${reservation.programId}, currency_code = ${reservation.currencyCode}, updated_at = now()
-        where id = ${hold.id} and status = 'creating' returning *`;
-      if (!row) return (await tx<HoldRow[]>`select * from holds where id = ${hold.id}`)[0]!;
-      const response = toBinary(CreateHoldResponseSchema, create(CreateHoldResponseSchema, { hold: holdToProto(row) }));
-      await tx`update holds set create_response = ${response} where id = ${row.id}`;
-      await outbox.enqueue(tx, [holdEvent("hold.created", row, origin)]);
-      return row;
-    });
+    // The completed hold is known before it is written, so its stored response and its event go in
+    // the same single statement as the change: one round trip, atomic without a transaction block.
+    const held: HoldRow = { ...hold, status: "held", program_id: reservation.programId, currency_code: reservation.currencyCode, updated_at: new Date() };
+    const response = toBinary(CreateHoldResponseSchema, create(CreateHoldResponseSchema, { hold: holdToProto(held) }));
+    const [event] = outbox.rowsOf([holdEvent("hold.created", held, origin)]);
+    const [written] = await sql<{ n: number }[]>`
+      with done as (
+        update holds set status = 'held', program_id = ${held.program_id}, currency_code = ${held.currency_code},
+          updated_at = ${held.updated_at}, create_response = ${Buffer.from(response)}
+        where id = ${hold.id} and status = 'creating' returning id),
+      events as (
+        insert into outbox (event_id, subject, payload)
+        select ${event!.event_id}, ${event!.subject}, ${Buffer.from(event!.payload)} from done)
+      select count(*)::int as n from done`;
+    // Another process (recovery) completed it first: answer with what it wrote.
+    if (written!.n === 0) return (await sql<HoldRow[]>`select * from holds where id = ${hold.id}`)[0]!;
     outbox.wake();
-    return done;
+    return held;
   }
 
   /** Captures in the ledger and completes a pending capture. Safe to repeat. */
@@ -178,23 +189,28 @@ export function createHolds(deps: HoldDeps) {
       throw err;
     }
     crash("after_ledger_capture");
-    const result = await sql.begin(async (tx) => {
-      const [done] = await tx<CaptureRow[]>`
-        update captures set status = 'done', transaction_group_id = ${groupId} where id = ${capture.id} and status = 'pending' returning *`;
-      if (!done) {
-        const [again] = await tx<CaptureRow[]>`select * from captures where id = ${capture.id}`;
-        return { hold: (await tx<HoldRow[]>`select * from holds where id = ${hold.id}`)[0]!, capture: again! };
-      }
+    // One statement marks the capture done and adds it to the hold; the event, built from the hold
+    // as that statement left it, goes out with the COMMIT.
+    const result = await pipelinedTransaction(sql, async (tx, writes) => {
       const [row] = await tx<HoldRow[]>`
-        update holds set captured_amount = captured_amount + ${done.amount},
-          status = case when captured_amount + ${done.amount} = amount then 'captured' else 'partially_captured' end,
+        with done as (
+          update captures set status = 'done', transaction_group_id = ${groupId}
+          where id = ${capture.id} and status = 'pending' returning hold_id, amount)
+        update holds h set captured_amount = h.captured_amount + done.amount,
+          status = case when h.captured_amount + done.amount = h.amount then 'captured' else 'partially_captured' end,
           updated_at = now()
-        where id = ${hold.id} returning *`;
-      await outbox.enqueue(tx, [holdEvent("hold.captured", row!, origin, done)]);
-      return { hold: row!, capture: done };
+        from done where h.id = done.hold_id returning h.*`;
+      if (!row) {
+        // Another process (recovery) completed it first: answer with what it wrote.
+        const [again] = await tx<CaptureRow[]>`select * from captures where id = ${capture.id}`;
+        return { hold: (await tx<HoldRow[]>`select * from holds where id = ${hold.id}`)[0]!, capture: again!, completed: false };
+      }
+      const done: CaptureRow = { ...capture, status: "done", transaction_group_id: groupId };
+      writes.push(outbox.enqueue(tx, [holdEvent("hold.captured", row, origin, done)]));
+      return { hold: row, capture: done, completed: true };
     });
-    outbox.wake();
-    return result;
+    if (result.completed) outbox.wake();
+    return { hold: result.hold, capture: result.capture };
   }
 
   /** Releases in the ledger and completes a hold in `releasing`. Safe to repeat. */
@@ -256,10 +272,20 @@ export function createHolds(deps: HoldDeps) {
       origin: CallOrigin;
     }): Promise<{ hold: HoldRow; capture: CaptureRow; replay?: Uint8Array }> {
       const key = args.idempotency;
-      const intent = await sql.begin(async (tx) => {
-        const hold = await lockHold(tx, args.accountId, args.holdId, args.programId);
+      if (!isId("hold", args.holdId)) throw notFound("hold", args.holdId);
+      const intent = await pipelinedTransaction(sql, async (tx, writes) => {
+        // Sent together: the captures are read after the hold's lock is granted, each statement
+        // with a snapshot of its own, so a capture committed while this waited for the lock counts.
+        const locking = tx<HoldRow[]>`select * from holds where id = ${args.holdId} for update`.execute();
+        const reading = tx<{ total: bigint; n: bigint }[]>`
+          select coalesce(sum(amount) filter (where status = 'pending'), 0)::int8 as total, count(*)::int8 as n
+          from captures where hold_id = ${args.holdId}`.execute();
+        const repeating = key
+          ? tx<CaptureRow[]>`select * from captures where hold_id = ${args.holdId} and idempotency_key = ${key.key}`.execute()
+          : Promise.resolve([]);
+        const [[row], [pending], [earlier]] = await Promise.all([locking, reading, repeating]);
+        const hold = visibleHold(row, args.accountId, args.holdId, args.programId);
         if (key) {
-          const [earlier] = await tx<CaptureRow[]>`select * from captures where hold_id = ${hold.id} and idempotency_key = ${key.key}`;
           if (earlier) {
             if (!Buffer.from(earlier.fingerprint!).equals(key.fingerprint)) {
               throw ruleViolation("idempotency_conflict", "this Idempotency-Key was already used with a different request");
@@ -272,8 +298,6 @@ export function createHolds(deps: HoldDeps) {
             status: visibleStatus(hold),
           });
         }
-        const [pending] = await tx<{ total: bigint; n: bigint }[]>`
-          select coalesce(sum(amount) filter (where status = 'pending'), 0)::int8 as total, count(*)::int8 as n from captures where hold_id = ${hold.id}`;
         const remaining = hold.amount - hold.captured_amount - pending!.total;
         if (args.amount > remaining) {
           throw ruleViolation("capture_exceeds_hold", `the capture of ${args.amount} exceeds the ${remaining} remaining on hold ${hold.id}`, {
@@ -281,12 +305,25 @@ export function createHolds(deps: HoldDeps) {
             requested: Number(args.amount),
           });
         }
-        const [capture] = await tx<CaptureRow[]>`
+        const capture: CaptureRow = {
+          id: `${hold.id}:${pending!.n + 1n}`,
+          hold_id: hold.id,
+          amount: args.amount,
+          destination_entity_id: args.destinationEntityId,
+          description: args.description || `Capture of ${hold.id}`,
+          status: "pending",
+          transaction_group_id: null,
+          idempotency_key: key?.key ?? null,
+          fingerprint: key?.fingerprint ?? null,
+          response: null,
+          // The database's clock stamps the row (recovery compares it with now()); this is for the caller only.
+          created_at: new Date(),
+        };
+        writes.push(tx`
           insert into captures (id, hold_id, amount, destination_entity_id, description, status, idempotency_key, fingerprint)
-          values (${`${hold.id}:${pending!.n + 1n}`}, ${hold.id}, ${args.amount}, ${args.destinationEntityId},
-                  ${args.description || `Capture of ${hold.id}`}, 'pending', ${key?.key ?? null}, ${key?.fingerprint ?? null})
-          returning *`;
-        return { hold, capture: capture! };
+          values (${capture.id}, ${capture.hold_id}, ${capture.amount}, ${capture.destination_entity_id}, ${capture.description},
+                  'pending', ${capture.idempotency_key}, ${capture.fingerprint})`.execute());
+        return { hold, capture };
       });
       if (intent.capture.status === "done" && intent.capture.response) return { ...intent, replay: intent.capture.response };
       crash("after_capture_intent");
