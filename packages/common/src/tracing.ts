@@ -114,10 +114,18 @@ function rpcAttributes(typeName: string, method: string): Attributes {
   return { "rpc.system": "connect_rpc", "rpc.service": typeName, "rpc.method": method };
 }
 
-function endRpcSpan(span: Span, err: unknown): void {
-  const code = ConnectError.from(err).code;
-  span.setAttribute("rpc.connect_rpc.error_code", codeName(code));
-  recordFailure(span, codeName(code));
+/** Runs a call under `span`: a failure marks the span with the call's code, and the span ends either way. */
+async function underRpcSpan<T>(span: Span, call: () => Promise<T>): Promise<T> {
+  try {
+    return await call();
+  } catch (err) {
+    const code = codeName(ConnectError.from(err).code);
+    span.setAttribute("rpc.connect_rpc.error_code", code);
+    recordFailure(span, code);
+    throw err;
+  } finally {
+    span.end();
+  }
 }
 
 /**
@@ -130,14 +138,7 @@ export function traceServerInterceptor(tracing: Tracing): Interceptor {
     const parent = incomingTrace((name) => req.header.get(name));
     const { span, link } = startSpan(tracing, `${req.service.typeName}/${req.method.name}`, SpanKind.SERVER, parent, rpcAttributes(req.service.typeName, req.method.name));
     req.contextValues.set(traceKey, link);
-    try {
-      return await next(req);
-    } catch (err) {
-      endRpcSpan(span, err);
-      throw err;
-    } finally {
-      span.end();
-    }
+    return underRpcSpan(span, () => next(req));
   };
 }
 
@@ -158,14 +159,7 @@ export function traceClientInterceptor(tracing: Tracing): Interceptor {
     req.header.set("traceparent", link.traceparent);
     if (link.tracestate) req.header.set("tracestate", link.tracestate);
     else req.header.delete("tracestate");
-    try {
-      return await next(req);
-    } catch (err) {
-      endRpcSpan(span, err);
-      throw err;
-    } finally {
-      span.end();
-    }
+    return underRpcSpan(span, () => next(req));
   };
 }
 
