@@ -77,14 +77,14 @@ function errorsText(errors: Record<string, number>): string {
 /** The header row and one row per cell: the table the terminal and latest.md show. */
 export function cellsTable(cells: Cell[]): string {
   const lines = [
-    "| workload | via | conc | ok | tx/s | x pgbench | p50 ms | p95 ms | p99 ms | errors | RSS MB ledger/hold/notif/gw | CPU % ledger/hold/notif/gw/pg/nats | backlog after |",
+    "| workload | via | conc | ok | tx/s | x pgbench | p50 ms | p95 ms | p99 ms | errors | RSS MB ledger/hold/notif/gw | CPU % ledger/hold/notif/gw/pg/nats/bench | backlog after |",
     "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|",
   ];
   for (const c of cells) {
     lines.push(
       `| ${c.workload} | ${c.transport} | ${c.concurrency} | ${c.ok} | ${f0(c.perSecond)} | ${f2(c.ratio)} | ${f1(c.p50)} | ${f1(c.p95)} | ${f1(c.p99)} | ${errorsText(c.errors)} | ` +
         `${f0(c.rssMb.ledger)}/${f0(c.rssMb.hold)}/${f0(c.rssMb.notification)}/${f0(c.rssMb.gateway)} | ` +
-        `${c.cpu.ledger}/${c.cpu.hold}/${c.cpu.notification}/${c.cpu.gateway}/${c.cpu.postgres}/${c.cpu.nats} | ${c.backlogAfter} |`,
+        `${c.cpu.ledger}/${c.cpu.hold}/${c.cpu.notification}/${c.cpu.gateway}/${c.cpu.postgres}/${c.cpu.nats}/${c.cpu.bench} | ${c.backlogAfter} |`,
     );
   }
   return lines.join("\n");

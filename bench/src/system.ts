@@ -208,8 +208,11 @@ export function pidsNamed(comm: string): number[] {
   return pids;
 }
 
-/** Everything whose CPU a workload's report shows: the four services, Postgres and NATS. */
-export type CpuSource = ServiceName | "postgres" | "nats";
+/**
+ * Everything whose CPU a workload's report shows: the four services, Postgres, NATS, and this
+ * process (the load generator), which shares the machine's cores with them as pgbench's client does.
+ */
+export type CpuSource = ServiceName | "postgres" | "nats" | "bench";
 
 /** CPU seconds per pid of the four services, and of every postgres and nats-server process. */
 export interface CpuSnapshot {
@@ -229,6 +232,7 @@ export function cpuSnapshot(pids: Record<ServiceName, number>): CpuSnapshot {
       gateway: of([pids.gateway]),
       postgres: of(pidsNamed("postgres")),
       nats: of(pidsNamed("nats-server")),
+      bench: of([process.pid]),
     },
   };
 }
