@@ -26,7 +26,7 @@ export interface GatewayHandle {
  */
 export async function startGateway(config: GatewayConfig): Promise<GatewayHandle> {
   const log = createLogger("gateway", config.logLevel);
-  const tracing = startTracing(config.tracing, "gateway");
+  const tracing = await startTracing(config.tracing, "gateway");
   const interceptors = tracing ? [traceClientInterceptor(tracing)] : [];
   const transport = (baseUrl: string) => createConnectTransport({ baseUrl, httpVersion: "2", useBinaryFormat: true, pingIntervalMs: 30_000, interceptors });
   const clients: Clients = {

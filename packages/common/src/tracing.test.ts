@@ -4,8 +4,8 @@ import { continueTrace, incomingTrace, NO_TRACE, SpanKind, startSpan, startTraci
 const TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
 
 describe("untraced", () => {
-  it("starts nothing without a configuration", () => {
-    expect(startTracing(undefined, "ledger")).toBeUndefined();
+  it("starts nothing without a configuration", async () => {
+    expect(await startTracing(undefined, "ledger")).toBeUndefined();
   });
 
   it("passes the caller's trace context on unchanged, and nothing when there is none", () => {
@@ -23,7 +23,7 @@ describe("untraced", () => {
 
 describe("traced", () => {
   it("continues the caller's trace, and leaves the headers of an outgoing call to the client interceptor", async () => {
-    const tracing = startTracing({ tracesUrl: "http://127.0.0.1:9/v1/traces", headers: {}, exportDelayMs: 60_000 }, "ledger")!;
+    const tracing = (await startTracing({ tracesUrl: "http://127.0.0.1:9/v1/traces", headers: {}, exportDelayMs: 60_000 }, "ledger"))!;
     const { span, link } = startSpan(tracing, "work", SpanKind.SERVER, incomingTrace((name) => (name === "traceparent" ? TRACEPARENT : undefined)));
     expect(link.traceparent).toMatch(/^00-0af7651916cd43dd8448eb211c80319c-[0-9a-f]{16}-01$/);
     expect(link.traceparent).not.toBe(TRACEPARENT);

@@ -54,7 +54,7 @@ export interface HoldHandle {
 /** Starts the hold service: database, outbox relay, expiry and recovery loops, RPC server. */
 export async function startHold(config: HoldConfig): Promise<HoldHandle> {
   const log = createLogger("hold", config.logLevel);
-  const tracing = startTracing(config.tracing, "hold");
+  const tracing = await startTracing(config.tracing, "hold");
   const sql = await openDatabase({ url: config.databaseUrl, schema: "hold", migrationsDir: MIGRATIONS, max: config.databasePoolSize, log, applicationName: "hold" });
   const nats = connectNats(config.natsUrl, "hold", log);
   const outbox = createOutbox({ service: "hold", sql, nats, stream: { name: config.natsStream, subjectPrefix: config.natsSubjectPrefix }, log });

@@ -35,7 +35,7 @@ export interface LedgerHandle {
 /** Starts the ledger: database and migrations, the outbox relay, and the RPC server. */
 export async function startLedger(config: LedgerConfig): Promise<LedgerHandle> {
   const log = createLogger("ledger", config.logLevel);
-  const tracing = startTracing(config.tracing, "ledger");
+  const tracing = await startTracing(config.tracing, "ledger");
   const sql = await openDatabase({
     url: config.databaseUrl,
     schema: "ledger",

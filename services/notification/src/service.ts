@@ -43,7 +43,7 @@ export interface NotificationHandle {
  */
 export async function startNotification(config: NotificationConfig): Promise<NotificationHandle> {
   const log = createLogger("notification", config.logLevel);
-  const tracing = startTracing(config.tracing, "notification");
+  const tracing = await startTracing(config.tracing, "notification");
   const sql = await openDatabase({
     url: config.databaseUrl,
     schema: "notification",
