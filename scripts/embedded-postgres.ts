@@ -2,25 +2,14 @@
 // run PostgreSQL embedded in this process (PGlite, Postgres compiled to WebAssembly) with its data
 // in a local folder, and serve it on loopback so the services connect to it as to any server.
 import { closeSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from "node:fs";
-import { connect } from "node:net";
 import { resolve } from "node:path";
 import { PGlite } from "@electric-sql/pglite";
 import { ConfigError, DEFAULT_DATABASE_URL, envBool, envInt, envOptional } from "@ledger/common";
 import { servePglite } from "./pglite-server.js";
+import { reachable } from "./reachable.js";
 
 /** Where the services' database is, and how to stop it when this process runs it. */
 export type DatabaseChoice = { embedded: false; url: string } | { embedded: true; url: string; dataDir: string; close(): Promise<void> };
-
-/** Whether something accepts TCP connections at host:port within a second. */
-export function reachable(host: string, port: number): Promise<boolean> {
-  return new Promise((done) => {
-    const socket = connect(port, host);
-    socket.setTimeout(1_000);
-    socket.once("connect", () => (socket.destroy(), done(true)));
-    socket.once("error", () => done(false));
-    socket.once("timeout", () => (socket.destroy(), done(false)));
-  });
-}
 
 function hostAndPort(url: string): { host: string; port: number } {
   const parsed = new URL(url);

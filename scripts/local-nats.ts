@@ -2,18 +2,8 @@
 // start a local nats-server with JetStream (when one is installed) for the life of the process.
 import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, mkdirSync } from "node:fs";
-import { connect } from "node:net";
 import { join } from "node:path";
-
-function reachable(host: string, port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect(port, host);
-    socket.setTimeout(1_000);
-    socket.once("connect", () => (socket.destroy(), resolve(true)));
-    socket.once("error", () => resolve(false));
-    socket.once("timeout", () => (socket.destroy(), resolve(false)));
-  });
-}
+import { reachable } from "./reachable.js";
 
 function findNatsServer(): string | undefined {
   const candidates = [process.env["NATS_SERVER_BIN"], "/usr/sbin/nats-server", "/usr/bin/nats-server", "/usr/local/bin/nats-server"];
