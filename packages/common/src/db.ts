@@ -105,9 +105,9 @@ export function sqlState(err: unknown): string | undefined {
 /**
  * Runs `work` in a transaction on a reserved connection with its statements pipelined, so the
  * transaction waits on Postgres once for its reads and once for its writes with the commit.
- * BEGIN is sent, not awaited: Postgres answers in order, so it has succeeded by the time the
- * first read returns, and `work` must read before it writes. The statements `work` puts in
- * `writes` are sent (`.execute()`) but not awaited; COMMIT follows them at once, and the
+ * BEGIN is sent, not awaited: on a healthy connection it cannot fail, on a broken one every
+ * statement behind it fails too, and it is awaited before COMMIT is sent. The statements `work`
+ * puts in `writes` are sent (`.execute()`) but not awaited; COMMIT follows them at once, and the
  * transaction counts only if every one of them succeeded (after a failed statement Postgres turns
  * COMMIT into ROLLBACK). Any error rolls back and is thrown.
  */

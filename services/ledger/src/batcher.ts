@@ -43,6 +43,8 @@ export interface Answer<O extends DescMessage> {
 
 interface Waiting {
   submission: Submission<DescMessage>;
+  /** When it was queued (performance.now()), for the linger. */
+  queuedAt: number;
   resolve(answer: Answer<DescMessage>): void;
   reject(err: unknown): void;
 }
@@ -84,7 +86,6 @@ export function createBatcher(options: BatcherOptions) {
   const externals = new ExternalEntityCache();
   const queue: Waiting[] = [];
   let inFlight = 0;
-  let oldestQueuedAt = 0;
   let lingerTimer: NodeJS.Timeout | undefined;
 
   function keyOf(w: Waiting): string | undefined {
@@ -111,7 +112,7 @@ export function createBatcher(options: BatcherOptions) {
   function pump() {
     while (inFlight < options.maxInFlight && queue.length > 0) {
       if (inFlight > 0 && queue.length < options.maxBatch) {
-        const waited = performance.now() - oldestQueuedAt;
+        const waited = performance.now() - queue[0]!.queuedAt;
         if (waited < options.lingerMs) {
           lingerTimer ??= setTimeout(() => {
             lingerTimer = undefined;
@@ -121,7 +122,6 @@ export function createBatcher(options: BatcherOptions) {
         }
       }
       const batch = takeBatch();
-      oldestQueuedAt = performance.now();
       inFlight++;
       void run(batch).finally(() => {
         inFlight--;
@@ -194,8 +194,12 @@ export function createBatcher(options: BatcherOptions) {
     /** Queues a command and resolves with its own answer once its transaction committed. */
     submit<O extends DescMessage>(submission: Submission<O>): Promise<Answer<O>> {
       return new Promise<Answer<O>>((resolve, reject) => {
-        if (queue.length === 0) oldestQueuedAt = performance.now();
-        queue.push({ submission: submission as unknown as Submission<DescMessage>, resolve: resolve as (a: Answer<DescMessage>) => void, reject });
+        queue.push({
+          submission: submission as unknown as Submission<DescMessage>,
+          queuedAt: performance.now(),
+          resolve: resolve as (a: Answer<DescMessage>) => void,
+          reject,
+        });
         pump();
       });
     },
