@@ -35,23 +35,33 @@ async function fundedEntity(api: Api, amount = 1_000): Promise<string> {
   return entity;
 }
 
+/**
+ * An OTLP receiver, a webhook receiver and a stack whose tracing is read from `env` (given the
+ * receiver's URL) by the same code the processes use, as an operator would set it.
+ */
+async function startTracedSystem(env: (tracesUrl: string) => Record<string, string>) {
+  const otlp = await startOtlpReceiver();
+  const webhooks = await startWebhookReceiver();
+  const tracing = readTracingConfig(env(otlp.tracesUrl));
+  const stack = await startStack({ notification: { webhookExtraCa: webhooks.ca }, ...(tracing ? { tracing } : {}) });
+  return { otlp, webhooks, stack, tracing };
+}
+
+async function stopTracedSystem(system: Partial<Awaited<ReturnType<typeof startTracedSystem>>>) {
+  await system.stack?.close();
+  await system.webhooks?.close();
+  await system.otlp?.close();
+}
+
 describe("with tracing configured", () => {
   let otlp: OtlpReceiver;
   let webhooks: WebhookReceiver;
   let stack: Stack;
   beforeAll(async () => {
-    otlp = await startOtlpReceiver();
-    webhooks = await startWebhookReceiver();
-    // The environment as an operator would set it, read by the same code the processes use. A long
-    // export delay: spans reach the receiver because the test flushes, not because time passed.
-    const tracing = readTracingConfig({ OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: otlp.tracesUrl, OTEL_BSP_SCHEDULE_DELAY: "60000" });
-    stack = await startStack({ notification: { webhookExtraCa: webhooks.ca }, ...(tracing ? { tracing } : {}) });
+    // A long export delay: spans reach the receiver because the test flushes, not because time passed.
+    ({ otlp, webhooks, stack } = await startTracedSystem((tracesUrl) => ({ OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: tracesUrl, OTEL_BSP_SCHEDULE_DELAY: "60000" })));
   });
-  afterAll(async () => {
-    await stack?.close();
-    await webhooks?.close();
-    await otlp?.close();
-  });
+  afterAll(async () => stopTracedSystem({ otlp, webhooks, stack }));
 
   const flush = () => Promise.all([stack.gateway.tracing, stack.ledger.tracing, stack.hold?.tracing, stack.notification?.tracing].map((t) => t?.forceFlush()));
 
@@ -172,18 +182,15 @@ describe("with tracing off", () => {
   let webhooks: WebhookReceiver;
   let stack: Stack;
   beforeAll(async () => {
-    otlp = await startOtlpReceiver();
-    webhooks = await startWebhookReceiver();
     // An endpoint is set but the SDK is disabled: were anything started, it would export here.
-    const tracing = readTracingConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: otlp.tracesUrl.replace(/\/v1\/traces$/, ""), OTEL_SDK_DISABLED: "true" });
+    let tracing: unknown;
+    ({ otlp, webhooks, stack, tracing } = await startTracedSystem((tracesUrl) => ({
+      OTEL_EXPORTER_OTLP_ENDPOINT: tracesUrl.replace(/\/v1\/traces$/, ""),
+      OTEL_SDK_DISABLED: "true",
+    })));
     expect(tracing).toBeUndefined();
-    stack = await startStack({ notification: { webhookExtraCa: webhooks.ca } });
   });
-  afterAll(async () => {
-    await stack?.close();
-    await webhooks?.close();
-    await otlp?.close();
-  });
+  afterAll(async () => stopTracedSystem({ otlp, webhooks, stack }));
 
   it("starts no tracer, exports nothing, and passes the caller's traceparent on to the ledger's event unchanged", async () => {
     expect([stack.gateway.tracing, stack.ledger.tracing, stack.hold?.tracing, stack.notification?.tracing]).toEqual([undefined, undefined, undefined, undefined]);
