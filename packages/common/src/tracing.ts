@@ -69,7 +69,7 @@ export interface TraceLink {
 export const NO_TRACE: TraceLink = Object.freeze({ traceparent: "", tracestate: "" });
 
 // Longer values are not trace context but abuse; the gateway has passed on at most this much since before tracing.
-const MAX_TRACE_HEADER = 512;
+export const MAX_TRACE_HEADER = 512;
 
 /**
  * The caller's W3C trace context as received. A process that does not trace passes it on

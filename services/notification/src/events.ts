@@ -1,13 +1,13 @@
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
-import { isId, newId, notFound, type PageRequest, type Sql } from "@ledger/common";
+import { isId, MAX_TRACE_HEADER, newId, notFound, type PageRequest, type Sql } from "@ledger/common";
 import type { Event } from "@ledger/proto/events/v1/events_pb.js";
 import type { EventSchema as ApiEventSchema } from "@ledger/proto/notification/v1/notification_pb.js";
 import { deliveryBody } from "./event-body.js";
 
 // Longer is not a traceparent; the column is no place for whatever a producer put there.
 function storableTraceparent(value: string): string {
-  return value.length <= 512 ? value : "";
+  return value.length <= MAX_TRACE_HEADER ? value : "";
 }
 
 /**
