@@ -16,7 +16,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file ledger/v1/ledger.proto.
  */
 export const file_ledger_v1_ledger: GenFile = /*@__PURE__*/
-  fileDesc("ChZsZWRnZXIvdjEvbGVkZ2VyLnByb3RvEglsZWRnZXIudjEibAoIQmFsYW5jZXMSDgoGcG9zdGVkGAEgASgDEhYKDnBlbmRpbmdfZGViaXRzGAIgASgDEhcKD3BlbmRpbmdfY3JlZGl0cxgDIAEoAxIMCgRoZWxkGAQgASgDEhEKCWF2YWlsYWJsZRgFIAEoAyKXAgoGRW50aXR5EhEKCWVudGl0eV9pZBgBIAEoCRISCgpwcm9ncmFtX2lkGAIgASgJEhMKC2VudGl0eV9uYW1lGAMgASgJEhMKC2VudGl0eV90eXBlGAQgASgJEg4KBnN0YXR1cxgFIAEoCRIVCg1jdXJyZW5jeV9jb2RlGAYgASgJEikKCG1ldGFkYXRhGAcgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBITCgtpc19leHRlcm5hbBgIIAEoCBIuCgpjcmVhdGVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIlCghiYWxhbmNlcxgKIAEoCzITLmxlZGdlci52MS5CYWxhbmNlcyLlAQoDTGVnEhYKDnRyYW5zYWN0aW9uX2lkGAEgASgJEhwKFHRyYW5zYWN0aW9uX2dyb3VwX2lkGAIgASgJEhEKCWVudGl0eV9pZBgDIAEoCRInCglkaXJlY3Rpb24YBCABKA4yFC5sZWRnZXIudjEuRGlyZWN0aW9uEg4KBmFtb3VudBgFIAEoAxIsCgZzdGF0dXMYBiABKA4yHC5sZWRnZXIudjEuVHJhbnNhY3Rpb25TdGF0dXMSLgoKY3JlYXRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiygMKEFRyYW5zYWN0aW9uR3JvdXASHAoUdHJhbnNhY3Rpb25fZ3JvdXBfaWQYASABKAkSEgoKcHJvZ3JhbV9pZBgCIAEoCRIsCgZzdGF0dXMYAyABKA4yHC5sZWRnZXIudjEuVHJhbnNhY3Rpb25TdGF0dXMSEwoLZGVzY3JpcHRpb24YBCABKAkSKQoIbWV0YWRhdGEYBSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhUKDWN1cnJlbmN5X2NvZGUYBiABKAkSEAoIZGlzcHV0ZWQYByABKAgSDgoGYW1vdW50GAggASgDEhwKBGxlZ3MYCSADKAsyDi5sZWRnZXIudjEuTGVnEi4KCmNyZWF0ZWRfYXQYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiUKHXJldmVyc2VzX3RyYW5zYWN0aW9uX2dyb3VwX2lkGAwgASgJEigKIHJldmVyc2VkX2J5X3RyYW5zYWN0aW9uX2dyb3VwX2lkGA0gASgJEg4KBnJlYXNvbhgOIAEoCSKqAQoHUHJvZ3JhbRISCgpwcm9ncmFtX2lkGAEgASgJEhQKDHByb2dyYW1fbmFtZRgCIAEoCRIVCg1jdXJyZW5jeV9jb2RlGAMgASgJEhoKEmV4dGVybmFsX2VudGl0eV9pZBgEIAEoCRISCgppc19kZWZhdWx0GAUgASgIEi4KCmNyZWF0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIpUBChNDcmVhdGVFbnRpdHlSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEwoLZW50aXR5X25hbWUYAiABKAkSEwoLZW50aXR5X3R5cGUYAyABKAkSKQoIbWV0YWRhdGEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhUKDWN1cnJlbmN5X2NvZGUYBSABKAkiOQoUQ3JlYXRlRW50aXR5UmVzcG9uc2USIQoGZW50aXR5GAEgASgLMhEubGVkZ2VyLnYxLkVudGl0eSI5ChBHZXRFbnRpdHlSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJIjYKEUdldEVudGl0eVJlc3BvbnNlEiEKBmVudGl0eRgBIAEoCzIRLmxlZGdlci52MS5FbnRpdHkiXQoTTGlzdEVudGl0aWVzUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEg0KBWxpbWl0GAIgASgFEg4KBmN1cnNvchgDIAEoCRITCgtlbnRpdHlfdHlwZRgEIAEoCSJeChRMaXN0RW50aXRpZXNSZXNwb25zZRIjCghlbnRpdGllcxgBIAMoCzIRLmxlZGdlci52MS5FbnRpdHkSIQoEcGFnZRgCIAEoCzITLmNvbW1vbi52MS5QYWdlSW5mbyJfChFGdW5kRW50aXR5UmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhEKCWVudGl0eV9pZBgCIAEoCRIOCgZhbW91bnQYAyABKAMSEwoLZGVzY3JpcHRpb24YBCABKAkibAoSRnVuZEVudGl0eVJlc3BvbnNlEjYKEXRyYW5zYWN0aW9uX2dyb3VwGAEgASgLMhsubGVkZ2VyLnYxLlRyYW5zYWN0aW9uR3JvdXASHgoGY3JlZGl0GAIgASgLMg4ubGVkZ2VyLnYxLkxlZyJhChNEZWZ1bmRFbnRpdHlSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJEg4KBmFtb3VudBgDIAEoAxITCgtkZXNjcmlwdGlvbhgEIAEoCSJtChREZWZ1bmRFbnRpdHlSZXNwb25zZRI2ChF0cmFuc2FjdGlvbl9ncm91cBgBIAEoCzIbLmxlZGdlci52MS5UcmFuc2FjdGlvbkdyb3VwEh0KBWRlYml0GAIgASgLMg4ubGVkZ2VyLnYxLkxlZyJICghUcmFuc2ZlchIWCg5mcm9tX2VudGl0eV9pZBgBIAEoCRIUCgx0b19lbnRpdHlfaWQYAiABKAkSDgoGYW1vdW50GAMgASgDIlMKBUVudHJ5EhEKCWVudGl0eV9pZBgBIAEoCRInCglkaXJlY3Rpb24YAiABKA4yFC5sZWRnZXIudjEuRGlyZWN0aW9uEg4KBmFtb3VudBgDIAEoAyIsCgdFbnRyaWVzEiEKB2VudHJpZXMYASADKAsyEC5sZWRnZXIudjEuRW50cnki9AEKGENyZWF0ZVRyYW5zYWN0aW9uUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhMKC2Rlc2NyaXB0aW9uGAIgASgJEiwKBnN0YXR1cxgDIAEoDjIcLmxlZGdlci52MS5UcmFuc2FjdGlvblN0YXR1cxIpCghtZXRhZGF0YRgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSJwoIdHJhbnNmZXIYBSABKAsyEy5sZWRnZXIudjEuVHJhbnNmZXJIABIlCgdlbnRyaWVzGAYgASgLMhIubGVkZ2VyLnYxLkVudHJpZXNIAEIGCgRmb3JtIlMKGUNyZWF0ZVRyYW5zYWN0aW9uUmVzcG9uc2USNgoRdHJhbnNhY3Rpb25fZ3JvdXAYASABKAsyGy5sZWRnZXIudjEuVHJhbnNhY3Rpb25Hcm91cCJWChVHZXRUcmFuc2FjdGlvblJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSFgoOdHJhbnNhY3Rpb25faWQYAyABKAkiNQoWR2V0VHJhbnNhY3Rpb25SZXNwb25zZRIbCgNsZWcYASABKAsyDi5sZWRnZXIudjEuTGVnIo0BChdMaXN0VHJhbnNhY3Rpb25zUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhEKCWVudGl0eV9pZBgCIAEoCRINCgVsaW1pdBgDIAEoBRIOCgZjdXJzb3IYBCABKAkSLAoGc3RhdHVzGAUgASgOMhwubGVkZ2VyLnYxLlRyYW5zYWN0aW9uU3RhdHVzIlsKGExpc3RUcmFuc2FjdGlvbnNSZXNwb25zZRIcCgRsZWdzGAEgAygLMg4ubGVkZ2VyLnYxLkxlZxIhCgRwYWdlGAIgASgLMhMuY29tbW9uLnYxLlBhZ2VJbmZvIk4KGkdldFRyYW5zYWN0aW9uR3JvdXBSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSHAoUdHJhbnNhY3Rpb25fZ3JvdXBfaWQYAiABKAkiVQobR2V0VHJhbnNhY3Rpb25Hcm91cFJlc3BvbnNlEjYKEXRyYW5zYWN0aW9uX2dyb3VwGAEgASgLMhsubGVkZ2VyLnYxLlRyYW5zYWN0aW9uR3JvdXAiSgoWUG9zdFRyYW5zYWN0aW9uUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhwKFHRyYW5zYWN0aW9uX2dyb3VwX2lkGAIgASgJIlEKF1Bvc3RUcmFuc2FjdGlvblJlc3BvbnNlEjYKEXRyYW5zYWN0aW9uX2dyb3VwGAEgASgLMhsubGVkZ2VyLnYxLlRyYW5zYWN0aW9uR3JvdXAiTAoYQ2FuY2VsVHJhbnNhY3Rpb25SZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSHAoUdHJhbnNhY3Rpb25fZ3JvdXBfaWQYAiABKAkiUwoZQ2FuY2VsVHJhbnNhY3Rpb25SZXNwb25zZRI2ChF0cmFuc2FjdGlvbl9ncm91cBgBIAEoCzIbLmxlZGdlci52MS5UcmFuc2FjdGlvbkdyb3VwIloKFkZhaWxUcmFuc2FjdGlvblJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIcChR0cmFuc2FjdGlvbl9ncm91cF9pZBgCIAEoCRIOCgZyZWFzb24YAyABKAkiUQoXRmFpbFRyYW5zYWN0aW9uUmVzcG9uc2USNgoRdHJhbnNhY3Rpb25fZ3JvdXAYASABKAsyGy5sZWRnZXIudjEuVHJhbnNhY3Rpb25Hcm91cCJiChlSZXZlcnNlVHJhbnNhY3Rpb25SZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSHAoUdHJhbnNhY3Rpb25fZ3JvdXBfaWQYAiABKAkSEwoLZGVzY3JpcHRpb24YAyABKAkivAEKGlJldmVyc2VUcmFuc2FjdGlvblJlc3BvbnNlEjYKEXRyYW5zYWN0aW9uX2dyb3VwGAEgASgLMhsubGVkZ2VyLnYxLlRyYW5zYWN0aW9uR3JvdXASJQodcmV2ZXJzYWxfdHJhbnNhY3Rpb25fZ3JvdXBfaWQYAiABKAkSPwoacmV2ZXJzYWxfdHJhbnNhY3Rpb25fZ3JvdXAYAyABKAsyGy5sZWRnZXIudjEuVHJhbnNhY3Rpb25Hcm91cCJdChlEaXNwdXRlVHJhbnNhY3Rpb25SZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSHAoUdHJhbnNhY3Rpb25fZ3JvdXBfaWQYAiABKAkSDgoGcmVhc29uGAMgASgJIlQKGkRpc3B1dGVUcmFuc2FjdGlvblJlc3BvbnNlEjYKEXRyYW5zYWN0aW9uX2dyb3VwGAEgASgLMhsubGVkZ2VyLnYxLlRyYW5zYWN0aW9uR3JvdXAiQwoUQ3JlYXRlUHJvZ3JhbVJlcXVlc3QSFAoMcHJvZ3JhbV9uYW1lGAEgASgJEhUKDWN1cnJlbmN5X2NvZGUYAiABKAkiPAoVQ3JlYXRlUHJvZ3JhbVJlc3BvbnNlEiMKB3Byb2dyYW0YASABKAsyEi5sZWRnZXIudjEuUHJvZ3JhbSInChFHZXRQcm9ncmFtUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJIjkKEkdldFByb2dyYW1SZXNwb25zZRIjCgdwcm9ncmFtGAEgASgLMhIubGVkZ2VyLnYxLlByb2dyYW0iNAoTTGlzdFByb2dyYW1zUmVxdWVzdBINCgVsaW1pdBgBIAEoBRIOCgZjdXJzb3IYAiABKAkiXwoUTGlzdFByb2dyYW1zUmVzcG9uc2USJAoIcHJvZ3JhbXMYASADKAsyEi5sZWRnZXIudjEuUHJvZ3JhbRIhCgRwYWdlGAIgASgLMhMuY29tbW9uLnYxLlBhZ2VJbmZvIkAKFFVwZGF0ZVByb2dyYW1SZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSFAoMcHJvZ3JhbV9uYW1lGAIgASgJIjwKFVVwZGF0ZVByb2dyYW1SZXNwb25zZRIjCgdwcm9ncmFtGAEgASgLMhIubGVkZ2VyLnYxLlByb2dyYW0qUQoJRGlyZWN0aW9uEhkKFURJUkVDVElPTl9VTlNQRUNJRklFRBAAEhMKD0RJUkVDVElPTl9ERUJJVBABEhQKEERJUkVDVElPTl9DUkVESVQQAirXAQoRVHJhbnNhY3Rpb25TdGF0dXMSIgoeVFJBTlNBQ1RJT05fU1RBVFVTX1VOU1BFQ0lGSUVEEAASHgoaVFJBTlNBQ1RJT05fU1RBVFVTX1BFTkRJTkcQARIdChlUUkFOU0FDVElPTl9TVEFUVVNfUE9TVEVEEAISHwobVFJBTlNBQ1RJT05fU1RBVFVTX0NBTkNFTEVEEAMSHQoZVFJBTlNBQ1RJT05fU1RBVFVTX0ZBSUxFRBAEEh8KG1RSQU5TQUNUSU9OX1NUQVRVU19SRVZFUlNFRBAFMtAMCg1MZWRnZXJTZXJ2aWNlEk8KDENyZWF0ZUVudGl0eRIeLmxlZGdlci52MS5DcmVhdGVFbnRpdHlSZXF1ZXN0Gh8ubGVkZ2VyLnYxLkNyZWF0ZUVudGl0eVJlc3BvbnNlEksKCUdldEVudGl0eRIbLmxlZGdlci52MS5HZXRFbnRpdHlSZXF1ZXN0GhwubGVkZ2VyLnYxLkdldEVudGl0eVJlc3BvbnNlIgOQAgESVAoMTGlzdEVudGl0aWVzEh4ubGVkZ2VyLnYxLkxpc3RFbnRpdGllc1JlcXVlc3QaHy5sZWRnZXIudjEuTGlzdEVudGl0aWVzUmVzcG9uc2UiA5ACARJJCgpGdW5kRW50aXR5EhwubGVkZ2VyLnYxLkZ1bmRFbnRpdHlSZXF1ZXN0Gh0ubGVkZ2VyLnYxLkZ1bmRFbnRpdHlSZXNwb25zZRJPCgxEZWZ1bmRFbnRpdHkSHi5sZWRnZXIudjEuRGVmdW5kRW50aXR5UmVxdWVzdBofLmxlZGdlci52MS5EZWZ1bmRFbnRpdHlSZXNwb25zZRJeChFDcmVhdGVUcmFuc2FjdGlvbhIjLmxlZGdlci52MS5DcmVhdGVUcmFuc2FjdGlvblJlcXVlc3QaJC5sZWRnZXIudjEuQ3JlYXRlVHJhbnNhY3Rpb25SZXNwb25zZRJaCg5HZXRUcmFuc2FjdGlvbhIgLmxlZGdlci52MS5HZXRUcmFuc2FjdGlvblJlcXVlc3QaIS5sZWRnZXIudjEuR2V0VHJhbnNhY3Rpb25SZXNwb25zZSIDkAIBEmAKEExpc3RUcmFuc2FjdGlvbnMSIi5sZWRnZXIudjEuTGlzdFRyYW5zYWN0aW9uc1JlcXVlc3QaIy5sZWRnZXIudjEuTGlzdFRyYW5zYWN0aW9uc1Jlc3BvbnNlIgOQAgESaQoTR2V0VHJhbnNhY3Rpb25Hcm91cBIlLmxlZGdlci52MS5HZXRUcmFuc2FjdGlvbkdyb3VwUmVxdWVzdBomLmxlZGdlci52MS5HZXRUcmFuc2FjdGlvbkdyb3VwUmVzcG9uc2UiA5ACARJYCg9Qb3N0VHJhbnNhY3Rpb24SIS5sZWRnZXIudjEuUG9zdFRyYW5zYWN0aW9uUmVxdWVzdBoiLmxlZGdlci52MS5Qb3N0VHJhbnNhY3Rpb25SZXNwb25zZRJeChFDYW5jZWxUcmFuc2FjdGlvbhIjLmxlZGdlci52MS5DYW5jZWxUcmFuc2FjdGlvblJlcXVlc3QaJC5sZWRnZXIudjEuQ2FuY2VsVHJhbnNhY3Rpb25SZXNwb25zZRJYCg9GYWlsVHJhbnNhY3Rpb24SIS5sZWRnZXIudjEuRmFpbFRyYW5zYWN0aW9uUmVxdWVzdBoiLmxlZGdlci52MS5GYWlsVHJhbnNhY3Rpb25SZXNwb25zZRJhChJSZXZlcnNlVHJhbnNhY3Rpb24SJC5sZWRnZXIudjEuUmV2ZXJzZVRyYW5zYWN0aW9uUmVxdWVzdBolLmxlZGdlci52MS5SZXZlcnNlVHJhbnNhY3Rpb25SZXNwb25zZRJhChJEaXNwdXRlVHJhbnNhY3Rpb24SJC5sZWRnZXIudjEuRGlzcHV0ZVRyYW5zYWN0aW9uUmVxdWVzdBolLmxlZGdlci52MS5EaXNwdXRlVHJhbnNhY3Rpb25SZXNwb25zZRJSCg1DcmVhdGVQcm9ncmFtEh8ubGVkZ2VyLnYxLkNyZWF0ZVByb2dyYW1SZXF1ZXN0GiAubGVkZ2VyLnYxLkNyZWF0ZVByb2dyYW1SZXNwb25zZRJOCgpHZXRQcm9ncmFtEhwubGVkZ2VyLnYxLkdldFByb2dyYW1SZXF1ZXN0Gh0ubGVkZ2VyLnYxLkdldFByb2dyYW1SZXNwb25zZSIDkAIBElQKDExpc3RQcm9ncmFtcxIeLmxlZGdlci52MS5MaXN0UHJvZ3JhbXNSZXF1ZXN0Gh8ubGVkZ2VyLnYxLkxpc3RQcm9ncmFtc1Jlc3BvbnNlIgOQAgESUgoNVXBkYXRlUHJvZ3JhbRIfLmxlZGdlci52MS5VcGRhdGVQcm9ncmFtUmVxdWVzdBogLmxlZGdlci52MS5VcGRhdGVQcm9ncmFtUmVzcG9uc2ViBnByb3RvMw", [file_common_v1_common, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChZsZWRnZXIvdjEvbGVkZ2VyLnByb3RvEglsZWRnZXIudjEibAoIQmFsYW5jZXMSDgoGcG9zdGVkGAEgASgDEhYKDnBlbmRpbmdfZGViaXRzGAIgASgDEhcKD3BlbmRpbmdfY3JlZGl0cxgDIAEoAxIMCgRoZWxkGAQgASgDEhEKCWF2YWlsYWJsZRgFIAEoAyKXAgoGRW50aXR5EhEKCWVudGl0eV9pZBgBIAEoCRISCgpwcm9ncmFtX2lkGAIgASgJEhMKC2VudGl0eV9uYW1lGAMgASgJEhMKC2VudGl0eV90eXBlGAQgASgJEg4KBnN0YXR1cxgFIAEoCRIVCg1jdXJyZW5jeV9jb2RlGAYgASgJEikKCG1ldGFkYXRhGAcgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBITCgtpc19leHRlcm5hbBgIIAEoCBIuCgpjcmVhdGVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIlCghiYWxhbmNlcxgKIAEoCzITLmxlZGdlci52MS5CYWxhbmNlcyLlAQoDTGVnEhYKDnRyYW5zYWN0aW9uX2lkGAEgASgJEhwKFHRyYW5zYWN0aW9uX2dyb3VwX2lkGAIgASgJEhEKCWVudGl0eV9pZBgDIAEoCRInCglkaXJlY3Rpb24YBCABKA4yFC5sZWRnZXIudjEuRGlyZWN0aW9uEg4KBmFtb3VudBgFIAEoAxIsCgZzdGF0dXMYBiABKA4yHC5sZWRnZXIudjEuVHJhbnNhY3Rpb25TdGF0dXMSLgoKY3JlYXRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiygMKEFRyYW5zYWN0aW9uR3JvdXASHAoUdHJhbnNhY3Rpb25fZ3JvdXBfaWQYASABKAkSEgoKcHJvZ3JhbV9pZBgCIAEoCRIsCgZzdGF0dXMYAyABKA4yHC5sZWRnZXIudjEuVHJhbnNhY3Rpb25TdGF0dXMSEwoLZGVzY3JpcHRpb24YBCABKAkSKQoIbWV0YWRhdGEYBSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhUKDWN1cnJlbmN5X2NvZGUYBiABKAkSEAoIZGlzcHV0ZWQYByABKAgSDgoGYW1vdW50GAggASgDEhwKBGxlZ3MYCSADKAsyDi5sZWRnZXIudjEuTGVnEi4KCmNyZWF0ZWRfYXQYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiUKHXJldmVyc2VzX3RyYW5zYWN0aW9uX2dyb3VwX2lkGAwgASgJEigKIHJldmVyc2VkX2J5X3RyYW5zYWN0aW9uX2dyb3VwX2lkGA0gASgJEg4KBnJlYXNvbhgOIAEoCSKqAQoHUHJvZ3JhbRISCgpwcm9ncmFtX2lkGAEgASgJEhQKDHByb2dyYW1fbmFtZRgCIAEoCRIVCg1jdXJyZW5jeV9jb2RlGAMgASgJEhoKEmV4dGVybmFsX2VudGl0eV9pZBgEIAEoCRISCgppc19kZWZhdWx0GAUgASgIEi4KCmNyZWF0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIpUBChNDcmVhdGVFbnRpdHlSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEwoLZW50aXR5X25hbWUYAiABKAkSEwoLZW50aXR5X3R5cGUYAyABKAkSKQoIbWV0YWRhdGEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhUKDWN1cnJlbmN5X2NvZGUYBSABKAkiOQoUQ3JlYXRlRW50aXR5UmVzcG9uc2USIQoGZW50aXR5GAEgASgLMhEubGVkZ2VyLnYxLkVudGl0eSI5ChBHZXRFbnRpdHlSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJIjYKEUdldEVudGl0eVJlc3BvbnNlEiEKBmVudGl0eRgBIAEoCzIRLmxlZGdlci52MS5FbnRpdHkiXQoTTGlzdEVudGl0aWVzUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEg0KBWxpbWl0GAIgASgFEg4KBmN1cnNvchgDIAEoCRITCgtlbnRpdHlfdHlwZRgEIAEoCSJeChRMaXN0RW50aXRpZXNSZXNwb25zZRIjCghlbnRpdGllcxgBIAMoCzIRLmxlZGdlci52MS5FbnRpdHkSIQoEcGFnZRgCIAEoCzITLmNvbW1vbi52MS5QYWdlSW5mbyJfChFGdW5kRW50aXR5UmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhEKCWVudGl0eV9pZBgCIAEoCRIOCgZhbW91bnQYAyABKAMSEwoLZGVzY3JpcHRpb24YBCABKAkibAoSRnVuZEVudGl0eVJlc3BvbnNlEjYKEXRyYW5zYWN0aW9uX2dyb3VwGAEgASgLMhsubGVkZ2VyLnYxLlRyYW5zYWN0aW9uR3JvdXASHgoGY3JlZGl0GAIgASgLMg4ubGVkZ2VyLnYxLkxlZyJhChNEZWZ1bmRFbnRpdHlSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJEg4KBmFtb3VudBgDIAEoAxITCgtkZXNjcmlwdGlvbhgEIAEoCSJtChREZWZ1bmRFbnRpdHlSZXNwb25zZRI2ChF0cmFuc2FjdGlvbl9ncm91cBgBIAEoCzIbLmxlZGdlci52MS5UcmFuc2FjdGlvbkdyb3VwEh0KBWRlYml0GAIgASgLMg4ubGVkZ2VyLnYxLkxlZyJICghUcmFuc2ZlchIWCg5mcm9tX2VudGl0eV9pZBgBIAEoCRIUCgx0b19lbnRpdHlfaWQYAiABKAkSDgoGYW1vdW50GAMgASgDIlMKBUVudHJ5EhEKCWVudGl0eV9pZBgBIAEoCRInCglkaXJlY3Rpb24YAiABKA4yFC5sZWRnZXIudjEuRGlyZWN0aW9uEg4KBmFtb3VudBgDIAEoAyIsCgdFbnRyaWVzEiEKB2VudHJpZXMYASADKAsyEC5sZWRnZXIudjEuRW50cnki9AEKGENyZWF0ZVRyYW5zYWN0aW9uUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhMKC2Rlc2NyaXB0aW9uGAIgASgJEiwKBnN0YXR1cxgDIAEoDjIcLmxlZGdlci52MS5UcmFuc2FjdGlvblN0YXR1cxIpCghtZXRhZGF0YRgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSJwoIdHJhbnNmZXIYBSABKAsyEy5sZWRnZXIudjEuVHJhbnNmZXJIABIlCgdlbnRyaWVzGAYgASgLMhIubGVkZ2VyLnYxLkVudHJpZXNIAEIGCgRmb3JtIlMKGUNyZWF0ZVRyYW5zYWN0aW9uUmVzcG9uc2USNgoRdHJhbnNhY3Rpb25fZ3JvdXAYASABKAsyGy5sZWRnZXIudjEuVHJhbnNhY3Rpb25Hcm91cCJrChZDcmVhdGVUcmFuc2FjdGlvbnNJdGVtEjgKC3RyYW5zYWN0aW9uGAEgASgLMiMubGVkZ2VyLnYxLkNyZWF0ZVRyYW5zYWN0aW9uUmVxdWVzdBIXCg9pZGVtcG90ZW5jeV9rZXkYAiABKAkieAoZQ3JlYXRlVHJhbnNhY3Rpb25zUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEjcKDHRyYW5zYWN0aW9ucxgCIAMoCzIhLmxlZGdlci52MS5DcmVhdGVUcmFuc2FjdGlvbnNJdGVtEg4KBmF0b21pYxgDIAEoCCJiChdDcmVhdGVUcmFuc2FjdGlvbnNFcnJvchIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkSKAoHZGV0YWlscxgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QipQEKGENyZWF0ZVRyYW5zYWN0aW9uc1Jlc3VsdBI4ChF0cmFuc2FjdGlvbl9ncm91cBgBIAEoCzIbLmxlZGdlci52MS5UcmFuc2FjdGlvbkdyb3VwSAASMwoFZXJyb3IYAiABKAsyIi5sZWRnZXIudjEuQ3JlYXRlVHJhbnNhY3Rpb25zRXJyb3JIABIQCghyZXBsYXllZBgDIAEoCEIICgZyZXN1bHQidQoaQ3JlYXRlVHJhbnNhY3Rpb25zUmVzcG9uc2USEQoJc3VjY2VlZGVkGAEgASgFEg4KBmZhaWxlZBgCIAEoBRI0CgdyZXN1bHRzGAMgAygLMiMubGVkZ2VyLnYxLkNyZWF0ZVRyYW5zYWN0aW9uc1Jlc3VsdCJWChVHZXRUcmFuc2FjdGlvblJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSFgoOdHJhbnNhY3Rpb25faWQYAyABKAkiNQoWR2V0VHJhbnNhY3Rpb25SZXNwb25zZRIbCgNsZWcYASABKAsyDi5sZWRnZXIudjEuTGVnIo0BChdMaXN0VHJhbnNhY3Rpb25zUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhEKCWVudGl0eV9pZBgCIAEoCRINCgVsaW1pdBgDIAEoBRIOCgZjdXJzb3IYBCABKAkSLAoGc3RhdHVzGAUgASgOMhwubGVkZ2VyLnYxLlRyYW5zYWN0aW9uU3RhdHVzIlsKGExpc3RUcmFuc2FjdGlvbnNSZXNwb25zZRIcCgRsZWdzGAEgAygLMg4ubGVkZ2VyLnYxLkxlZxIhCgRwYWdlGAIgASgLMhMuY29tbW9uLnYxLlBhZ2VJbmZvIk4KGkdldFRyYW5zYWN0aW9uR3JvdXBSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSHAoUdHJhbnNhY3Rpb25fZ3JvdXBfaWQYAiABKAkiVQobR2V0VHJhbnNhY3Rpb25Hcm91cFJlc3BvbnNlEjYKEXRyYW5zYWN0aW9uX2dyb3VwGAEgASgLMhsubGVkZ2VyLnYxLlRyYW5zYWN0aW9uR3JvdXAiSgoWUG9zdFRyYW5zYWN0aW9uUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhwKFHRyYW5zYWN0aW9uX2dyb3VwX2lkGAIgASgJIlEKF1Bvc3RUcmFuc2FjdGlvblJlc3BvbnNlEjYKEXRyYW5zYWN0aW9uX2dyb3VwGAEgASgLMhsubGVkZ2VyLnYxLlRyYW5zYWN0aW9uR3JvdXAiTAoYQ2FuY2VsVHJhbnNhY3Rpb25SZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSHAoUdHJhbnNhY3Rpb25fZ3JvdXBfaWQYAiABKAkiUwoZQ2FuY2VsVHJhbnNhY3Rpb25SZXNwb25zZRI2ChF0cmFuc2FjdGlvbl9ncm91cBgBIAEoCzIbLmxlZGdlci52MS5UcmFuc2FjdGlvbkdyb3VwIloKFkZhaWxUcmFuc2FjdGlvblJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIcChR0cmFuc2FjdGlvbl9ncm91cF9pZBgCIAEoCRIOCgZyZWFzb24YAyABKAkiUQoXRmFpbFRyYW5zYWN0aW9uUmVzcG9uc2USNgoRdHJhbnNhY3Rpb25fZ3JvdXAYASABKAsyGy5sZWRnZXIudjEuVHJhbnNhY3Rpb25Hcm91cCJiChlSZXZlcnNlVHJhbnNhY3Rpb25SZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSHAoUdHJhbnNhY3Rpb25fZ3JvdXBfaWQYAiABKAkSEwoLZGVzY3JpcHRpb24YAyABKAkivAEKGlJldmVyc2VUcmFuc2FjdGlvblJlc3BvbnNlEjYKEXRyYW5zYWN0aW9uX2dyb3VwGAEgASgLMhsubGVkZ2VyLnYxLlRyYW5zYWN0aW9uR3JvdXASJQodcmV2ZXJzYWxfdHJhbnNhY3Rpb25fZ3JvdXBfaWQYAiABKAkSPwoacmV2ZXJzYWxfdHJhbnNhY3Rpb25fZ3JvdXAYAyABKAsyGy5sZWRnZXIudjEuVHJhbnNhY3Rpb25Hcm91cCJdChlEaXNwdXRlVHJhbnNhY3Rpb25SZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSHAoUdHJhbnNhY3Rpb25fZ3JvdXBfaWQYAiABKAkSDgoGcmVhc29uGAMgASgJIlQKGkRpc3B1dGVUcmFuc2FjdGlvblJlc3BvbnNlEjYKEXRyYW5zYWN0aW9uX2dyb3VwGAEgASgLMhsubGVkZ2VyLnYxLlRyYW5zYWN0aW9uR3JvdXAiQwoUQ3JlYXRlUHJvZ3JhbVJlcXVlc3QSFAoMcHJvZ3JhbV9uYW1lGAEgASgJEhUKDWN1cnJlbmN5X2NvZGUYAiABKAkiPAoVQ3JlYXRlUHJvZ3JhbVJlc3BvbnNlEiMKB3Byb2dyYW0YASABKAsyEi5sZWRnZXIudjEuUHJvZ3JhbSInChFHZXRQcm9ncmFtUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJIjkKEkdldFByb2dyYW1SZXNwb25zZRIjCgdwcm9ncmFtGAEgASgLMhIubGVkZ2VyLnYxLlByb2dyYW0iNAoTTGlzdFByb2dyYW1zUmVxdWVzdBINCgVsaW1pdBgBIAEoBRIOCgZjdXJzb3IYAiABKAkiXwoUTGlzdFByb2dyYW1zUmVzcG9uc2USJAoIcHJvZ3JhbXMYASADKAsyEi5sZWRnZXIudjEuUHJvZ3JhbRIhCgRwYWdlGAIgASgLMhMuY29tbW9uLnYxLlBhZ2VJbmZvIkAKFFVwZGF0ZVByb2dyYW1SZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSFAoMcHJvZ3JhbV9uYW1lGAIgASgJIjwKFVVwZGF0ZVByb2dyYW1SZXNwb25zZRIjCgdwcm9ncmFtGAEgASgLMhIubGVkZ2VyLnYxLlByb2dyYW0qUQoJRGlyZWN0aW9uEhkKFURJUkVDVElPTl9VTlNQRUNJRklFRBAAEhMKD0RJUkVDVElPTl9ERUJJVBABEhQKEERJUkVDVElPTl9DUkVESVQQAirXAQoRVHJhbnNhY3Rpb25TdGF0dXMSIgoeVFJBTlNBQ1RJT05fU1RBVFVTX1VOU1BFQ0lGSUVEEAASHgoaVFJBTlNBQ1RJT05fU1RBVFVTX1BFTkRJTkcQARIdChlUUkFOU0FDVElPTl9TVEFUVVNfUE9TVEVEEAISHwobVFJBTlNBQ1RJT05fU1RBVFVTX0NBTkNFTEVEEAMSHQoZVFJBTlNBQ1RJT05fU1RBVFVTX0ZBSUxFRBAEEh8KG1RSQU5TQUNUSU9OX1NUQVRVU19SRVZFUlNFRBAFMrMNCg1MZWRnZXJTZXJ2aWNlEk8KDENyZWF0ZUVudGl0eRIeLmxlZGdlci52MS5DcmVhdGVFbnRpdHlSZXF1ZXN0Gh8ubGVkZ2VyLnYxLkNyZWF0ZUVudGl0eVJlc3BvbnNlEksKCUdldEVudGl0eRIbLmxlZGdlci52MS5HZXRFbnRpdHlSZXF1ZXN0GhwubGVkZ2VyLnYxLkdldEVudGl0eVJlc3BvbnNlIgOQAgESVAoMTGlzdEVudGl0aWVzEh4ubGVkZ2VyLnYxLkxpc3RFbnRpdGllc1JlcXVlc3QaHy5sZWRnZXIudjEuTGlzdEVudGl0aWVzUmVzcG9uc2UiA5ACARJJCgpGdW5kRW50aXR5EhwubGVkZ2VyLnYxLkZ1bmRFbnRpdHlSZXF1ZXN0Gh0ubGVkZ2VyLnYxLkZ1bmRFbnRpdHlSZXNwb25zZRJPCgxEZWZ1bmRFbnRpdHkSHi5sZWRnZXIudjEuRGVmdW5kRW50aXR5UmVxdWVzdBofLmxlZGdlci52MS5EZWZ1bmRFbnRpdHlSZXNwb25zZRJeChFDcmVhdGVUcmFuc2FjdGlvbhIjLmxlZGdlci52MS5DcmVhdGVUcmFuc2FjdGlvblJlcXVlc3QaJC5sZWRnZXIudjEuQ3JlYXRlVHJhbnNhY3Rpb25SZXNwb25zZRJhChJDcmVhdGVUcmFuc2FjdGlvbnMSJC5sZWRnZXIudjEuQ3JlYXRlVHJhbnNhY3Rpb25zUmVxdWVzdBolLmxlZGdlci52MS5DcmVhdGVUcmFuc2FjdGlvbnNSZXNwb25zZRJaCg5HZXRUcmFuc2FjdGlvbhIgLmxlZGdlci52MS5HZXRUcmFuc2FjdGlvblJlcXVlc3QaIS5sZWRnZXIudjEuR2V0VHJhbnNhY3Rpb25SZXNwb25zZSIDkAIBEmAKEExpc3RUcmFuc2FjdGlvbnMSIi5sZWRnZXIudjEuTGlzdFRyYW5zYWN0aW9uc1JlcXVlc3QaIy5sZWRnZXIudjEuTGlzdFRyYW5zYWN0aW9uc1Jlc3BvbnNlIgOQAgESaQoTR2V0VHJhbnNhY3Rpb25Hcm91cBIlLmxlZGdlci52MS5HZXRUcmFuc2FjdGlvbkdyb3VwUmVxdWVzdBomLmxlZGdlci52MS5HZXRUcmFuc2FjdGlvbkdyb3VwUmVzcG9uc2UiA5ACARJYCg9Qb3N0VHJhbnNhY3Rpb24SIS5sZWRnZXIudjEuUG9zdFRyYW5zYWN0aW9uUmVxdWVzdBoiLmxlZGdlci52MS5Qb3N0VHJhbnNhY3Rpb25SZXNwb25zZRJeChFDYW5jZWxUcmFuc2FjdGlvbhIjLmxlZGdlci52MS5DYW5jZWxUcmFuc2FjdGlvblJlcXVlc3QaJC5sZWRnZXIudjEuQ2FuY2VsVHJhbnNhY3Rpb25SZXNwb25zZRJYCg9GYWlsVHJhbnNhY3Rpb24SIS5sZWRnZXIudjEuRmFpbFRyYW5zYWN0aW9uUmVxdWVzdBoiLmxlZGdlci52MS5GYWlsVHJhbnNhY3Rpb25SZXNwb25zZRJhChJSZXZlcnNlVHJhbnNhY3Rpb24SJC5sZWRnZXIudjEuUmV2ZXJzZVRyYW5zYWN0aW9uUmVxdWVzdBolLmxlZGdlci52MS5SZXZlcnNlVHJhbnNhY3Rpb25SZXNwb25zZRJhChJEaXNwdXRlVHJhbnNhY3Rpb24SJC5sZWRnZXIudjEuRGlzcHV0ZVRyYW5zYWN0aW9uUmVxdWVzdBolLmxlZGdlci52MS5EaXNwdXRlVHJhbnNhY3Rpb25SZXNwb25zZRJSCg1DcmVhdGVQcm9ncmFtEh8ubGVkZ2VyLnYxLkNyZWF0ZVByb2dyYW1SZXF1ZXN0GiAubGVkZ2VyLnYxLkNyZWF0ZVByb2dyYW1SZXNwb25zZRJOCgpHZXRQcm9ncmFtEhwubGVkZ2VyLnYxLkdldFByb2dyYW1SZXF1ZXN0Gh0ubGVkZ2VyLnYxLkdldFByb2dyYW1SZXNwb25zZSIDkAIBElQKDExpc3RQcm9ncmFtcxIeLmxlZGdlci52MS5MaXN0UHJvZ3JhbXNSZXF1ZXN0Gh8ubGVkZ2VyLnYxLkxpc3RQcm9ncmFtc1Jlc3BvbnNlIgOQAgESUgoNVXBkYXRlUHJvZ3JhbRIfLmxlZGdlci52MS5VcGRhdGVQcm9ncmFtUmVxdWVzdBogLmxlZGdlci52MS5VcGRhdGVQcm9ncmFtUmVzcG9uc2ViBnByb3RvMw", [file_common_v1_common, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Balances of an entity, all in minor units.
@@ -889,6 +889,187 @@ export const CreateTransactionResponseSchema: GenMessage<CreateTransactionRespon
   messageDesc(file_ledger_v1_ledger, 19);
 
 /**
+ * CreateTransactionsItem is one transaction of a batch.
+ *
+ * @generated from message ledger.v1.CreateTransactionsItem
+ */
+export type CreateTransactionsItem = Message<"ledger.v1.CreateTransactionsItem"> & {
+  /**
+   * The transaction, exactly as CreateTransaction takes it; an empty program_id means the batch's.
+   *
+   * @generated from field: ledger.v1.CreateTransactionRequest transaction = 1;
+   */
+  transaction?: CreateTransactionRequest | undefined;
+
+  /**
+   * Optional key of this item alone (1 to 255 characters), scoped to the account and shared with
+   * the `idempotency-key` header of CreateTransaction: a key already used with the same
+   * transaction answers its first success again, with `replayed` set, and moves no money.
+   *
+   * @generated from field: string idempotency_key = 2;
+   */
+  idempotencyKey: string;
+};
+
+/**
+ * Describes the message ledger.v1.CreateTransactionsItem.
+ * Use `create(CreateTransactionsItemSchema)` to create a new message.
+ */
+export const CreateTransactionsItemSchema: GenMessage<CreateTransactionsItem> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_ledger, 20);
+
+/**
+ * CreateTransactionsRequest carries 1 to 1,000 transactions applied in order.
+ *
+ * @generated from message ledger.v1.CreateTransactionsRequest
+ */
+export type CreateTransactionsRequest = Message<"ledger.v1.CreateTransactionsRequest"> & {
+  /**
+   * Program of the items that name none; empty for the default program.
+   *
+   * @generated from field: string program_id = 1;
+   */
+  programId: string;
+
+  /**
+   * The items, 1 to 1,000.
+   *
+   * @generated from field: repeated ledger.v1.CreateTransactionsItem transactions = 2;
+   */
+  transactions: CreateTransactionsItem[];
+
+  /**
+   * All items apply or none: the first refused item fails the call with its own error, and
+   * `details.index` (0-based) names it.
+   *
+   * @generated from field: bool atomic = 3;
+   */
+  atomic: boolean;
+};
+
+/**
+ * Describes the message ledger.v1.CreateTransactionsRequest.
+ * Use `create(CreateTransactionsRequestSchema)` to create a new message.
+ */
+export const CreateTransactionsRequestSchema: GenMessage<CreateTransactionsRequest> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_ledger, 21);
+
+/**
+ * CreateTransactionsError is why one item was refused; the item changed nothing.
+ *
+ * @generated from message ledger.v1.CreateTransactionsError
+ */
+export type CreateTransactionsError = Message<"ledger.v1.CreateTransactionsError"> & {
+  /**
+   * The code the single call would have answered, for example `insufficient_funds`.
+   *
+   * @generated from field: string code = 1;
+   */
+  code: string;
+
+  /**
+   * What went wrong, for people.
+   *
+   * @generated from field: string message = 2;
+   */
+  message: string;
+
+  /**
+   * Structured facts about the error, as on the single call.
+   *
+   * @generated from field: google.protobuf.Struct details = 3;
+   */
+  details?: JsonObject | undefined;
+};
+
+/**
+ * Describes the message ledger.v1.CreateTransactionsError.
+ * Use `create(CreateTransactionsErrorSchema)` to create a new message.
+ */
+export const CreateTransactionsErrorSchema: GenMessage<CreateTransactionsError> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_ledger, 22);
+
+/**
+ * CreateTransactionsResult is the outcome of one item, in request order.
+ *
+ * @generated from message ledger.v1.CreateTransactionsResult
+ */
+export type CreateTransactionsResult = Message<"ledger.v1.CreateTransactionsResult"> & {
+  /**
+   * The group, or the error.
+   *
+   * @generated from oneof ledger.v1.CreateTransactionsResult.result
+   */
+  result: {
+    /**
+     * The item's group with its legs.
+     *
+     * @generated from field: ledger.v1.TransactionGroup transaction_group = 1;
+     */
+    value: TransactionGroup;
+    case: "transactionGroup";
+  } | {
+    /**
+     * Why the item was refused.
+     *
+     * @generated from field: ledger.v1.CreateTransactionsError error = 2;
+     */
+    value: CreateTransactionsError;
+    case: "error";
+  } | { case: undefined; value?: undefined };
+
+  /**
+   * The item's idempotency key had been used with the same transaction: this is its first
+   * success again, and no money moved.
+   *
+   * @generated from field: bool replayed = 3;
+   */
+  replayed: boolean;
+};
+
+/**
+ * Describes the message ledger.v1.CreateTransactionsResult.
+ * Use `create(CreateTransactionsResultSchema)` to create a new message.
+ */
+export const CreateTransactionsResultSchema: GenMessage<CreateTransactionsResult> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_ledger, 23);
+
+/**
+ * CreateTransactionsResponse lists one result per item, in request order.
+ *
+ * @generated from message ledger.v1.CreateTransactionsResponse
+ */
+export type CreateTransactionsResponse = Message<"ledger.v1.CreateTransactionsResponse"> & {
+  /**
+   * Items that succeeded (replays included).
+   *
+   * @generated from field: int32 succeeded = 1;
+   */
+  succeeded: number;
+
+  /**
+   * Items that were refused.
+   *
+   * @generated from field: int32 failed = 2;
+   */
+  failed: number;
+
+  /**
+   * One result per item, in request order.
+   *
+   * @generated from field: repeated ledger.v1.CreateTransactionsResult results = 3;
+   */
+  results: CreateTransactionsResult[];
+};
+
+/**
+ * Describes the message ledger.v1.CreateTransactionsResponse.
+ * Use `create(CreateTransactionsResponseSchema)` to create a new message.
+ */
+export const CreateTransactionsResponseSchema: GenMessage<CreateTransactionsResponse> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_ledger, 24);
+
+/**
  * GetTransactionRequest names one leg of one entity.
  *
  * @generated from message ledger.v1.GetTransactionRequest
@@ -921,7 +1102,7 @@ export type GetTransactionRequest = Message<"ledger.v1.GetTransactionRequest"> &
  * Use `create(GetTransactionRequestSchema)` to create a new message.
  */
 export const GetTransactionRequestSchema: GenMessage<GetTransactionRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 20);
+  messageDesc(file_ledger_v1_ledger, 25);
 
 /**
  * GetTransactionResponse returns one leg.
@@ -942,7 +1123,7 @@ export type GetTransactionResponse = Message<"ledger.v1.GetTransactionResponse">
  * Use `create(GetTransactionResponseSchema)` to create a new message.
  */
 export const GetTransactionResponseSchema: GenMessage<GetTransactionResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 21);
+  messageDesc(file_ledger_v1_ledger, 26);
 
 /**
  * ListTransactionsRequest selects a page of one entity's legs.
@@ -991,7 +1172,7 @@ export type ListTransactionsRequest = Message<"ledger.v1.ListTransactionsRequest
  * Use `create(ListTransactionsRequestSchema)` to create a new message.
  */
 export const ListTransactionsRequestSchema: GenMessage<ListTransactionsRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 22);
+  messageDesc(file_ledger_v1_ledger, 27);
 
 /**
  * ListTransactionsResponse is one page of legs.
@@ -1019,7 +1200,7 @@ export type ListTransactionsResponse = Message<"ledger.v1.ListTransactionsRespon
  * Use `create(ListTransactionsResponseSchema)` to create a new message.
  */
 export const ListTransactionsResponseSchema: GenMessage<ListTransactionsResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 23);
+  messageDesc(file_ledger_v1_ledger, 28);
 
 /**
  * GetTransactionGroupRequest names one group.
@@ -1047,7 +1228,7 @@ export type GetTransactionGroupRequest = Message<"ledger.v1.GetTransactionGroupR
  * Use `create(GetTransactionGroupRequestSchema)` to create a new message.
  */
 export const GetTransactionGroupRequestSchema: GenMessage<GetTransactionGroupRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 24);
+  messageDesc(file_ledger_v1_ledger, 29);
 
 /**
  * GetTransactionGroupResponse returns one group.
@@ -1068,7 +1249,7 @@ export type GetTransactionGroupResponse = Message<"ledger.v1.GetTransactionGroup
  * Use `create(GetTransactionGroupResponseSchema)` to create a new message.
  */
 export const GetTransactionGroupResponseSchema: GenMessage<GetTransactionGroupResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 25);
+  messageDesc(file_ledger_v1_ledger, 30);
 
 /**
  * PostTransactionRequest names a pending group to settle.
@@ -1096,7 +1277,7 @@ export type PostTransactionRequest = Message<"ledger.v1.PostTransactionRequest">
  * Use `create(PostTransactionRequestSchema)` to create a new message.
  */
 export const PostTransactionRequestSchema: GenMessage<PostTransactionRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 26);
+  messageDesc(file_ledger_v1_ledger, 31);
 
 /**
  * PostTransactionResponse returns the settled group.
@@ -1117,7 +1298,7 @@ export type PostTransactionResponse = Message<"ledger.v1.PostTransactionResponse
  * Use `create(PostTransactionResponseSchema)` to create a new message.
  */
 export const PostTransactionResponseSchema: GenMessage<PostTransactionResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 27);
+  messageDesc(file_ledger_v1_ledger, 32);
 
 /**
  * CancelTransactionRequest names a pending group to cancel.
@@ -1145,7 +1326,7 @@ export type CancelTransactionRequest = Message<"ledger.v1.CancelTransactionReque
  * Use `create(CancelTransactionRequestSchema)` to create a new message.
  */
 export const CancelTransactionRequestSchema: GenMessage<CancelTransactionRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 28);
+  messageDesc(file_ledger_v1_ledger, 33);
 
 /**
  * CancelTransactionResponse returns the canceled group.
@@ -1166,7 +1347,7 @@ export type CancelTransactionResponse = Message<"ledger.v1.CancelTransactionResp
  * Use `create(CancelTransactionResponseSchema)` to create a new message.
  */
 export const CancelTransactionResponseSchema: GenMessage<CancelTransactionResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 29);
+  messageDesc(file_ledger_v1_ledger, 34);
 
 /**
  * FailTransactionRequest names a pending group that failed.
@@ -1201,7 +1382,7 @@ export type FailTransactionRequest = Message<"ledger.v1.FailTransactionRequest">
  * Use `create(FailTransactionRequestSchema)` to create a new message.
  */
 export const FailTransactionRequestSchema: GenMessage<FailTransactionRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 30);
+  messageDesc(file_ledger_v1_ledger, 35);
 
 /**
  * FailTransactionResponse returns the failed group.
@@ -1222,7 +1403,7 @@ export type FailTransactionResponse = Message<"ledger.v1.FailTransactionResponse
  * Use `create(FailTransactionResponseSchema)` to create a new message.
  */
 export const FailTransactionResponseSchema: GenMessage<FailTransactionResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 31);
+  messageDesc(file_ledger_v1_ledger, 36);
 
 /**
  * ReverseTransactionRequest names a posted group to undo.
@@ -1257,7 +1438,7 @@ export type ReverseTransactionRequest = Message<"ledger.v1.ReverseTransactionReq
  * Use `create(ReverseTransactionRequestSchema)` to create a new message.
  */
 export const ReverseTransactionRequestSchema: GenMessage<ReverseTransactionRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 32);
+  messageDesc(file_ledger_v1_ledger, 37);
 
 /**
  * ReverseTransactionResponse returns the reversed group and names its reversal.
@@ -1292,7 +1473,7 @@ export type ReverseTransactionResponse = Message<"ledger.v1.ReverseTransactionRe
  * Use `create(ReverseTransactionResponseSchema)` to create a new message.
  */
 export const ReverseTransactionResponseSchema: GenMessage<ReverseTransactionResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 33);
+  messageDesc(file_ledger_v1_ledger, 38);
 
 /**
  * DisputeTransactionRequest names a posted group to flag.
@@ -1327,7 +1508,7 @@ export type DisputeTransactionRequest = Message<"ledger.v1.DisputeTransactionReq
  * Use `create(DisputeTransactionRequestSchema)` to create a new message.
  */
 export const DisputeTransactionRequestSchema: GenMessage<DisputeTransactionRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 34);
+  messageDesc(file_ledger_v1_ledger, 39);
 
 /**
  * DisputeTransactionResponse returns the disputed group.
@@ -1348,7 +1529,7 @@ export type DisputeTransactionResponse = Message<"ledger.v1.DisputeTransactionRe
  * Use `create(DisputeTransactionResponseSchema)` to create a new message.
  */
 export const DisputeTransactionResponseSchema: GenMessage<DisputeTransactionResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 35);
+  messageDesc(file_ledger_v1_ledger, 40);
 
 /**
  * CreateProgramRequest names a new program.
@@ -1376,7 +1557,7 @@ export type CreateProgramRequest = Message<"ledger.v1.CreateProgramRequest"> & {
  * Use `create(CreateProgramRequestSchema)` to create a new message.
  */
 export const CreateProgramRequestSchema: GenMessage<CreateProgramRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 36);
+  messageDesc(file_ledger_v1_ledger, 41);
 
 /**
  * CreateProgramResponse returns the new program.
@@ -1397,7 +1578,7 @@ export type CreateProgramResponse = Message<"ledger.v1.CreateProgramResponse"> &
  * Use `create(CreateProgramResponseSchema)` to create a new message.
  */
 export const CreateProgramResponseSchema: GenMessage<CreateProgramResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 37);
+  messageDesc(file_ledger_v1_ledger, 42);
 
 /**
  * GetProgramRequest names one program.
@@ -1418,7 +1599,7 @@ export type GetProgramRequest = Message<"ledger.v1.GetProgramRequest"> & {
  * Use `create(GetProgramRequestSchema)` to create a new message.
  */
 export const GetProgramRequestSchema: GenMessage<GetProgramRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 38);
+  messageDesc(file_ledger_v1_ledger, 43);
 
 /**
  * GetProgramResponse returns one program.
@@ -1439,7 +1620,7 @@ export type GetProgramResponse = Message<"ledger.v1.GetProgramResponse"> & {
  * Use `create(GetProgramResponseSchema)` to create a new message.
  */
 export const GetProgramResponseSchema: GenMessage<GetProgramResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 39);
+  messageDesc(file_ledger_v1_ledger, 44);
 
 /**
  * ListProgramsRequest selects a page of programs.
@@ -1467,7 +1648,7 @@ export type ListProgramsRequest = Message<"ledger.v1.ListProgramsRequest"> & {
  * Use `create(ListProgramsRequestSchema)` to create a new message.
  */
 export const ListProgramsRequestSchema: GenMessage<ListProgramsRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 40);
+  messageDesc(file_ledger_v1_ledger, 45);
 
 /**
  * ListProgramsResponse is one page of programs.
@@ -1495,7 +1676,7 @@ export type ListProgramsResponse = Message<"ledger.v1.ListProgramsResponse"> & {
  * Use `create(ListProgramsResponseSchema)` to create a new message.
  */
 export const ListProgramsResponseSchema: GenMessage<ListProgramsResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 41);
+  messageDesc(file_ledger_v1_ledger, 46);
 
 /**
  * UpdateProgramRequest renames a program.
@@ -1523,7 +1704,7 @@ export type UpdateProgramRequest = Message<"ledger.v1.UpdateProgramRequest"> & {
  * Use `create(UpdateProgramRequestSchema)` to create a new message.
  */
 export const UpdateProgramRequestSchema: GenMessage<UpdateProgramRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 42);
+  messageDesc(file_ledger_v1_ledger, 47);
 
 /**
  * UpdateProgramResponse returns the renamed program.
@@ -1544,7 +1725,7 @@ export type UpdateProgramResponse = Message<"ledger.v1.UpdateProgramResponse"> &
  * Use `create(UpdateProgramResponseSchema)` to create a new message.
  */
 export const UpdateProgramResponseSchema: GenMessage<UpdateProgramResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 43);
+  messageDesc(file_ledger_v1_ledger, 48);
 
 /**
  * Direction of a leg. Entities are credit-normal: credits raise the balance, debits lower it.
@@ -1702,6 +1883,17 @@ export const LedgerService: GenService<{
     methodKind: "unary";
     input: typeof CreateTransactionRequestSchema;
     output: typeof CreateTransactionResponseSchema;
+  },
+  /**
+   * CreateTransactions records up to 1,000 transactions in one call, in request order, as if they
+   * were sent one after the other, with one result per item. With `atomic`, all apply or none.
+   *
+   * @generated from rpc ledger.v1.LedgerService.CreateTransactions
+   */
+  createTransactions: {
+    methodKind: "unary";
+    input: typeof CreateTransactionsRequestSchema;
+    output: typeof CreateTransactionsResponseSchema;
   },
   /**
    * GetTransaction returns one leg of an entity.
