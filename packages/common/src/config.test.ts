@@ -1,5 +1,15 @@
 import { describe, expect, it } from "vitest";
-import { ConfigError, readTracingConfig } from "./config.js";
+import { ConfigError, readInfraConfig, readTracingConfig } from "./config.js";
+
+describe("readInfraConfig", () => {
+  it("limits RPC bodies to 4 MiB and rates as the gateway does, unless told otherwise", () => {
+    expect(readInfraConfig({})).toMatchObject({ rpcBodyLimitBytes: 4 * 1024 * 1024, rateLimitPerSecond: 1_000, rateLimitBurst: 2_000 });
+    const set = readInfraConfig({ RPC_BODY_LIMIT_BYTES: "65536", GATEWAY_RATE_LIMIT_PER_SECOND: "0", GATEWAY_RATE_LIMIT_BURST: "7" });
+    expect(set).toMatchObject({ rpcBodyLimitBytes: 65_536, rateLimitPerSecond: 0, rateLimitBurst: 7 });
+    expect(() => readInfraConfig({ RPC_BODY_LIMIT_BYTES: "10" })).toThrow(ConfigError);
+    expect(() => readInfraConfig({ RPC_BODY_LIMIT_BYTES: "4MB" })).toThrow(/RPC_BODY_LIMIT_BYTES/);
+  });
+});
 
 describe("readTracingConfig", () => {
   it("leaves tracing off unless an OTLP endpoint is set", () => {
@@ -14,6 +24,7 @@ describe("readTracingConfig", () => {
       serviceName: undefined,
       headers: {},
       exportDelayMs: 5_000,
+      protocol: "http/protobuf",
     });
     const both = readTracingConfig({
       OTEL_EXPORTER_OTLP_ENDPOINT: "http://collector:4318",
@@ -22,6 +33,14 @@ describe("readTracingConfig", () => {
       OTEL_BSP_SCHEDULE_DELAY: "200",
     });
     expect(both).toMatchObject({ tracesUrl: "https://traces.example/otlp", serviceName: "ledger-eu", exportDelayMs: 200 });
+  });
+
+  it("exports protobuf unless told JSON, the traces-specific protocol winning", () => {
+    const base = { OTEL_EXPORTER_OTLP_ENDPOINT: "http://collector:4318" };
+    expect(readTracingConfig(base)?.protocol).toBe("http/protobuf");
+    expect(readTracingConfig({ ...base, OTEL_EXPORTER_OTLP_PROTOCOL: "http/json" })?.protocol).toBe("http/json");
+    expect(readTracingConfig({ ...base, OTEL_EXPORTER_OTLP_PROTOCOL: "http/json", OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: "http/protobuf" })?.protocol).toBe("http/protobuf");
+    expect(readTracingConfig({ ...base, OTEL_EXPORTER_OTLP_PROTOCOL: "grpc", OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: "http/json" })?.protocol).toBe("http/json");
   });
 
   it("reads export headers, the traces-specific ones winning", () => {
@@ -45,7 +64,8 @@ describe("readTracingConfig", () => {
     };
     expect(error({ OTEL_EXPORTER_OTLP_ENDPOINT: "collector:4318" })).toMatch(/OTEL_EXPORTER_OTLP_ENDPOINT/);
     expect(error({ OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: "ftp://collector" })).toMatch(/OTEL_EXPORTER_OTLP_TRACES_ENDPOINT/);
-    expect(error({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318", OTEL_EXPORTER_OTLP_PROTOCOL: "grpc" })).toMatch(/OTEL_EXPORTER_OTLP_PROTOCOL must be http\/json/);
+    expect(error({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318", OTEL_EXPORTER_OTLP_PROTOCOL: "grpc" })).toMatch(/OTEL_EXPORTER_OTLP_PROTOCOL must be http\/protobuf or http\/json/);
+    expect(error({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318", OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: "json" })).toMatch(/OTEL_EXPORTER_OTLP_TRACES_PROTOCOL/);
     expect(error({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318", OTEL_BSP_SCHEDULE_DELAY: "soon" })).toMatch(/OTEL_BSP_SCHEDULE_DELAY/);
     expect(error({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318", OTEL_SDK_DISABLED: "maybe" })).toMatch(/OTEL_SDK_DISABLED/);
     const headers = error({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318", OTEL_EXPORTER_OTLP_HEADERS: "api-key=%E0%A4%A-secret" });

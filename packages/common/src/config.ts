@@ -1,3 +1,5 @@
+import { existsSync } from "node:fs";
+
 /**
  * Reading configuration from the environment, once, at start. A bad value stops the start with a
  * message that names the variable, instead of failing later in a request.
@@ -58,9 +60,35 @@ export function envUrl(env: Env, name: string, fallback: string, schemes: string
   return value;
 }
 
-/** Settings every service process shares: where Postgres and NATS are, and how events are named. */
-export interface InfraConfig {
+/** RPC_BODY_LIMIT_BYTES unless set: room for the largest batch, far from what would strain a process. */
+export const DEFAULT_RPC_BODY_LIMIT_BYTES = 4 * 1024 * 1024;
+
+/** Per-caller request budgets (a token bucket per API key); the gateway and every RPC port read the same variables. */
+export interface RateLimitConfig {
+  /** Requests per second per API key on average (0: no limit); over it, 429 / resource_exhausted with a retry-after. */
+  rateLimitPerSecond: number;
+  /** Requests a key may send at once above the average. */
+  rateLimitBurst: number;
+}
+
+/** Reads the request budgets, which are the same for the gateway and every RPC port. */
+export function readRateLimitConfig(env: Env = process.env): RateLimitConfig {
+  return {
+    rateLimitPerSecond: envInt(env, "GATEWAY_RATE_LIMIT_PER_SECOND", 1_000, 0, 1_000_000),
+    rateLimitBurst: envInt(env, "GATEWAY_RATE_LIMIT_BURST", 2_000, 1, 10_000_000),
+  };
+}
+
+/** Settings every service process shares: where Postgres and NATS are, how events are named, what its RPC port accepts. */
+export interface InfraConfig extends RateLimitConfig {
+  /** Largest RPC request body, checked before the caller is authenticated; larger ones are refused resource_exhausted. */
+  rpcBodyLimitBytes: number;
   natsUrl: string;
+  /** NATS_USER and NATS_PASSWORD: the server's user, both or neither; the password is never logged. */
+  natsUser?: string | undefined;
+  natsPassword?: string | undefined;
+  /** NATS_TLS_CA: a PEM file of the CA that signed the server's certificate; set, the connection must use TLS. */
+  natsTlsCa?: string | undefined;
   natsStream: string;
   natsSubjectPrefix: string;
   logLevel: string;
@@ -78,12 +106,23 @@ export function readInfraConfig(env: Env = process.env): InfraConfig {
   if (!/^[A-Za-z0-9_-]+$/.test(natsStream)) {
     throw new ConfigError("NATS_STREAM", "must contain only letters, digits, - and _");
   }
+  const natsUser = envOptional(env, "NATS_USER");
+  const natsPassword = envOptional(env, "NATS_PASSWORD");
+  if (natsUser !== undefined && natsPassword === undefined) throw new ConfigError("NATS_PASSWORD", "is required with NATS_USER");
+  if (natsPassword !== undefined && natsUser === undefined) throw new ConfigError("NATS_USER", "is required with NATS_PASSWORD");
+  const natsTlsCa = envOptional(env, "NATS_TLS_CA");
+  if (natsTlsCa !== undefined && !existsSync(natsTlsCa)) throw new ConfigError("NATS_TLS_CA", `must be a readable PEM file, and ${JSON.stringify(natsTlsCa)} does not exist`);
   return {
     natsUrl: envUrl(env, "NATS_URL", "nats://127.0.0.1:4222", ["nats", "tls", "ws", "wss"]),
+    natsUser,
+    natsPassword,
+    natsTlsCa,
     natsStream,
     natsSubjectPrefix,
     logLevel: envString(env, "LOG_LEVEL", "info"),
     tracing: readTracingConfig(env),
+    rpcBodyLimitBytes: envInt(env, "RPC_BODY_LIMIT_BYTES", DEFAULT_RPC_BODY_LIMIT_BYTES, 1024, 64 * 1024 * 1024),
+    ...readRateLimitConfig(env),
   };
 }
 
@@ -97,6 +136,26 @@ export interface TracingConfig {
   headers: Record<string, string>;
   /** How long the batch span processor gathers spans before an export. */
   exportDelayMs: number;
+  /** The body of export requests: protobuf (OpenTelemetry's default) or JSON. */
+  protocol: OtlpProtocol;
+}
+
+/** The OTLP/HTTP encodings this build exports; gRPC is not one of them. */
+export const OTLP_PROTOCOLS = ["http/protobuf", "http/json"] as const;
+export type OtlpProtocol = (typeof OTLP_PROTOCOLS)[number];
+
+// The traces-specific variable wins over the general one, as the OpenTelemetry specification says;
+// only the one that decides is checked, so a general `grpc` for other signals does not stop a start.
+function readOtlpProtocol(env: Env): OtlpProtocol {
+  for (const name of ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"]) {
+    const protocol = envOptional(env, name);
+    if (protocol === undefined) continue;
+    if (!(OTLP_PROTOCOLS as readonly string[]).includes(protocol)) {
+      throw new ConfigError(name, `must be ${OTLP_PROTOCOLS.join(" or ")} (the protocols this build exports), got ${JSON.stringify(protocol)}`);
+    }
+    return protocol as OtlpProtocol;
+  }
+  return "http/protobuf";
 }
 
 // OTEL_EXPORTER_OTLP_HEADERS: `key=value` pairs, comma-separated, values URL-encoded (W3C baggage form).
@@ -125,17 +184,14 @@ function parseOtlpHeaders(env: Env, name: string): Record<string, string> {
  * OpenTelemetry tracing from the standard variables, or undefined when it is off: it is on only
  * when OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (used as given) or OTEL_EXPORTER_OTLP_ENDPOINT (a base
  * to which `/v1/traces` is added) is set, and OTEL_SDK_DISABLED is not true. Spans go out as
- * OTLP/HTTP with JSON bodies, the one protocol this build exports.
+ * OTLP/HTTP, protobuf unless OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL says http/json.
  */
 export function readTracingConfig(env: Env = process.env): TracingConfig | undefined {
   if (envBool(env, "OTEL_SDK_DISABLED", false)) return undefined;
   const tracesEndpoint = envOptional(env, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
   const baseEndpoint = envOptional(env, "OTEL_EXPORTER_OTLP_ENDPOINT");
   if (tracesEndpoint === undefined && baseEndpoint === undefined) return undefined;
-  for (const name of ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"]) {
-    const protocol = envOptional(env, name);
-    if (protocol !== undefined && protocol !== "http/json") throw new ConfigError(name, `must be http/json (the protocol this build exports), got ${JSON.stringify(protocol)}`);
-  }
+  const protocol = readOtlpProtocol(env);
   const tracesUrl =
     tracesEndpoint !== undefined
       ? envUrl(env, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", tracesEndpoint, ["http", "https"])
@@ -146,6 +202,7 @@ export function readTracingConfig(env: Env = process.env): TracingConfig | undef
     serviceName,
     headers: { ...parseOtlpHeaders(env, "OTEL_EXPORTER_OTLP_HEADERS"), ...parseOtlpHeaders(env, "OTEL_EXPORTER_OTLP_TRACES_HEADERS") },
     exportDelayMs: envInt(env, "OTEL_BSP_SCHEDULE_DELAY", 5_000, 0, 600_000),
+    protocol,
   };
 }
 

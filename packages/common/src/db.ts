@@ -37,7 +37,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Sql> {
   return sql;
 }
 
-/** Creates the database named in `url` when it does not exist yet (DESIGN.md section 7). */
+/** Creates the database named in `url` when it does not exist yet, so a first start needs no manual step. */
 export async function ensureDatabaseExists(url: string, log: Logger): Promise<void> {
   const target = new URL(url);
   const name = decodeURIComponent(target.pathname.replace(/^\//, ""));
@@ -103,6 +103,22 @@ export function sqlState(err: unknown): string | undefined {
 }
 
 /**
+ * A list for statements that are sent now and awaited later (with a COMMIT, say). Each gets a
+ * handler the moment it is pushed: a statement that fails before its awaiter gets to it (the
+ * connection lost, a constraint refused while the caller awaits a read) must not count as an
+ * unhandled rejection, which ends the process. Its failure still reaches whoever awaits it.
+ */
+export function sentWrites(): Promise<unknown>[] {
+  const writes: Promise<unknown>[] = [];
+  const push = writes.push.bind(writes);
+  writes.push = (...sent) => {
+    for (const write of sent) write.catch(() => {});
+    return push(...sent);
+  };
+  return writes;
+}
+
+/**
  * Runs `work` in a transaction on a reserved connection with its statements pipelined, so the
  * transaction waits on Postgres once for its reads and once for its writes with the commit.
  * BEGIN is sent, not awaited: on a healthy connection it cannot fail, on a broken one every
@@ -117,7 +133,8 @@ export async function pipelinedTransaction<T>(sql: Sql, work: (tx: Tx, writes: P
   try {
     const begun = conn`begin`.execute();
     begun.catch(() => {}); // awaited below; this only keeps a failure from counting as unhandled meanwhile
-    const writes: Promise<unknown>[] = [];
+    // Like BEGIN, each write is awaited below, unless an earlier failure throws first.
+    const writes = sentWrites();
     const result = await work(conn as unknown as Tx, writes);
     await begun;
     const committed = conn`commit`.execute();

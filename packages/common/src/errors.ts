@@ -14,6 +14,7 @@ export type ErrorCode =
   | "already_exists"
   | "conflict"
   | "insufficient_funds"
+  | "balance_out_of_range"
   | "currency_mismatch"
   | "unbalanced_entries"
   | "invalid_state"

@@ -1,15 +1,16 @@
 import { createHash } from "node:crypto";
+import { setTimeout as sleep } from "node:timers/promises";
 import { create, fromBinary, toBinary, type DescMessage, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
-import type { HandlerContext } from "@connectrpc/connect";
+import { Code, type HandlerContext } from "@connectrpc/connect";
 import type { Logger } from "pino";
-import type { Sql, Tx } from "./db.js";
-import { invalidArgument, ruleViolation } from "./errors.js";
+import { pipelinedTransaction, sentWrites, type Sql, type Tx } from "./db.js";
+import { appError, invalidArgument, ruleViolation } from "./errors.js";
 
 /** Header that carries the key, on REST and on RPC alike. */
 export const IDEMPOTENCY_KEY_HEADER = "idempotency-key";
 /** Response header set when a stored response is replayed. */
 export const IDEMPOTENT_REPLAYED_HEADER = "idempotent-replayed";
-/** How long a key is remembered (DESIGN.md section 5). */
+/** How long a key is remembered (docs/api.md#idempotency). */
 export const IDEMPOTENCY_WINDOW_HOURS = 24;
 
 /** The key of a call, validated, or undefined when the caller sent none. */
@@ -37,6 +38,16 @@ export type Claim = { kind: "new" } | { kind: "replay"; response: Uint8Array };
  * Each service has an `idempotency_keys` table in its own schema.
  */
 export async function claimIdempotencyKey(tx: Tx, accountId: string, key: string, fingerprint: Buffer): Promise<Claim> {
+  const claim = await claimKey(tx, accountId, key, fingerprint);
+  // Only a committed claim is visible, and in one-transaction work every committed claim stores its response.
+  if (claim.kind === "running") throw new Error("idempotency key committed without a response");
+  return claim;
+}
+
+/** A claim, or `running`: the key's first request committed its start but not yet its response. */
+type KeyClaimResult = Claim | { kind: "running" };
+
+async function claimKey(tx: Tx, accountId: string, key: string, fingerprint: Buffer): Promise<KeyClaimResult> {
   const inserted = await tx`
     insert into idempotency_keys (account_id, key, fingerprint)
     values (${accountId}, ${key}, ${fingerprint})
@@ -57,10 +68,7 @@ export async function claimIdempotencyKey(tx: Tx, accountId: string, key: string
   if (!Buffer.from(existing.fingerprint).equals(fingerprint)) {
     throw ruleViolation("idempotency_conflict", "this Idempotency-Key was already used with a different request");
   }
-  if (!existing.response) {
-    // Only a committed claim is visible, and every committed claim stores its response.
-    throw new Error("idempotency key committed without a response");
-  }
+  if (!existing.response) return { kind: "running" };
   return { kind: "replay", response: existing.response };
 }
 
@@ -114,7 +122,7 @@ export function settleIdempotencyKeys(
   completed: Array<{ accountId: string; key: string; response: Uint8Array }>,
   refused: Array<{ accountId: string; key: string }>,
 ): Promise<unknown>[] {
-  const writes: Promise<unknown>[] = [];
+  const writes = sentWrites();
   if (completed.length > 0) {
     writes.push(tx`
       update idempotency_keys k set response = decode(v.response, 'hex')
@@ -138,9 +146,21 @@ export async function completeIdempotencyKey(tx: Tx, accountId: string, key: str
 }
 
 /**
+ * How a service keeps stored responses at rest when their plain bytes must not rest there, for
+ * example because they carry a secret: `seal` runs before a response is stored, `open` before a
+ * stored one is replayed. `aad` names the key (account and key), so a stored response copied onto
+ * another key can be refused.
+ */
+export interface StoredResponseCodec {
+  seal(response: Uint8Array, aad: string): Uint8Array;
+  open(stored: Uint8Array, aad: string): Uint8Array;
+}
+
+/**
  * Runs `effect` in `begin`'s transaction, once per key: a repeat of the same request replays the
  * stored response (and sets `idempotent-replayed`), a different request with the key is refused.
  * Only successful responses are stored, because a failure rolls the claim back with the effect.
+ * With `codec`, the response is stored sealed and opened when replayed.
  */
 export async function runIdempotent<I extends DescMessage, O extends DescMessage>(args: {
   ctx: HandlerContext;
@@ -150,19 +170,22 @@ export async function runIdempotent<I extends DescMessage, O extends DescMessage
   request: MessageShape<I>;
   responseSchema: O;
   effect: (tx: Tx) => Promise<MessageInitShape<O>>;
+  codec?: StoredResponseCodec;
 }): Promise<MessageShape<O>> {
   const { ctx, accountId, responseSchema } = args;
   const key = idempotencyKeyOf(ctx);
   if (key === undefined) return args.begin(async (tx) => create(responseSchema, await args.effect(tx)));
   const fingerprint = requestFingerprint(`${ctx.service.typeName}/${ctx.method.name}`, args.requestSchema, args.request);
+  const aad = `${accountId}\u0000${key}`;
   return args.begin(async (tx) => {
     const claim = await claimIdempotencyKey(tx, accountId, key, fingerprint);
     if (claim.kind === "replay") {
       ctx.responseHeader.set(IDEMPOTENT_REPLAYED_HEADER, "true");
-      return fromBinary(responseSchema, claim.response);
+      return fromBinary(responseSchema, args.codec ? args.codec.open(claim.response, aad) : claim.response);
     }
     const response = create(responseSchema, await args.effect(tx));
-    await completeIdempotencyKey(tx, accountId, key, toBinary(responseSchema, response));
+    const bytes = toBinary(responseSchema, response);
+    await completeIdempotencyKey(tx, accountId, key, args.codec ? args.codec.seal(bytes, aad) : bytes);
     return response;
   });
 }
@@ -179,4 +202,95 @@ export function startIdempotencySweep(sql: Sql, log: Logger): () => void {
   }, 10 * 60 * 1000);
   sweep.unref();
   return () => clearInterval(sweep);
+}
+
+/**
+ * Idempotency for work that cannot be one transaction: a service that records an intent, calls
+ * another service, then records the result (the hold service and the ledger). The key is claimed
+ * in the intent's transaction and tagged with the operation that will answer it. Whoever completes
+ * the operation (the request itself, or recovery after a crash) stores the response with
+ * `answerIdempotencyKeys` in the completion's transaction; a refused operation drops its keys with
+ * `forgetIdempotencyKeys`, so a retry is tried afresh. A request that finds its key claimed but
+ * not yet answered waits for the answer and replays it. Such a service's `idempotency_keys` table
+ * has an `operation` column for this.
+ *
+ * `start` records the intent in the claim's transaction (statements it puts in `writes` go with the
+ * commit) and names the operation. Without a key it runs alone, in a transaction all the same.
+ *
+ * `transaction` runs the claim and `start` (default: a transaction of their own). A service with
+ * group commit passes its own, which may share the transaction with other requests: so a `start`
+ * that refuses drops the key it claimed in that transaction rather than relying on a rollback.
+ */
+export async function startIdempotentOperation<T>(args: {
+  sql: Sql;
+  claim: KeyClaim | undefined;
+  start: (tx: Tx, writes: Promise<unknown>[]) => Promise<{ operation: string; value: T }>;
+  /** How long a duplicate waits for the first request's answer before asking the client to retry. */
+  waitMs?: number;
+  transaction?: <R>(work: (tx: Tx, writes: Promise<unknown>[]) => Promise<R>) => Promise<R>;
+}): Promise<{ kind: "started"; value: T } | { kind: "replay"; response: Uint8Array }> {
+  const { sql, claim } = args;
+  const transaction = args.transaction ?? ((work) => pipelinedTransaction(sql, work));
+  for (;;) {
+    const step = await transaction(async (tx, writes) => {
+      if (claim) {
+        const found = await claimKey(tx, claim.accountId, claim.key, claim.fingerprint);
+        if (found.kind !== "new") return found;
+      }
+      let started: { operation: string; value: T };
+      try {
+        started = await args.start(tx, writes);
+      } catch (err) {
+        if (claim) {
+          const forget = tx`delete from idempotency_keys where account_id = ${claim.accountId} and key = ${claim.key} and response is null`.execute();
+          forget.catch(() => {}); // awaited with the commit when the transaction goes on; moot when it rolls back
+          writes.push(forget);
+        }
+        throw err;
+      }
+      const { operation, value } = started;
+      if (claim) {
+        writes.push(tx`update idempotency_keys set operation = ${operation} where account_id = ${claim.accountId} and key = ${claim.key}`.execute());
+      }
+      return { kind: "started" as const, value };
+    });
+    if (step.kind !== "running") return step;
+    const response = await awaitIdempotentResponse(sql, claim!, args.waitMs ?? 10_000);
+    if (response) return { kind: "replay", response };
+    // The first request was refused and its claim dropped: this one is tried afresh.
+  }
+}
+
+/**
+ * Waits for the response of a key whose first request is still running. Undefined when the claim
+ * went away (that request was refused); Aborted, for the client to retry, when it takes too long.
+ */
+async function awaitIdempotentResponse(sql: Sql, claim: KeyClaim, waitMs: number): Promise<Uint8Array | undefined> {
+  const deadline = Date.now() + waitMs;
+  for (let pause = 5; ; pause = Math.min(pause * 2, 200)) {
+    const [row] = await sql<{ fingerprint: Buffer; response: Uint8Array | null }[]>`
+      select fingerprint, response from idempotency_keys where account_id = ${claim.accountId} and key = ${claim.key}`;
+    if (!row) return undefined;
+    if (!Buffer.from(row.fingerprint).equals(claim.fingerprint)) {
+      throw ruleViolation("idempotency_conflict", "this Idempotency-Key was already used with a different request");
+    }
+    if (row.response) return row.response;
+    if (Date.now() >= deadline) {
+      throw appError(Code.Aborted, "conflict", "a request with this Idempotency-Key is still in progress; retry it shortly");
+    }
+    await sleep(pause);
+  }
+}
+
+/**
+ * Stores `response` for every key waiting on `operation`, in the completion's transaction. Sent,
+ * not awaited: the caller awaits it with its commit. A key answered already is left as it is.
+ */
+export function answerIdempotencyKeys(tx: Tx, operation: string, response: Uint8Array): Promise<unknown> {
+  return tx`update idempotency_keys set response = ${response} where operation = ${operation} and response is null`.execute();
+}
+
+/** Drops the unanswered keys of a refused `operation`, so a retry with one of them is tried afresh. Sent, not awaited. */
+export function forgetIdempotencyKeys(tx: Tx, operation: string): Promise<unknown> {
+  return tx`delete from idempotency_keys where operation = ${operation} and response is null`.execute();
 }

@@ -1,20 +1,20 @@
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
-import { createConnectTransport } from "@connectrpc/connect-node";
+import { rpcTransport, type ServiceTarget } from "./in-process.js";
 import type { Authenticator } from "./request-context.js";
 import { IdentityService } from "@ledger/proto/ledger/v1/identity_pb.js";
 
 /**
- * Resolves API keys by asking the ledger (for every service but the ledger itself), which owns identity (DESIGN.md section 2). An unknown
+ * Resolves API keys by asking the ledger (for every service but the ledger itself), which owns identity. An unknown
  * key is null; the ledger being unreachable is an error, which callers see as 503, not 401.
+ * With the installation's `serviceToken`, the look-ups are the service's own calls, which the
+ * ledger's rate limit leaves alone; without it, they share the budget of this process's address.
  */
-export function ledgerAuthenticator(ledgerUrl: string): Authenticator {
-  const identity = createClient(
-    IdentityService,
-    createConnectTransport({ baseUrl: ledgerUrl, httpVersion: "2", useBinaryFormat: true, pingIntervalMs: 30_000 }),
-  );
+export function ledgerAuthenticator(ledger: ServiceTarget, serviceToken?: string): Authenticator {
+  const identity = createClient(IdentityService, rpcTransport(ledger));
+  const headers: Record<string, string> = serviceToken ? { authorization: `Service ${serviceToken}` } : {};
   return async (apiKey) => {
     try {
-      const res = await identity.authenticate({ apiKey }, { timeoutMs: 5_000 });
+      const res = await identity.authenticate({ apiKey }, { timeoutMs: 5_000, headers });
       return { accountId: res.accountId, defaultProgramId: res.defaultProgramId };
     } catch (err) {
       if (err instanceof ConnectError && err.code === Code.Unauthenticated) return null;

@@ -5,7 +5,7 @@ const ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz";
 const SUFFIX_LENGTH = 26;
 const SUFFIX_PATTERN = /^[0-9a-hjkmnp-tv-z]{26}$/;
 
-/** Prefixes of every kind of id, as SPEC.md and DESIGN.md name them. */
+/** Prefixes of every kind of id (docs/api.md#ids). */
 export const ID_PREFIX = {
   account: "acct_",
   program: "prg_",

@@ -1,7 +1,7 @@
 import { ConfigError } from "./config.js";
 
 /**
- * Runs a process's start function and stops it cleanly on SIGTERM or SIGINT (DESIGN.md section 7):
+ * Runs a process's start function and stops it cleanly on SIGTERM or SIGINT (docs/operations.md#shutdown):
  * stop accepting, drain, close, exit 0. A configuration error ends the start with its message alone.
  */
 export function runMain(name: string, start: () => Promise<{ close(): Promise<void> }>): void {

@@ -1,5 +1,5 @@
 import { jetstreamManager, type StreamConfig } from "@nats-io/jetstream";
-import { connect, nanos, type NatsConnection } from "@nats-io/transport-node";
+import { connect, nanos, type ConnectionOptions, type NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 
 /**
@@ -17,12 +17,33 @@ export interface NatsHandle {
   close(): Promise<void>;
 }
 
+/** Where NATS is and how to prove who we are to it (InfraConfig's NATS_* settings). */
+export interface NatsConnectionSettings {
+  natsUrl: string;
+  natsUser?: string | undefined;
+  natsPassword?: string | undefined;
+  natsTlsCa?: string | undefined;
+}
+
+/**
+ * The connection options every process uses, so the services and the migration Job connect the
+ * same way: the server, the user and password when set, and TLS trusting NATS_TLS_CA when set
+ * (a `tls://` URL asks for TLS with the system's CAs).
+ */
+export function natsConnectionOptions(settings: NatsConnectionSettings): ConnectionOptions {
+  return {
+    servers: settings.natsUrl,
+    ...(settings.natsUser !== undefined ? { user: settings.natsUser, pass: settings.natsPassword ?? "" } : {}),
+    ...(settings.natsTlsCa !== undefined ? { tls: { caFile: settings.natsTlsCa } } : {}),
+  };
+}
+
 /** Opens a NATS connection that retries for ever, logging when it goes down and comes back. */
-export function connectNats(url: string, name: string, log: Logger): NatsHandle {
+export function connectNats(settings: NatsConnectionSettings, name: string, log: Logger): NatsHandle {
   let nc: NatsConnection | undefined;
   let closing = false;
   const first = connect({
-    servers: url,
+    ...natsConnectionOptions(settings),
     name,
     waitOnFirstConnect: true,
     maxReconnectAttempts: -1,
@@ -61,7 +82,7 @@ export function connectNats(url: string, name: string, log: Logger): NatsHandle 
   };
 }
 
-/** Settings of the stream that carries every domain event (DESIGN.md section 7). */
+/** Settings of the stream that carries every domain event (docs/architecture.md#the-transactional-outbox-and-the-relay). */
 export interface StreamSettings {
   name: string;
   subjectPrefix: string;

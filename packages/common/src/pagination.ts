@@ -1,6 +1,6 @@
 import { invalidArgument } from "./errors.js";
 
-/** Page size when a request gives none, and the largest allowed (DESIGN.md section 5). */
+/** Page size when a request gives none, and the largest allowed (docs/api.md#pagination). */
 export const DEFAULT_PAGE_SIZE = 20;
 export const MAX_PAGE_SIZE = 100;
 

@@ -2,6 +2,7 @@ import { randomUUID, timingSafeEqual } from "node:crypto";
 import { Code, ConnectError, createContextKey, type HandlerContext, type Interceptor } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { sqlState } from "./db.js";
+import { DISCOVERY_METHODS } from "./discovery.js";
 import { appError } from "./errors.js";
 import { traceOf, type TraceLink } from "./tracing.js";
 
@@ -9,6 +10,8 @@ import { traceOf, type TraceLink } from "./tracing.js";
 export interface Principal {
   accountId: string;
   defaultProgramId: string;
+  /** The id of the API key that authenticated the request; absent for a service acting for the account. */
+  apiKeyId?: string;
 }
 
 /** Resolves an API key to its principal, or null when the key is unknown. */
@@ -20,22 +23,43 @@ const requestIdKey = createContextKey<string>("", { description: "request id" })
 /** Header that carries the request id from the gateway through every RPC and into events. */
 export const REQUEST_ID_HEADER = "x-request-id";
 
-/** Strips an optional `Bearer ` prefix: DESIGN.md accepts the key with or without it. */
+/**
+ * The API key in an Authorization header, or undefined when there is none. This is the one place
+ * a key is read, for authentication and rate limits alike, so every spelling of one key is the
+ * same key: an optional `Bearer ` in any case, and whitespace around it (Unicode whitespace too,
+ * such as the no-break space a latin1 0xa0 byte becomes). What is left must look like a key,
+ * printable ASCII without spaces, or it is no key at all.
+ */
 export function apiKeyFromAuthorization(value: string | null): string | undefined {
   if (!value) return undefined;
-  const trimmed = value.trim();
-  const key = /^bearer\s+/i.test(trimmed) ? trimmed.replace(/^bearer\s+/i, "") : trimmed;
-  return key === "" ? undefined : key;
+  const key = value.trim().replace(/^bearer(\s+|$)/i, "");
+  return /^[\x21-\x7e]{1,256}$/.test(key) ? key : undefined;
 }
 
 /** Header naming the account a service acts for, next to `authorization: Service <token>`. */
 export const ACCOUNT_HEADER = "x-account-id";
 
+/** Whether an Authorization header is `Service <token>` with this installation's token (compared in constant time). */
+export function isServiceCall(authorization: string | null, token: string): boolean {
+  if (!authorization?.startsWith("Service ")) return false;
+  const given = Buffer.from(authorization.slice("Service ".length));
+  const expected = Buffer.from(token);
+  return given.length === expected.length && timingSafeEqual(given, expected);
+}
+
 /** Options of `authInterceptor`. */
 export interface AuthOptions {
   authenticate: Authenticator;
-  /** Full method names (`ledger.v1.IdentityService/Authenticate`) callable without a key. */
+  /**
+   * Full method names (`ledger.v1.IdentityService/Authenticate`) callable without a key, besides
+   * gRPC health and reflection, which every port serves open (discovery.ts).
+   */
   publicMethods?: string[];
+  /**
+   * Full method names only another service of this installation may call (the ledger's
+   * reservations under holds): an API key alone answers PermissionDenied.
+   */
+  internalMethods?: string[];
   /** Lets another service of this installation act for an account (hold expiry, recovery). */
   service?: { token: string; resolveAccount: (accountId: string) => Promise<Principal | null> };
 }
@@ -45,26 +69,30 @@ export interface AuthOptions {
  * for the handler: an API key, or `Service <token>` with the account in `x-account-id`.
  */
 export function authInterceptor(options: AuthOptions): Interceptor {
-  const open = new Set(options.publicMethods ?? []);
-  const serviceToken = options.service ? Buffer.from(options.service.token) : undefined;
+  const open = new Set([...DISCOVERY_METHODS, ...(options.publicMethods ?? [])]);
+  const internal = new Set(options.internalMethods ?? []);
   return (next) => async (req) => {
     if (open.has(`${req.service.typeName}/${req.method.name}`)) return next(req);
     const header = req.header.get("authorization");
     let principal: Principal | null = null;
-    if (serviceToken && options.service && header?.startsWith("Service ")) {
-      const given = Buffer.from(header.slice("Service ".length));
+    let asService = false;
+    if (options.service && header?.startsWith("Service ")) {
       const accountId = req.header.get(ACCOUNT_HEADER);
-      if (given.length === serviceToken.length && timingSafeEqual(given, serviceToken) && accountId) {
+      if (isServiceCall(header, options.service.token) && accountId) {
         principal = await options.service.resolveAccount(accountId);
+        asService = true;
       }
     } else {
       const apiKey = apiKeyFromAuthorization(header);
       if (!apiKey) {
-        throw appError(Code.Unauthenticated, "unauthenticated", "missing Authorization header: send your API key");
+        throw appError(Code.Unauthenticated, "unauthenticated", "missing or malformed Authorization header: send your API key");
       }
       principal = await options.authenticate(apiKey);
     }
     if (!principal) throw appError(Code.Unauthenticated, "unauthenticated", "the API key is not valid");
+    if (!asService && internal.has(`${req.service.typeName}/${req.method.name}`)) {
+      throw appError(Code.PermissionDenied, "permission_denied", "this method is internal to the installation's services; an API key cannot call it");
+    }
     req.contextValues.set(principalKey, principal);
     return next(req);
   };
@@ -110,20 +138,48 @@ export function requestIdOf(ctx: HandlerContext): string {
 }
 
 /**
- * Wraps an authenticator with a short-lived cache, so a hot client costs one look-up per
- * `ttlMs`, not one per request. A revoked key keeps working for at most `ttlMs`.
+ * How long a process trusts a key look-up (positive or negative). A revoked key must answer 401
+ * everywhere within 5 seconds (docs/operations.md#api-keys). The ledger's REST and RPC calls see its
+ * own cache; the hold and notification services cache the answer of the ledger's
+ * IdentityService, which reads the database uncached. So one TTL is the whole delay: a
+ * revocation is seen at most AUTH_CACHE_TTL_MS (plus one look-up) after it commits.
+ *
+ * A short TTL rather than a revocation broadcast: it needs nothing to be delivered (a revocation
+ * made while NATS is down, by the CLI, which has no NATS connection, or straight in SQL is still
+ * seen in time), and its cost is one indexed look-up per key per process every 2 seconds, which
+ * a busy key does not notice and concurrent misses share.
  */
-export function cachedAuthenticator(inner: Authenticator, ttlMs = 30_000, maxEntries = 10_000): Authenticator {
+export const AUTH_CACHE_TTL_MS = 2_000;
+
+/**
+ * Wraps an authenticator with a short-lived cache, so a hot client costs one look-up per
+ * `ttlMs`, not one per request; concurrent misses of one key share a single look-up. A revoked
+ * key keeps working for at most `ttlMs` after the look-up that last found it began.
+ */
+export function cachedAuthenticator(inner: Authenticator, ttlMs = AUTH_CACHE_TTL_MS, maxEntries = 10_000): Authenticator {
   const cache = new Map<string, { principal: Principal | null; expires: number }>();
+  const inFlight = new Map<string, Promise<Principal | null>>();
+  const lookUp = async (apiKey: string) => {
+    // Timed from before the look-up: the answer may be that old by the time it arrives.
+    const started = Date.now();
+    try {
+      const principal = await inner(apiKey);
+      if (cache.size >= maxEntries) cache.delete(cache.keys().next().value!);
+      cache.set(apiKey, { principal, expires: started + ttlMs });
+      return principal;
+    } finally {
+      inFlight.delete(apiKey);
+    }
+  };
   return async (apiKey) => {
-    const now = Date.now();
     const hit = cache.get(apiKey);
-    if (hit && hit.expires > now) return hit.principal;
-    const principal = await inner(apiKey);
-    if (cache.size >= maxEntries) cache.delete(cache.keys().next().value!);
-    // Unknown keys are cached briefly too, so a client hammering with a bad key costs little.
-    cache.set(apiKey, { principal, expires: now + (principal ? ttlMs : Math.min(ttlMs, 5_000)) });
-    return principal;
+    if (hit && hit.expires > Date.now()) return hit.principal;
+    let pending = inFlight.get(apiKey);
+    if (!pending) {
+      pending = lookUp(apiKey);
+      inFlight.set(apiKey, pending);
+    }
+    return pending;
   };
 }
 
@@ -142,11 +198,43 @@ export function clientSafeError(err: unknown): ConnectError {
     // A balance check constraint caught what the code should have refused first.
     return appError(Code.FailedPrecondition, "insufficient_funds", "the entity does not have enough available funds", undefined, err);
   }
-  const netCode = (err as { code?: unknown } | null)?.code;
-  if (state?.startsWith("08") || state === "57P01" || netCode === "ECONNREFUSED" || netCode === "CONNECT_TIMEOUT" || netCode === "CONNECTION_CLOSED") {
+  if (state === "22003") {
+    // A balance left bigint's range: the ledger's own check (money-rules.ts) names the entity first;
+    // this covers what only the database could see, such as another process's writes.
+    return appError(Code.FailedPrecondition, "balance_out_of_range", "a balance would leave the range of a signed 64-bit integer; nothing was changed", undefined, err);
+  }
+  if (databaseAway(state)) {
     return appError(Code.Unavailable, "unavailable", "a dependency of the service is unavailable; retry shortly", undefined, err);
   }
   return new ConnectError("internal error", Code.Internal, undefined, undefined, err);
+}
+
+/**
+ * Codes of postgres.js errors that say the database went away or cannot be reached now (a
+ * restart, a failover, a terminated backend): the call may be retried with the same
+ * Idempotency-Key, since a transaction cut off before its COMMIT was answered either committed
+ * whole, and its stored response answers the retry, or not at all.
+ */
+const DATABASE_AWAY = new Set([
+  // postgres.js's own: its socket closed, or the pool ended or destroyed it under the query.
+  "CONNECTION_CLOSED",
+  "CONNECTION_ENDED",
+  "CONNECTION_DESTROYED",
+  "CONNECT_TIMEOUT",
+  // The operating system's, from the socket.
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "EPIPE",
+  "ETIMEDOUT",
+  // Postgres's: admin_shutdown, crash_shutdown, cannot_connect_now (starting up or shutting down).
+  "57P01",
+  "57P02",
+  "57P03",
+]);
+
+/** Whether an error code says the database is away; class 08 is Postgres's connection exceptions. */
+function databaseAway(code: string | undefined): boolean {
+  return code !== undefined && (code.startsWith("08") || DATABASE_AWAY.has(code));
 }
 
 /** What work caused by a call carries of it: the request id for logs and the trace for spans. */

@@ -1,23 +1,89 @@
+import { randomUUID } from "node:crypto";
 import * as http from "node:http";
 import * as http2 from "node:http2";
 import * as net from "node:net";
-import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
+import { createContextKey, createContextValues, type ConnectRouter, type ContextValues, type Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import type { Logger } from "pino";
+import { DEFAULT_RPC_BODY_LIMIT_BYTES } from "./config.js";
+import { addDiscovery } from "./discovery.js";
+import { inProcessService, type InProcessService } from "./in-process.js";
 import { metricsRegistry } from "./metrics.js";
 
 /** Checks a dependency for /readyz; resolves true when it is reachable. */
 export type ReadinessCheck = () => Promise<boolean>;
 
-type NodeHandler = (req: http.IncomingMessage | http2.Http2ServerRequest, res: http.ServerResponse | http2.Http2ServerResponse) => void;
+type NodeRequest = http.IncomingMessage | http2.Http2ServerRequest;
+type NodeResponse = http.ServerResponse | http2.Http2ServerResponse;
+/** A plain HTTP handler; one that returns a promise has it watched by `listen`'s last-resort handler. */
+type NodeHandler = (req: NodeRequest, res: NodeResponse) => void | Promise<void>;
+
+/** Writes the error envelope, for what a port answers itself rather than through a handler. */
+function sendError(res: NodeResponse, status: number, code: string, message: string): void {
+  const body = JSON.stringify({ status: "error", error: { code, message } });
+  (res as http.ServerResponse).writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(body), "cache-control": "no-store" });
+  (res as http.ServerResponse).end(body);
+}
+
+/**
+ * The URL a request asks for, or undefined when its target and Host do not make one: a target
+ * the URL parser refuses (`//%`, `//[`), a Host that is no host, or none at all (HTTP/1.0). That
+ * is the client's mistake: `listen` answers it 400 before any handler sees it, so handlers (and
+ * Connect, which builds the same URL) may parse it without a try.
+ */
+export function requestUrl(req: NodeRequest): URL | undefined {
+  const authority = "authority" in req ? req.authority : req.headers.host;
+  if (!authority) return undefined;
+  try {
+    return new URL(req.url ?? "/", `http://${authority}`);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Runs `handler` so that nothing it throws or rejects with escapes: a bug met by one request is
+ * logged and answers that request 500 (or cuts it, when its answer has begun), and the process
+ * goes on serving everyone else.
+ */
+function lastResort(handler: NodeHandler, log: Logger): NodeHandler {
+  return (req, res) => {
+    const fail = (err: unknown) => {
+      const requestId = randomUUID();
+      log.error({ err, request_id: requestId, method: req.method, path: (req.url ?? "").split("?")[0] }, "request handler failed");
+      if (res.writableEnded) return;
+      const cut = () => ("stream" in res ? res.stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR) : res.destroy());
+      try {
+        if (res.headersSent) cut();
+        else sendError(res, 500, "internal", `internal error; the request id is ${requestId}`);
+      } catch {
+        // The response is in a state no answer can be written in; the connection is all that is left to end.
+        cut();
+      }
+    };
+    try {
+      handler(req, res)?.catch(fail);
+    } catch (err) {
+      fail(err);
+    }
+  };
+}
+
+/** Answers /healthz only: the process is up. Returns false for any other path. */
+function serveHealthz(req: NodeRequest, res: NodeResponse): boolean {
+  if ((req.url ?? "/").split("?")[0] !== "/healthz") return false;
+  (res as http.ServerResponse).writeHead(200, { "content-type": "application/json", "cache-control": "no-store" });
+  (res as http.ServerResponse).end(JSON.stringify({ status: "ok" }));
+  return true;
+}
 
 /**
  * Answers /healthz, /readyz and /metrics. Returns false for any other path, so the caller can
  * serve it. Readiness lists each check by name, so an operator sees which dependency is down.
  */
 export function serveOpsEndpoint(
-  req: http.IncomingMessage | http2.Http2ServerRequest,
-  res: http.ServerResponse | http2.Http2ServerResponse,
+  req: NodeRequest,
+  res: NodeResponse,
   checks: Record<string, ReadinessCheck>,
 ): boolean {
   const path = (req.url ?? "/").split("?")[0];
@@ -25,18 +91,11 @@ export function serveOpsEndpoint(
     (res as http.ServerResponse).writeHead(status, { "content-type": type, "cache-control": "no-store" });
     (res as http.ServerResponse).end(body);
   };
-  if (path === "/healthz") {
-    reply(200, "application/json", JSON.stringify({ status: "ok" }));
-    return true;
-  }
+  if (serveHealthz(req, res)) return true;
   if (path === "/readyz") {
-    void (async () => {
-      const names = Object.keys(checks);
-      const results = await Promise.all(names.map((name) => withTimeout(checks[name]!(), 2_000).catch(() => false)));
-      const detail = Object.fromEntries(names.map((name, i) => [name, results[i] ? "ok" : "unavailable"]));
-      const ready = results.every(Boolean);
-      reply(ready ? 200 : 503, "application/json", JSON.stringify({ status: ready ? "ok" : "unavailable", checks: detail }));
-    })();
+    void checkReadiness(checks).then(({ ready, detail }) =>
+      reply(ready ? 200 : 503, "application/json", JSON.stringify({ status: ready ? "ok" : "unavailable", checks: detail })),
+    );
     return true;
   }
   if (path === "/metrics") {
@@ -49,6 +108,27 @@ export function serveOpsEndpoint(
   return false;
 }
 
+/** Runs every readiness check at once (2 s each at most): ready when all pass, and each one's result by name. */
+export async function checkReadiness(checks: Record<string, ReadinessCheck>): Promise<{ ready: boolean; detail: Record<string, "ok" | "unavailable"> }> {
+  const names = Object.keys(checks);
+  const results = await Promise.all(names.map((name) => withTimeout(checks[name]!(), 2_000).catch(() => false)));
+  const detail = Object.fromEntries(names.map((name, i) => [name, results[i] ? ("ok" as const) : ("unavailable" as const)]));
+  return { ready: results.every(Boolean), detail };
+}
+
+/**
+ * Readiness for the gRPC health protocol: the same checks as /readyz, run at most once a second
+ * however many health calls arrive (they are open to anyone), concurrent calls sharing one run.
+ */
+function sharedReadiness(checks: Record<string, ReadinessCheck>): () => Promise<boolean> {
+  let last: { at: number; ready: Promise<boolean> } | undefined;
+  return () => {
+    const now = performance.now();
+    if (!last || now - last.at >= 1_000) last = { at: now, ready: checkReadiness(checks).then((r) => r.ready) };
+    return last.ready;
+  };
+}
+
 function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error("timeout")), ms);
@@ -59,6 +139,13 @@ function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
   });
 }
 
+const peerAddressKey = createContextKey<string | undefined>(undefined, { description: "peer address" });
+
+/** The address an RPC came from (the TCP peer: a proxy's, behind one), for limits on callers without a key. */
+export function peerAddressOf(values: ContextValues): string | undefined {
+  return values.get(peerAddressKey);
+}
+
 /** What `listen` needs to serve a service. */
 export interface ServeOptions {
   /** Name for logs. */
@@ -67,18 +154,38 @@ export interface ServeOptions {
   /** 0 picks a free port; read it back from the result. */
   port: number;
   log: Logger;
-  /** Connect routes; omitted for a process that serves only plain HTTP (the gateway). */
+  /**
+   * Connect routes; omitted for a process that serves only plain HTTP (the gateway). The port
+   * also serves gRPC health (from `readiness`) and server reflection of these routes (discovery.ts).
+   */
   routes?: (router: ConnectRouter) => void;
   interceptors?: Interceptor[];
+  /**
+   * Largest RPC request body (RPC_BODY_LIMIT_BYTES). Connect refuses a larger one with
+   * resource_exhausted as soon as its declared length or the bytes read so far pass it, before
+   * any interceptor (authentication included) runs.
+   */
+  rpcBodyLimitBytes?: number;
   /** Plain HTTP requests that are neither RPC nor ops endpoints. */
   fallback?: NodeHandler;
   readiness: Record<string, ReadinessCheck>;
+  /**
+   * Which ops endpoints this port answers: all of /healthz, /readyz and /metrics (the default),
+   * or only /healthz, for a public port whose metrics and readiness live on a separate ops port
+   * (the gateway's GATEWAY_OPS_PORT); there /readyz and /metrics go to `fallback` like any path.
+   */
+  opsEndpoints?: "all" | "healthz";
 }
 
 /** A listening server; `close` drains it. */
 export interface RunningServer {
   port: number;
   url: string;
+  /**
+   * The same RPC routes behind the same interceptors, for callers in this process (`npm start`):
+   * pass it where a caller takes a ServiceTarget. Absent on a port without routes (the gateway's).
+   */
+  inProcess?: InProcessService;
   close(): Promise<void>;
 }
 
@@ -90,23 +197,29 @@ const HTTP2_PREFACE = Buffer.from("PRI * HTTP/2.0");
  * Kubernetes probes, curl and Prometheus keep plain HTTP/1.1.
  */
 export async function listen(options: ServeOptions): Promise<RunningServer> {
-  const notFound: NodeHandler = (_req, res) => {
-    (res as http.ServerResponse).writeHead(404, { "content-type": "application/json" });
-    (res as http.ServerResponse).end(JSON.stringify({ status: "error", error: { code: "not_found", message: "no such path" } }));
-  };
-  const fallback = options.fallback ?? notFound;
-  const rpc = options.routes
+  const notFound: NodeHandler = (_req, res) => sendError(res, 404, "not_found", "no such path");
+  // Guarded on its own too: the RPC adapter calls it and drops whatever it returns.
+  const fallback = lastResort(options.fallback ?? notFound, options.log);
+  // Ends what would otherwise hold a drain open: health Watch streams.
+  const stopping = new AbortController();
+  const routes = options.routes;
+  const rpc = routes
     ? connectNodeAdapter({
-        routes: options.routes,
+        routes: (router) => {
+          routes(router);
+          addDiscovery(router, sharedReadiness(options.readiness), stopping.signal);
+        },
         interceptors: options.interceptors ?? [],
+        readMaxBytes: options.rpcBodyLimitBytes ?? DEFAULT_RPC_BODY_LIMIT_BYTES,
+        contextValues: (req) => createContextValues().set(peerAddressKey, req.socket.remoteAddress),
         fallback: (req, res) => fallback(req as http.IncomingMessage, res as unknown as http.ServerResponse),
       })
     : undefined;
-  const handler: NodeHandler = (req, res) => {
-    if (serveOpsEndpoint(req, res, options.readiness)) return;
-    if (rpc) rpc(req, res);
-    else fallback(req, res);
-  };
+  const handler = lastResort((req, res) => {
+    if (!requestUrl(req)) return sendError(res, 400, "invalid_request", "the request target or its Host header is not valid");
+    if (options.opsEndpoints === "healthz" ? serveHealthz(req, res) : serveOpsEndpoint(req, res, options.readiness)) return;
+    return rpc ? rpc(req, res) : fallback(req, res);
+  }, options.log);
 
   const h1 = http.createServer({ keepAliveTimeout: 65_000 }, handler as http.RequestListener);
   const h2 = http2.createServer({}, handler as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);
@@ -158,14 +271,24 @@ export async function listen(options: ServeOptions): Promise<RunningServer> {
     server.listen(options.port, options.host, () => resolve());
   });
   const address = server.address() as net.AddressInfo;
+  const inProcess = routes
+    ? inProcessService({
+        name: options.name,
+        routes,
+        interceptors: options.interceptors ?? [],
+        readMaxBytes: options.rpcBodyLimitBytes ?? DEFAULT_RPC_BODY_LIMIT_BYTES,
+      })
+    : undefined;
   const host = options.host === "0.0.0.0" || options.host === "::" ? "127.0.0.1" : options.host;
   options.log.info({ port: address.port }, `${options.name} listening`);
   return {
     port: address.port,
     url: `http://${host}:${address.port}`,
+    ...(inProcess ? { inProcess } : {}),
     async close() {
       // Stop accepting, let in-flight requests finish, then cut what is left after a grace period.
       draining = true;
+      stopping.abort();
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       for (const [socket, busy] of h1Busy) if (busy === 0) socket.destroy();
       for (const session of sessions) session.close();

@@ -1,4 +1,3 @@
-import type { JsonObject } from "@bufbuild/protobuf";
 import { invalidArgument } from "./errors.js";
 
 /**
@@ -12,12 +11,4 @@ export function parseText(value: string, field: string, options: { required?: bo
   if (text.length > max) throw invalidArgument(`${field} must be at most ${max} characters`, { field });
   if (text.includes("\u0000")) throw invalidArgument(`${field} must not contain NUL characters`, { field });
   return text;
-}
-
-/** Checks arbitrary JSON metadata: at most `maxBytes` of JSON, and no NUL anywhere in it. */
-export function parseJsonObject(value: JsonObject, field: string, maxBytes = 16_384): JsonObject {
-  const text = JSON.stringify(value);
-  if (text.length > maxBytes) throw invalidArgument(`${field} must be at most ${maxBytes / 1024} KiB of JSON`, { field });
-  if (text.includes("\\u0000")) throw invalidArgument(`${field} must not contain NUL characters`, { field });
-  return value;
 }

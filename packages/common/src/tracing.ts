@@ -1,3 +1,4 @@
+import { AsyncLocalStorage } from "node:async_hooks";
 import { Code, ConnectError, createContextKey, createContextValues, type CallOptions, type HandlerContext, type Interceptor } from "@connectrpc/connect";
 import { defaultTextMapGetter, defaultTextMapSetter, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type Context, type Span, type Tracer } from "@opentelemetry/api";
 import type { TextMapPropagator } from "@opentelemetry/api";
@@ -22,11 +23,11 @@ export interface Tracing {
 }
 
 /**
- * Starts a tracer provider exporting OTLP/HTTP (JSON) through a batch span processor, or returns
- * undefined when tracing is not configured. The provider is deliberately not registered as the
- * global one: in the one-process mode four services share a process, each with its own
- * `service.name`, and every span here is started from an explicit parent context, so no global
- * context manager (and no AsyncLocalStorage cost) is needed either. The SDK and the exporter are
+ * Starts a tracer provider exporting OTLP/HTTP (protobuf or JSON, `config.protocol`) through a
+ * batch span processor, or returns undefined when tracing is not configured. The provider is
+ * deliberately not registered as the global one: in the one-process mode four services share a
+ * process, each with its own `service.name`, and every span here is started from an explicit
+ * parent context, so no global context manager is needed either. The SDK and the exporter are
  * loaded only here, when tracing is configured: a process that does not trace saves the memory
  * (about 20 MB of RSS).
  */
@@ -35,7 +36,8 @@ export async function startTracing(config: TracingConfig | undefined, processNam
   const [{ W3CTraceContextPropagator }, { OTLPTraceExporter }, { defaultResource, resourceFromAttributes }, { BatchSpanProcessor, TracerProvider }] =
     await Promise.all([
       import("@opentelemetry/core"),
-      import("@opentelemetry/exporter-trace-otlp-http"),
+      // Two packages with the same class and options; only the body's encoding differs.
+      config.protocol === "http/json" ? import("@opentelemetry/exporter-trace-otlp-http") : import("@opentelemetry/exporter-trace-otlp-proto"),
       import("@opentelemetry/resources"),
       import("@opentelemetry/sdk-trace"),
     ]);
@@ -104,6 +106,25 @@ export function startSpan(tracing: Tracing, name: string, kind: SpanKind, parent
   return { span, link: { traceparent: carrier["traceparent"] ?? "", tracestate: carrier["tracestate"] ?? "", context } };
 }
 
+/**
+ * The span that log lines written now belong to. Spans are handed on explicitly (`TraceLink`), so
+ * this store serves the logs only: `withActiveSpan` is called only where a span was started, that
+ * is only when the process traces, and a process that does not trace never enters it and pays
+ * nothing for it.
+ */
+const activeSpan = new AsyncLocalStorage<Span>();
+
+/** Runs `work` with `span` as the span its log lines name (`trace_id`, `span_id`), across its awaits. */
+export function withActiveSpan<T>(span: Span, work: () => T): T {
+  return activeSpan.run(span, work);
+}
+
+/** The ids of the span work runs under, for a log line; undefined outside one (and always when untraced). */
+export function activeTraceIds(): { trace_id: string; span_id: string } | undefined {
+  const context = activeSpan.getStore()?.spanContext();
+  return context ? { trace_id: context.traceId, span_id: context.spanId } : undefined;
+}
+
 /** Marks a span failed with the error's class, never its message: messages may carry data that is not ours to export. */
 export function recordFailure(span: Span, kind: string): void {
   span.setStatus({ code: SpanStatusCode.ERROR, message: kind });
@@ -145,7 +166,7 @@ export function traceServerInterceptor(tracing: Tracing): Interceptor {
     const parent = incomingTrace((name) => req.header.get(name));
     const { span, link } = startSpan(tracing, `${req.service.typeName}/${req.method.name}`, SpanKind.SERVER, parent, rpcAttributes(req.service.typeName, req.method.name));
     req.contextValues.set(traceKey, link);
-    return underRpcSpan(span, () => next(req));
+    return withActiveSpan(span, () => underRpcSpan(span, () => next(req)));
   };
 }
 

@@ -1,0 +1,85 @@
+/** What the group-commit scheduler needs of a queued piece of work. */
+export interface Queued {
+  /** When it was queued (performance.now()), for the linger. */
+  queuedAt: number;
+  /** What it touches (idempotency keys, a hold id): two pieces sharing one never go together. */
+  keys: readonly string[];
+  /** How much of a transaction's budget it takes (a batch call's items; one for a single step). */
+  size: number;
+}
+
+/** Settings of a group-commit scheduler. */
+export interface GroupSchedulerOptions<J extends Queued> {
+  /** Most size in one transaction; a single piece larger than this goes alone. */
+  maxBatch: number;
+  /** Transactions in flight at once; work arriving meanwhile waits and goes together. */
+  maxInFlight: number;
+  /** While another transaction is in flight, how long a new one waits for company (ms). */
+  lingerMs: number;
+  /** Runs one transaction of the pieces taken; it answers each piece itself and never rejects. */
+  run(jobs: J[]): Promise<void>;
+}
+
+/**
+ * The scheduling half of group commit, shared by the ledger's batcher and the hold service: work
+ * queues here and goes to the database in transactions of many pieces. With nothing in flight a
+ * piece starts at once, so a lone request waits for nobody. While transactions are in flight, a new
+ * one starts when `maxBatch` worth of work is queued or the oldest piece has waited `lingerMs`:
+ * without that wait, the pieces answered by one commit would trickle back one at a time and each
+ * take a transaction of its own. Pieces keep their queue order; one whose keys collide with a piece
+ * already taken waits for the next transaction, so a key is claimed or a row read once per transaction.
+ */
+export function createGroupScheduler<J extends Queued>(options: GroupSchedulerOptions<J>): { enqueue(job: J): void } {
+  const queue: J[] = [];
+  let queuedSize = 0;
+  let inFlight = 0;
+  let lingerTimer: NodeJS.Timeout | undefined;
+
+  function take(): J[] {
+    const taken: J[] = [];
+    const keys = new Set<string>();
+    let size = 0;
+    for (let i = 0; i < queue.length && size < options.maxBatch; ) {
+      const job = queue[i]!;
+      const fits = taken.length === 0 || size + job.size <= options.maxBatch;
+      if (!fits || job.keys.some((k) => keys.has(k))) {
+        i++;
+        continue;
+      }
+      for (const k of job.keys) keys.add(k);
+      size += job.size;
+      queuedSize -= job.size;
+      taken.push(queue.splice(i, 1)[0]!);
+    }
+    return taken;
+  }
+
+  function pump() {
+    while (inFlight < options.maxInFlight && queue.length > 0) {
+      if (inFlight > 0 && queuedSize < options.maxBatch) {
+        const waited = performance.now() - queue[0]!.queuedAt;
+        if (waited < options.lingerMs) {
+          lingerTimer ??= setTimeout(() => {
+            lingerTimer = undefined;
+            pump();
+          }, Math.ceil(options.lingerMs - waited));
+          return;
+        }
+      }
+      const jobs = take();
+      inFlight++;
+      void options.run(jobs).finally(() => {
+        inFlight--;
+        pump();
+      });
+    }
+  }
+
+  return {
+    enqueue(job) {
+      queue.push(job);
+      queuedSize += job.size;
+      pump();
+    },
+  };
+}

@@ -1,0 +1,71 @@
+import { createConnectRouter, type ConnectRouter, type Interceptor, type Transport } from "@connectrpc/connect";
+import { createUniversalHandlerClient } from "@connectrpc/connect/protocol";
+import { createTransport } from "@connectrpc/connect/protocol-connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+
+/**
+ * A service running in this process, which its callers in the same process reach in memory:
+ * each call goes through the service's own router and interceptors (tracing, request id, metrics,
+ * rate limit, authentication) with the caller's headers, exactly as a call arriving on its port
+ * does, but without a socket, HTTP/2 framing or the event-loop turns between two ends of one
+ * process. Messages are still encoded and decoded (binary protobuf), so a caller can never share
+ * or mutate the service's objects.
+ */
+export interface InProcessService {
+  readonly name: string;
+  /** A transport to the service; `interceptors` are the caller's own client interceptors (its tracing). */
+  transport(interceptors?: Interceptor[]): Transport;
+}
+
+/**
+ * Where a caller finds another service: its base URL (HTTP/2 with binary protobuf, whether the
+ * service is another process or another host), or the service itself when both run in one process
+ * (`npm start`). Which one is a matter of configuration: the code that calls is the same.
+ */
+export type ServiceTarget = string | InProcessService;
+
+/** What `inProcessService` needs: the same routes, interceptors and body limit as the service's port. */
+export interface InProcessOptions {
+  name: string;
+  routes: (router: ConnectRouter) => void;
+  interceptors: Interceptor[];
+  readMaxBytes: number;
+}
+
+/** Builds the in-memory side of a service once; every caller's transport shares its router. */
+export function inProcessService(options: InProcessOptions): InProcessService {
+  const router = createConnectRouter({ interceptors: options.interceptors, readMaxBytes: options.readMaxBytes, connect: true, grpc: false, grpcWeb: false });
+  options.routes(router);
+  const httpClient = createUniversalHandlerClient(router.handlers);
+  return {
+    name: options.name,
+    transport: (interceptors = []) =>
+      createTransport({
+        httpClient,
+        baseUrl: `http://${options.name}.in-process`,
+        useBinaryFormat: true,
+        interceptors,
+        acceptCompression: [],
+        sendCompression: null,
+        compressMinBytes: Number.MAX_SAFE_INTEGER,
+        // The service's router enforces its own limit on what it reads, as its port does.
+        readMaxBytes: Number.MAX_SAFE_INTEGER,
+        writeMaxBytes: Number.MAX_SAFE_INTEGER,
+      }),
+  };
+}
+
+/** A transport to `target`: in memory for a service of this process, else HTTP/2 to its URL, kept alive. */
+export function rpcTransport(target: ServiceTarget, interceptors: Interceptor[] = []): Transport {
+  if (typeof target !== "string") return target.transport(interceptors);
+  return createConnectTransport({ baseUrl: target, httpVersion: "2", useBinaryFormat: true, pingIntervalMs: 30_000, interceptors });
+}
+
+/**
+ * A readiness check that `target` is up: its /healthz answers, for a service elsewhere; always,
+ * for one in this process (it is up when this process is, and its own checks are this process's).
+ */
+export function targetIsUp(target: ServiceTarget): () => Promise<boolean> {
+  if (typeof target !== "string") return async () => true;
+  return async () => (await fetch(new URL("/healthz", target), { signal: AbortSignal.timeout(1_500) })).ok;
+}
