@@ -1,14 +1,14 @@
 import { create, fromBinary, toBinary, type DescMessage, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
 import { ConnectError } from "@connectrpc/connect";
-import { claimIdempotencyKeys, pipelinedTransaction, settleIdempotencyKeys, type Logger, type Outbox, type Sql, type Tx } from "@ledger/common";
+import { claimIdempotencyKeys, createGroupScheduler, pipelinedTransaction, ruleViolation, settleIdempotencyKeys, type Claim, type KeyClaim, type Logger, type Outbox, type Sql, type Tx } from "@ledger/common";
 import { Counter, Histogram } from "prom-client";
 import { metricsRegistry } from "@ledger/common";
-import { applyCommands, ExternalEntityCache, type MoneyCommand, type Outcome } from "./money.js";
+import { ExternalEntityCache, openBook, type MoneyCommand, type Outcome } from "./money.js";
 
 const batchSize = new Histogram({
   name: "ledger_batch_commands",
-  help: "Money commands applied per database transaction (group commit).",
-  buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256],
+  help: "Money commands applied per database transaction (group commit; a batch call counts its items).",
+  buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024],
   registers: [metricsRegistry],
 });
 const batchDuration = new Histogram({
@@ -26,10 +26,14 @@ const batchFallbacks = new Counter({
 /** The successful outcome of a command. */
 export type Applied = Extract<Outcome, { ok: true }>;
 
-/** One caller's money command, with what is needed to answer it and to remember its key. */
+/**
+ * One money command with what is needed to answer it and to remember its key. `command` is an
+ * error when the item was refused before it got here (a malformed item of a batch): it keeps its
+ * place in the order and answers that error.
+ */
 export interface Submission<O extends DescMessage> {
-  command: MoneyCommand;
-  idempotency?: { accountId: string; key: string; fingerprint: Buffer };
+  command: MoneyCommand | ConnectError;
+  idempotency?: KeyClaim;
   responseSchema: O;
   /** Builds the response from the outcome; runs inside the transaction, before the key is stored. */
   respond(outcome: Applied): MessageInitShape<O>;
@@ -41,11 +45,70 @@ export interface Answer<O extends DescMessage> {
   replayed: boolean;
 }
 
-interface Waiting {
-  submission: Submission<DescMessage>;
+/** The answer of one item of a batch: its response, or why it was refused. */
+export type ItemAnswer = Answer<DescMessage> | ConnectError;
+
+/** A batch call: items applied in order in one transaction, answered as one response. */
+export interface BatchSubmission<O extends DescMessage> {
+  items: Array<Submission<DescMessage>>;
+  /** All items apply or none. */
+  atomic: boolean;
+  /** The key of the whole call: a repeat replays the whole response. */
+  idempotency?: KeyClaim;
+  responseSchema: O;
+  /** Builds the whole response from the items' answers; runs inside the transaction. */
+  respond(answers: ItemAnswer[]): MessageInitShape<O>;
+}
+
+/** An atomic batch that applied nothing, because the item at `index` was refused with `error`. */
+export class AtomicRefusal extends Error {
+  constructor(
+    readonly index: number,
+    readonly error: ConnectError,
+  ) {
+    super(error.rawMessage);
+  }
+}
+
+/**
+ * An applied item whose response nothing inside the transaction needs (it has no key to store it
+ * under): built after commit, so the row locks are not held while it is.
+ */
+interface LaterAnswer {
+  later(): Answer<DescMessage>;
+}
+
+/**
+ * What a unit of work comes to: its items' answers (some still to build after commit), a replayed
+ * whole response, or an atomic refusal.
+ */
+type UnitResult =
+  | { answers: Array<ItemAnswer | LaterAnswer>; whole?: MessageShape<DescMessage> }
+  | { replay: Uint8Array }
+  | { refused: AtomicRefusal }
+  | { error: ConnectError };
+
+/** The unit's answers with every response built, and a batch call's whole response. */
+type FinalResult = Exclude<UnitResult, { answers: unknown }> | { answers: ItemAnswer[]; whole?: MessageShape<DescMessage> };
+
+const isLater = (a: ItemAnswer | LaterAnswer): a is LaterAnswer => "later" in a;
+
+/**
+ * A unit of work in the queue: one single call (one item), or one batch call (many). A unit is
+ * never split: all its items go in one transaction, in order.
+ */
+interface Unit {
+  items: Array<Submission<DescMessage>>;
+  atomic: boolean;
+  idempotency?: KeyClaim;
+  respondWhole?: { schema: DescMessage; respond(answers: ItemAnswer[]): MessageInitShape<DescMessage> };
   /** When it was queued (performance.now()), for the linger. */
   queuedAt: number;
-  resolve(answer: Answer<DescMessage>): void;
+  /** Its idempotency keys (items' and the call's), so each key is claimed once per transaction. */
+  keys: string[];
+  /** Its items: what it takes of a transaction's `maxBatch`. */
+  size: number;
+  resolve(result: FinalResult): void;
   reject(err: unknown): void;
 }
 
@@ -53,8 +116,10 @@ interface Waiting {
 export interface BatcherOptions {
   sql: Sql;
   outbox: Outbox;
+  /** The NATS subject of an event type, for the outbox rows a transaction writes. */
+  subjectOf: (type: string) => string;
   log: Logger;
-  /** Most commands in one transaction. */
+  /** Most commands in one transaction; a batch call larger than this goes alone. */
   maxBatch: number;
   /** Transactions in flight at once; commands arriving meanwhile wait and go together. */
   maxInFlight: number;
@@ -65,143 +130,224 @@ export interface BatcherOptions {
   lingerMs: number;
 }
 
+const keyString = (k: { accountId: string; key: string }) => `${k.accountId}\u0000${k.key}`;
+
 /**
- * Group commit. Commands queue here and are applied many to a transaction by `applyCommands`.
- * With nothing in flight a command starts at once, so a lone request waits for nobody. While
- * transactions are in flight, a new one starts when `maxBatch` commands are queued or the oldest
- * has waited `lingerMs`: without that wait, the callers answered by one batch come back one by one
- * and each takes a free slot alone, and most transactions carry a single command.
+ * Where a key stands while a transaction applies its commands in order: free to use (claimed new
+ * for this transaction, or freed by a refusal), answered (a stored response, or one made earlier
+ * in this transaction), taken by a whole batch call, or refused at its claim.
+ */
+type KeyState =
+  | { kind: "free" }
+  | { kind: "answered"; fingerprint: Buffer; response: Uint8Array; fresh: boolean }
+  | { kind: "whole" }
+  | { kind: "error"; error: ConnectError };
+
+/**
+ * Group commit. Units of work (a single call's command, or a batch call's items) queue here and
+ * are applied many to a transaction. With nothing in flight a unit starts at once, so a lone
+ * request waits for nobody. While transactions are in flight, a new one starts when `maxBatch`
+ * commands are queued or the oldest has waited `lingerMs`: without that wait, the callers answered
+ * by one batch come back one by one and each takes a free slot alone, and most transactions carry
+ * a single command.
  *
- * A batch is one `pipelinedTransaction`: BEGIN goes out with its first read and COMMIT right
- * behind its writes, so it waits on Postgres twice however many commands it holds.
+ * A transaction is one `pipelinedTransaction`: BEGIN goes out with its first read and COMMIT right
+ * behind its writes, so it waits on Postgres twice however many commands it holds: one statement
+ * claims every idempotency key, one locked read per kind of row loads what all commands need
+ * (money-load.ts), the rules run in memory (money-rules.ts), and one statement writes it all.
  *
- * Each command keeps its own result: a refused one answers its caller and changes nothing (its
- * idempotency claim is deleted before commit). Lock order stays global: idempotency keys sorted,
- * then groups, reservations, ordinary entities, external entities (inside applyCommands).
- * A transaction that fails as a whole (a database error) is retried one command at a time, so one
- * bad command cannot fail its neighbours.
+ * Commands apply in queue order, a batch's items in request order, as if sent one after the other.
+ * Each keeps its own result: a refused one changes nothing (its key's claim is deleted before
+ * commit). An atomic unit (a single call, or a batch with `atomic`) applies all its items or, at
+ * its first refused item, none. Lock order stays global: idempotency keys sorted, then groups,
+ * reservations, ordinary entities, external entities. A transaction that fails as a whole (a
+ * database error) is retried one unit at a time, so one bad unit cannot fail its neighbours.
  */
 export function createBatcher(options: BatcherOptions) {
   const { sql, outbox, log } = options;
   const externals = new ExternalEntityCache();
-  const queue: Waiting[] = [];
-  let inFlight = 0;
-  let lingerTimer: NodeJS.Timeout | undefined;
+  const scheduler = createGroupScheduler<Unit>({ ...options, run: (units) => run(units) });
 
-  function keyOf(w: Waiting): string | undefined {
-    const i = w.submission.idempotency;
-    return i ? `${i.accountId}\u0000${i.key}` : undefined;
+  function keysOf(unit: Pick<Unit, "items" | "idempotency">): string[] {
+    const keys = unit.items.flatMap((item) => (item.idempotency ? [keyString(item.idempotency)] : []));
+    if (unit.idempotency) keys.push(keyString(unit.idempotency));
+    return keys;
   }
 
-  /** Takes the next batch; a second use of one idempotency key waits for the next batch. */
-  function takeBatch(): Waiting[] {
-    const batch: Waiting[] = [];
-    const keys = new Set<string>();
-    for (let i = 0; i < queue.length && batch.length < options.maxBatch; ) {
-      const key = keyOf(queue[i]!);
-      if (key !== undefined && keys.has(key)) {
-        i++;
-        continue;
-      }
-      if (key !== undefined) keys.add(key);
-      batch.push(queue.splice(i, 1)[0]!);
-    }
-    return batch;
-  }
-
-  function pump() {
-    while (inFlight < options.maxInFlight && queue.length > 0) {
-      if (inFlight > 0 && queue.length < options.maxBatch) {
-        const waited = performance.now() - queue[0]!.queuedAt;
-        if (waited < options.lingerMs) {
-          lingerTimer ??= setTimeout(() => {
-            lingerTimer = undefined;
-            pump();
-          }, Math.ceil(options.lingerMs - waited));
-          return;
-        }
-      }
-      const batch = takeBatch();
-      inFlight++;
-      void run(batch).finally(() => {
-        inFlight--;
-        pump();
-      });
-    }
-  }
-
-  async function run(batch: Waiting[]): Promise<void> {
-    batchSize.observe(batch.length);
+  async function run(units: Unit[]): Promise<void> {
+    batchSize.observe(units.reduce((n, u) => n + u.items.length, 0));
     const endTimer = batchDuration.startTimer();
-    let answers: Array<Answer<DescMessage> | ConnectError>;
+    let results: UnitResult[];
     try {
-      answers = await pipelinedTransaction(sql, (tx, writes) => applyBatch(tx, batch, writes));
+      results = await pipelinedTransaction(sql, (tx, writes) => applyUnits(tx, units, writes));
       endTimer();
     } catch (err) {
-      if (batch.length === 1) {
-        batch[0]!.reject(err);
+      if (units.length === 1) {
+        units[0]!.reject(err);
         return;
       }
       batchFallbacks.inc();
-      log.warn({ err: (err as Error).message, commands: batch.length }, "batch failed as a whole; applying its commands one by one");
-      await Promise.all(batch.map((w) => run([w])));
+      log.warn({ err: (err as Error).message, units: units.length }, "batch failed as a whole; applying its units one by one");
+      await Promise.all(units.map((u) => run([u])));
       return;
     }
     outbox.wake();
-    batch.forEach((w, i) => {
-      const answer = answers[i]!;
-      if (answer instanceof ConnectError) w.reject(answer);
-      else w.resolve(answer);
-    });
+    units.forEach((unit, i) => unit.resolve(finish(unit, results[i]!)));
   }
 
-  async function applyBatch(tx: Tx, batch: Waiting[], writes: Promise<unknown>[]): Promise<Array<Answer<DescMessage> | ConnectError>> {
-    const answers: Array<Answer<DescMessage> | ConnectError | undefined> = new Array(batch.length);
-    // Claims first, in key order, so two batches never wait on each other's keys in a cycle.
-    const keyed = batch
-      .map((w, i) => ({ w, i, key: keyOf(w) }))
-      .filter((x) => x.key !== undefined)
-      .sort((a, b) => (a.key! < b.key! ? -1 : a.key! > b.key! ? 1 : 0));
-    const claims = await claimIdempotencyKeys(tx, keyed.map(({ w }) => w.submission.idempotency!));
-    keyed.forEach(({ w, i }, n) => {
-      const claim = claims[n]!;
-      if (claim instanceof Error) answers[i] = ConnectError.from(claim);
-      else if (claim.kind === "replay") answers[i] = { response: fromBinary(w.submission.responseSchema, claim.response), replayed: true };
-    });
-    const live = batch.map((w, i) => ({ w, i })).filter(({ i }) => answers[i] === undefined);
-    if (live.length === 0) return answers as Array<Answer<DescMessage> | ConnectError>;
-    const { outcomes, written } = await applyCommands(tx, live.map(({ w }) => w.submission.command), externals, (events) => outbox.rowsOf(events));
-    writes.push(written);
-    const completed: Array<{ accountId: string; key: string; response: Uint8Array }> = [];
-    const refused: Array<{ accountId: string; key: string }> = [];
-    live.forEach(({ w, i }, n) => {
-      const outcome = outcomes[n]!;
-      const idem = w.submission.idempotency;
-      if (!outcome.ok) {
-        if (idem) refused.push(idem);
-        answers[i] = outcome.error;
-        return;
+  /** Builds, after commit, the responses the transaction left for later. */
+  function finish(unit: Unit, result: UnitResult): FinalResult {
+    if (!("answers" in result) || result.whole) return result as FinalResult;
+    const answers = result.answers.map((a) => (isLater(a) ? a.later() : a));
+    if (!unit.respondWhole) return { answers };
+    return { answers, whole: create(unit.respondWhole.schema, unit.respondWhole.respond(answers)) };
+  }
+
+  async function applyUnits(tx: Tx, units: Unit[], writes: Promise<unknown>[]): Promise<UnitResult[]> {
+    // Claims first, each key once, in key order, so two transactions never wait on each other's keys in a cycle.
+    const toClaim = new Map<string, KeyClaim>();
+    for (const unit of units) {
+      if (unit.idempotency) toClaim.set(keyString(unit.idempotency), unit.idempotency);
+      for (const item of unit.items) {
+        if (item.idempotency && !(item.command instanceof ConnectError) && !toClaim.has(keyString(item.idempotency))) {
+          toClaim.set(keyString(item.idempotency), item.idempotency);
+        }
       }
-      const response = create(w.submission.responseSchema, w.submission.respond(outcome));
-      if (idem) completed.push({ accountId: idem.accountId, key: idem.key, response: toBinary(w.submission.responseSchema, response) });
-      answers[i] = { response, replayed: false };
+    }
+    const sortedKeys = [...toClaim.keys()].sort();
+    const claims = await claimIdempotencyKeys(tx, sortedKeys.map((k) => toClaim.get(k)!));
+    const keys = new Map<string, KeyState>();
+    const claimedNew = new Set<string>();
+    sortedKeys.forEach((k, n) => {
+      const claim = claims[n]! as Claim | Error;
+      if (claim instanceof Error) keys.set(k, { kind: "error", error: ConnectError.from(claim) });
+      else if (claim.kind === "replay") keys.set(k, { kind: "answered", fingerprint: toClaim.get(k)!.fingerprint, response: claim.response, fresh: false });
+      else {
+        keys.set(k, { kind: "free" });
+        claimedNew.add(k);
+      }
     });
+
+    const results: Array<UnitResult | undefined> = new Array(units.length);
+    const completed: Array<{ accountId: string; key: string; response: Uint8Array }> = [];
+    /**
+     * A unit that applied: its answers, and for a batch call its whole response. A batch call with
+     * a key stores its whole response, so that is built now; otherwise the responses wait for commit.
+     */
+    const answered = (unit: Unit, pending: Array<ItemAnswer | LaterAnswer>): UnitResult => {
+      if (!unit.respondWhole || !unit.idempotency) return { answers: pending };
+      const answers = pending.map((a) => (isLater(a) ? a.later() : a));
+      const whole = create(unit.respondWhole.schema, unit.respondWhole.respond(answers));
+      completed.push({ ...unit.idempotency, response: toBinary(unit.respondWhole.schema, whole) });
+      return { answers, whole };
+    };
+    units.forEach((unit, u) => {
+      if (!unit.idempotency) return;
+      const state = keys.get(keyString(unit.idempotency))!;
+      if (state.kind === "error") results[u] = { error: state.error };
+      else if (state.kind === "answered") results[u] = { replay: state.response };
+      else keys.set(keyString(unit.idempotency), { kind: "whole" });
+    });
+    const live = units.map((unit, u) => ({ unit, u })).filter(({ u }) => results[u] === undefined);
+    const commands = live.flatMap(({ unit }) => unit.items.flatMap((item) => (item.command instanceof ConnectError ? [] : [item.command])));
+    if (commands.length > 0) {
+      const { book, write } = await openBook(tx, commands, externals, options.subjectOf);
+      for (const { unit, u } of live) {
+        const start = book.checkpoint();
+        // Key changes of this unit; kept only if the unit is.
+        const local = new Map<string, KeyState>();
+        const stateOf = (k: string) => local.get(k) ?? keys.get(k)!;
+        const answers = unit.items.map((item): ItemAnswer | LaterAnswer => {
+          if (item.command instanceof ConnectError) return item.command;
+          const k = item.idempotency ? keyString(item.idempotency) : undefined;
+          if (k !== undefined) {
+            const state = stateOf(k);
+            if (state.kind === "error") return state.error;
+            if (state.kind === "whole") return ruleViolation("idempotency_conflict", "this idempotency key was already used with a different request");
+            if (state.kind === "answered") {
+              if (!state.fingerprint.equals(item.idempotency!.fingerprint)) {
+                return ruleViolation("idempotency_conflict", "this idempotency key was already used with a different request");
+              }
+              return { response: fromBinary(item.responseSchema, state.response), replayed: true };
+            }
+          }
+          const outcome = book.apply(item.command);
+          if (!outcome.ok) return outcome.error;
+          if (k === undefined) return { later: () => ({ response: create(item.responseSchema, item.respond(outcome)), replayed: false }) };
+          const response = create(item.responseSchema, item.respond(outcome));
+          if (k !== undefined) {
+            local.set(k, { kind: "answered", fingerprint: item.idempotency!.fingerprint, response: toBinary(item.responseSchema, response), fresh: true });
+          }
+          return { response, replayed: false };
+        });
+        const refusedAt = unit.atomic ? answers.findIndex((a) => a instanceof ConnectError) : -1;
+        if (refusedAt >= 0) {
+          book.rollback(start);
+          if (unit.idempotency) keys.set(keyString(unit.idempotency), { kind: "free" });
+          results[u] = { refused: new AtomicRefusal(refusedAt, answers[refusedAt] as ConnectError) };
+          continue;
+        }
+        for (const [k, state] of local) keys.set(k, state);
+        results[u] = answered(unit, answers);
+      }
+      writes.push(write());
+    } else {
+      // Nothing to apply: every live unit holds only refused items (an atomic one is refused at its first).
+      for (const { unit, u } of live) {
+        const answers = unit.items.map((item) => item.command as ConnectError);
+        if (unit.atomic) {
+          if (unit.idempotency) keys.set(keyString(unit.idempotency), { kind: "free" });
+          results[u] = { refused: new AtomicRefusal(0, answers[0]!) };
+        } else {
+          results[u] = answered(unit, answers);
+        }
+      }
+    }
+    // Each key claimed here ends stored with its response, or deleted so a retry is tried afresh.
+    const refused: Array<{ accountId: string; key: string }> = [];
+    for (const k of claimedNew) {
+      const state = keys.get(k)!;
+      const { accountId, key } = toClaim.get(k)!;
+      if (state.kind === "answered" && state.fresh) completed.push({ accountId, key, response: state.response });
+      else if (state.kind === "free") refused.push({ accountId, key });
+    }
     writes.push(...settleIdempotencyKeys(tx, completed, refused));
-    return answers as Array<Answer<DescMessage> | ConnectError>;
+    return results as UnitResult[];
+  }
+
+  function enqueue(unit: Omit<Unit, "queuedAt" | "keys" | "size" | "resolve" | "reject">): Promise<UnitResult> {
+    return new Promise<UnitResult>((resolve, reject) => {
+      scheduler.enqueue({ ...unit, queuedAt: performance.now(), keys: keysOf(unit), size: unit.items.length, resolve, reject });
+    });
   }
 
   return {
-    /** Queues a command and resolves with its own answer once its transaction committed. */
-    submit<O extends DescMessage>(submission: Submission<O>): Promise<Answer<O>> {
-      return new Promise<Answer<O>>((resolve, reject) => {
-        queue.push({
-          submission: submission as unknown as Submission<DescMessage>,
-          queuedAt: performance.now(),
-          resolve: resolve as (a: Answer<DescMessage>) => void,
-          reject,
-        });
-        pump();
+    /** Queues one command and resolves with its own answer once its transaction committed. */
+    async submit<O extends DescMessage>(submission: Submission<O>): Promise<Answer<O>> {
+      const result = await enqueue({ items: [submission as unknown as Submission<DescMessage>], atomic: true });
+      if ("refused" in result) throw result.refused.error;
+      if ("error" in result) throw result.error;
+      if ("replay" in result) throw new Error("a single call has no whole-call key");
+      const answer = result.answers[0]!;
+      if (answer instanceof ConnectError) throw answer;
+      return answer as Answer<O>;
+    },
+
+    /**
+     * Queues a batch call's items as one unit, applied in order in one transaction, and resolves
+     * with the whole response; an atomic batch with a refused item rejects with `AtomicRefusal`.
+     */
+    async submitBatch<O extends DescMessage>(batch: BatchSubmission<O>): Promise<Answer<O>> {
+      const result = await enqueue({
+        items: batch.items,
+        atomic: batch.atomic,
+        ...(batch.idempotency ? { idempotency: batch.idempotency } : {}),
+        respondWhole: { schema: batch.responseSchema, respond: batch.respond as (answers: ItemAnswer[]) => MessageInitShape<DescMessage> },
       });
+      if ("refused" in result) throw result.refused;
+      if ("error" in result) throw result.error;
+      if ("replay" in result) return { response: fromBinary(batch.responseSchema, result.replay), replayed: true };
+      return { response: result.whole as MessageShape<O>, replayed: false };
     },
   };
 }

@@ -1,5 +1,8 @@
 import { ConfigError, envInt, envOptional, envString, readDatabaseUrl, readInfraConfig, readServiceToken, type InfraConfig } from "@ledger/common";
 
+/** LEDGER_KEY_USAGE_FLUSH_MS unless set: `last_used_at` to the minute, each key's row written at most once a minute. */
+export const DEFAULT_KEY_USAGE_FLUSH_MS = 60_000;
+
 /** Configuration of the ledger service, read once at start. */
 export interface LedgerConfig extends InfraConfig {
   databaseUrl: string;
@@ -8,7 +11,11 @@ export interface LedgerConfig extends InfraConfig {
   /** When set, start-up makes sure an account with this key and a default program exist. */
   devApiKey?: string;
   databasePoolSize: number;
-  /** Group commit: most money commands in one transaction (LEDGER_BATCH_MAX). */
+  /**
+   * Group commit: most money commands in one transaction, a batch call's items counted one by one
+   * (LEDGER_BATCH_MAX). As large as the largest batch call, so concurrent batch calls share one
+   * transaction instead of waiting on each other's row locks.
+   */
   batchMax: number;
   /** Group commit: transactions in flight at once (LEDGER_BATCH_CONCURRENCY). */
   batchConcurrency: number;
@@ -16,6 +23,8 @@ export interface LedgerConfig extends InfraConfig {
   batchLingerMs: number;
   /** Shared secret of the installation's services (SERVICE_TOKEN). */
   serviceToken: string;
+  /** How often API keys' `last_used_at` is written, in one statement (LEDGER_KEY_USAGE_FLUSH_MS); a minute unless set. */
+  keyUsageFlushMs?: number;
 }
 
 /** Reads and validates the ledger's configuration. */
@@ -30,10 +39,11 @@ export function readLedgerConfig(env: Record<string, string | undefined> = proce
     host: envString(env, "LEDGER_HOST", "127.0.0.1"),
     port: envInt(env, "LEDGER_PORT", 8081, 0, 65535),
     databasePoolSize: envInt(env, "LEDGER_DATABASE_POOL_SIZE", 20, 1, 500),
-    batchMax: envInt(env, "LEDGER_BATCH_MAX", 128, 1, 1_000),
+    batchMax: envInt(env, "LEDGER_BATCH_MAX", 1_000, 1, 1_000),
     batchConcurrency: envInt(env, "LEDGER_BATCH_CONCURRENCY", 4, 1, 64),
     batchLingerMs: envInt(env, "LEDGER_BATCH_LINGER_MS", 2, 0, 100),
     serviceToken: readServiceToken(env),
+    keyUsageFlushMs: envInt(env, "LEDGER_KEY_USAGE_FLUSH_MS", DEFAULT_KEY_USAGE_FLUSH_MS, 100, 3_600_000),
     ...(devApiKey ? { devApiKey } : {}),
   };
 }

@@ -1,6 +1,6 @@
 import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { isId, newId, notFound, parseJsonObject, type Sql, type Tx } from "@ledger/common";
+import { isId, newId, notFound, storedMetadata, type Sql, type Tx } from "@ledger/common";
 import type { EntitySchema } from "@ledger/proto/ledger/v1/ledger_pb.js";
 
 /** An entity row with its balances. */
@@ -24,11 +24,6 @@ export interface EntityRow {
 /** What can be spent: posted minus what pending debits and holds have set aside. */
 export function availableOf(row: Pick<EntityRow, "posted" | "pending_debits" | "held">): bigint {
   return row.posted - row.pending_debits - row.held;
-}
-
-/** Metadata must be a JSON object of reasonable size; it is stored as given. */
-export function parseMetadata(metadata: JsonObject | undefined): JsonObject | null {
-  return metadata === undefined ? null : parseJsonObject(metadata, "metadata");
 }
 
 /** Inserts a new active entity. */
@@ -76,7 +71,7 @@ export function entityToProto(row: EntityRow): MessageInitShape<typeof EntitySch
     entityType: row.type,
     status: row.status,
     currencyCode: row.currency_code,
-    ...(row.metadata ? { metadata: row.metadata } : {}),
+    ...(row.metadata ? { metadata: storedMetadata(row.metadata) } : {}),
     isExternal: row.is_external,
     createdAt: timestampFromDate(row.created_at),
     balances: {

@@ -1,6 +1,6 @@
 import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { isId, notFound, type Sql, type Tx } from "@ledger/common";
+import { isId, notFound, storedMetadata, type Sql, type Tx } from "@ledger/common";
 import {
   Direction,
   TransactionStatus,
@@ -75,7 +75,7 @@ export function groupToProto(group: GroupRow): MessageInitShape<typeof Transacti
     programId: group.program_id,
     status: STATUS_TO_PROTO[group.status],
     description: group.description,
-    ...(group.metadata ? { metadata: group.metadata } : {}),
+    ...(group.metadata ? { metadata: storedMetadata(group.metadata) } : {}),
     currencyCode: group.currency_code,
     disputed: group.disputed,
     amount: group.amount,

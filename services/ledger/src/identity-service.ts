@@ -3,7 +3,7 @@ import { apiKeyFromAuthorization, appError, type Authenticator } from "@ledger/c
 import type { IdentityService } from "@ledger/proto/ledger/v1/identity_pb.js";
 import { Code } from "@connectrpc/connect";
 
-/** Lets other services resolve an API key (they cache the answer briefly). */
+/** Lets other services resolve an API key (they cache the answer briefly: AUTH_CACHE_TTL_MS). */
 export function createIdentityService(authenticate: Authenticator): ServiceImpl<typeof IdentityService> {
   return {
     async authenticate(req) {

@@ -1,7 +1,13 @@
-import type { JsonObject } from "@bufbuild/protobuf";
-import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import { create, type DescMessage, type MessageInitShape } from "@bufbuild/protobuf";
+import { ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import {
+  appError,
+  errorCodeOf,
+  idempotencyKeyOf,
+  IDEMPOTENT_REPLAYED_HEADER,
+  requestFingerprint,
   invalidArgument,
+  parseMetadata,
   parseText,
   isId,
   parsePageRequest,
@@ -22,6 +28,11 @@ import {
   CreateProgramResponseSchema,
   CreateTransactionRequestSchema,
   CreateTransactionResponseSchema,
+  CreateTransactionsRequestSchema,
+  CreateTransactionsResponseSchema,
+  type CreateTransactionRequest,
+  type CreateTransactionResponse,
+  type CreateTransactionsResultSchema,
   DefundEntityRequestSchema,
   DefundEntityResponseSchema,
   Direction,
@@ -40,11 +51,11 @@ import {
   UpdateProgramRequestSchema,
   UpdateProgramResponseSchema,
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
-import type { Applied, createBatcher } from "./batcher.js";
+import { AtomicRefusal, type Applied, type createBatcher, type ItemAnswer, type Submission } from "./batcher.js";
 import { createWritePath, groupOf } from "./write-path.js";
-import { entityToProto, findEntity, insertEntity, listEntities, parseMetadata } from "./entities.js";
+import { entityToProto, findEntity, insertEntity, listEntities } from "./entities.js";
 import { findGroup, findLeg, groupToProto, legToProto, listLegs, statusFromProto } from "./groups.js";
-import { parseAmount, parseLegs, type LegSpec } from "./money.js";
+import { parseAmount, parseLegs, type LegSpec, type MoneyCommand } from "./money.js";
 import {
   ensureExternalEntity,
   findProgram,
@@ -69,6 +80,66 @@ function requireId(value: string, field: string): string {
   return value;
 }
 
+/** Most items in one CreateTransactions call (docs/api.md#batches). */
+export const MAX_BATCH_ITEMS = 1000;
+
+/** The method whose idempotency fingerprint a batch item shares. */
+const SINGLE_METHOD = `${LedgerService.typeName}/${LedgerService.method.createTransaction.name}`;
+
+/** The command of a CreateTransaction request, validated; throws what the call answers. */
+function transactionCommand(req: CreateTransactionRequest, base: CommandScope): MoneyCommand {
+  const description = parseText(req.description, "description", { required: true });
+  const metadata = parseMetadata(req.metadata) ?? null;
+  let status: "pending" | "posted";
+  if (req.status === TransactionStatus.UNSPECIFIED || req.status === TransactionStatus.PENDING) status = "pending";
+  else if (req.status === TransactionStatus.POSTED) status = "posted";
+  else throw invalidArgument("status must be pending or posted");
+  let legs: LegSpec[];
+  if (req.form.case === "transfer") {
+    const { fromEntityId, toEntityId, amount } = req.form.value;
+    requireId(fromEntityId, "account.from");
+    requireId(toEntityId, "account.to");
+    if (fromEntityId === toEntityId) throw invalidArgument("account.from and account.to must be different entities");
+    parseAmount(amount);
+    legs = [
+      { entityId: fromEntityId, direction: "debit", amount },
+      { entityId: toEntityId, direction: "credit", amount },
+    ];
+  } else if (req.form.case === "entries") {
+    legs = req.form.value.entries.map((entry, i) => {
+      if (entry.direction === Direction.UNSPECIFIED) throw invalidArgument(`entries[${i}].direction must be debit or credit`);
+      return { entityId: entry.entityId, direction: entry.direction === Direction.DEBIT ? "debit" : "credit", amount: entry.amount };
+    });
+    parseLegs(legs);
+  } else {
+    throw invalidArgument("give either amount with account {from, to}, or entries");
+  }
+  return { kind: "create", ...base, description, metadata, status, legs };
+}
+
+/** The whole answer of a batch: one result per item, in request order. */
+function batchResponse(answers: ItemAnswer[]): MessageInitShape<typeof CreateTransactionsResponseSchema> {
+  let failed = 0;
+  const results = answers.map((answer): MessageInitShape<typeof CreateTransactionsResultSchema> => {
+    if (answer instanceof ConnectError) {
+      failed++;
+      const { code, details } = errorCodeOf(answer);
+      return { result: { case: "error", value: { code, message: answer.rawMessage, ...(details ? { details } : {}) } } };
+    }
+    const response = answer.response as CreateTransactionResponse;
+    return { result: { case: "transactionGroup", value: response.transactionGroup! }, replayed: answer.replayed };
+  });
+  return { succeeded: answers.length - failed, failed, results };
+}
+
+/** Who asks and where: what every command carries. */
+interface CommandScope {
+  accountId: string;
+  programId: string;
+  requestId: string;
+  traceparent: string;
+}
+
 /** The ledger's RPC handlers: each validates, builds a command or query, and maps the result. */
 export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof LedgerService> {
   const { sql } = deps;
@@ -76,7 +147,8 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
 
   async function scope(ctx: HandlerContext, programId: string) {
     const principal = principalOf(ctx);
-    return { principal, accountId: principal.accountId, programId: await deps.resolveProgram(principal, programId), requestId: requestIdOf(ctx), traceparent: traceOf(ctx).traceparent };
+    const scoped: CommandScope = { accountId: principal.accountId, programId: await deps.resolveProgram(principal, programId), requestId: requestIdOf(ctx), traceparent: traceOf(ctx).traceparent };
+    return scoped;
   }
 
   async function settleCommand(ctx: HandlerContext, programId: string, groupId: string, to: "posted" | "canceled" | "failed", reason: string) {
@@ -93,7 +165,7 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
       const { accountId, programId } = await scope(ctx, req.programId);
       const name = parseName(req.entityName, "entity_name");
       const type = parseName(req.entityType, "entity_type");
-      const metadata = parseMetadata(req.metadata as JsonObject | undefined);
+      const metadata = parseMetadata(req.metadata) ?? null;
       const requestedCurrency = req.currencyCode === "" ? undefined : parseCurrencyCode(req.currencyCode);
       return mutate(ctx, CreateEntityRequestSchema, req, CreateEntityResponseSchema, async (tx) => {
         const program = await findProgram(tx, accountId, programId);
@@ -141,35 +213,64 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
     },
 
     async createTransaction(req, ctx) {
-      const base = await scope(ctx, req.programId);
-      const description = parseText(req.description, "description", { required: true });
-      const metadata = parseMetadata(req.metadata as JsonObject | undefined);
-      let status: "pending" | "posted";
-      if (req.status === TransactionStatus.UNSPECIFIED || req.status === TransactionStatus.PENDING) status = "pending";
-      else if (req.status === TransactionStatus.POSTED) status = "posted";
-      else throw invalidArgument("status must be pending or posted");
-      let legs: LegSpec[];
-      if (req.form.case === "transfer") {
-        const { fromEntityId, toEntityId, amount } = req.form.value;
-        requireId(fromEntityId, "account.from");
-        requireId(toEntityId, "account.to");
-        if (fromEntityId === toEntityId) throw invalidArgument("account.from and account.to must be different entities");
-        parseAmount(amount);
-        legs = [
-          { entityId: fromEntityId, direction: "debit", amount },
-          { entityId: toEntityId, direction: "credit", amount },
-        ];
-      } else if (req.form.case === "entries") {
-        legs = req.form.value.entries.map((entry, i) => {
-          if (entry.direction === Direction.UNSPECIFIED) throw invalidArgument(`entries[${i}].direction must be debit or credit`);
-          return { entityId: entry.entityId, direction: entry.direction === Direction.DEBIT ? "debit" : "credit", amount: entry.amount };
-        });
-        parseLegs(legs);
-      } else {
-        throw invalidArgument("give either amount with account {from, to}, or entries");
-      }
-      const command = { kind: "create" as const, ...base, description, metadata, status, legs };
+      const command = transactionCommand(req, await scope(ctx, req.programId));
       return submit(ctx, CreateTransactionRequestSchema, req, CreateTransactionResponseSchema, command, groupResponse);
+    },
+
+    async createTransactions(req, ctx) {
+      if (req.transactions.length === 0 || req.transactions.length > MAX_BATCH_ITEMS) {
+        throw invalidArgument(`transactions must hold 1 to ${MAX_BATCH_ITEMS} items; got ${req.transactions.length}`, {
+          field: "transactions",
+        });
+      }
+      const principal = principalOf(ctx);
+      const wholeKey = idempotencyKeyOf(ctx);
+      // Most batches name one program: resolve each program once, and let an unknown one refuse only its items.
+      const scopes = new Map<string, Promise<Awaited<ReturnType<typeof scope>>>>();
+      const scopeOf = (programId: string) => {
+        let found = scopes.get(programId);
+        if (!found) {
+          found = scope(ctx, programId);
+          found.catch(() => {});
+          scopes.set(programId, found);
+        }
+        return found;
+      };
+      const items = await Promise.all(
+        req.transactions.map(async (item, index): Promise<Submission<typeof CreateTransactionResponseSchema>> => {
+          const base = { responseSchema: CreateTransactionResponseSchema, respond: groupResponse };
+          try {
+            const transaction = create(CreateTransactionRequestSchema, item.transaction ?? {});
+            if (!item.transaction) throw invalidArgument(`transactions[${index}] is empty`);
+            transaction.programId ||= req.programId;
+            const command = transactionCommand(transaction, await scopeOf(transaction.programId));
+            if (item.idempotencyKey === "") return { ...base, command };
+            if (item.idempotencyKey.length > 255) throw invalidArgument("idempotency_key must be 1 to 255 characters", { field: "idempotency_key" });
+            // The same fingerprint as CreateTransaction's: an item and a single call with one key and one body are one request.
+            const fingerprint = requestFingerprint(SINGLE_METHOD, CreateTransactionRequestSchema, transaction);
+            return { ...base, command, idempotency: { accountId: principal.accountId, key: item.idempotencyKey, fingerprint } };
+          } catch (err) {
+            return { ...base, command: ConnectError.from(err) };
+          }
+        }),
+      );
+      const fingerprint = wholeKey === undefined ? undefined : requestFingerprint(`${ctx.service.typeName}/${ctx.method.name}`, CreateTransactionsRequestSchema, req);
+      try {
+        const answer = await deps.batcher.submitBatch({
+          items: items as unknown as Array<Submission<DescMessage>>,
+          atomic: req.atomic,
+          ...(wholeKey !== undefined ? { idempotency: { accountId: principal.accountId, key: wholeKey, fingerprint: fingerprint! } } : {}),
+          responseSchema: CreateTransactionsResponseSchema,
+          respond: batchResponse,
+        });
+        if (answer.replayed) ctx.responseHeader.set(IDEMPOTENT_REPLAYED_HEADER, "true");
+        return answer.response;
+      } catch (err) {
+        if (!(err instanceof AtomicRefusal)) throw err;
+        // An atomic batch answers its first refused item's error, naming the item.
+        const { code, details } = errorCodeOf(err.error);
+        throw appError(err.error.code, code, `transactions[${err.index}]: ${err.error.rawMessage}`, { ...details, index: err.index });
+      }
     },
 
     async getTransaction(req, ctx) {

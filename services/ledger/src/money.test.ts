@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ledgerViolations, startStack, type Api, type Stack } from "@ledger/testing";
 
-// The money rules of DESIGN.md section 3, checked as properties against a real Postgres through
+// The money rules of docs/architecture.md#money-rules-and-invariants, checked as properties against a real Postgres through
 // the whole path (REST gateway, RPC, ledger). Every test ends by checking the ledger invariants.
 
 let stack: Stack;
@@ -264,5 +264,99 @@ describe("money rules", () => {
     const read = await client.getEntity({ entityId: a.entity!.entityId });
     expect(read.entity!.balances).toMatchObject({ posted: 50n, pendingDebits: 20n, available: 30n });
     await expectInvariants();
+  });
+});
+
+// Balances are int64 (Postgres bigint). Seeding them near the edge in SQL stands in for the
+// thousand deposits of 2^53-1 it takes to get there; the seeded accounts are not the stack's, so
+// the invariant checks of the tests above are not disturbed.
+describe("balances at the edge of int64", () => {
+  const MAX_INT64 = 2n ** 63n - 1n;
+  const MIN_INT64 = -(2n ** 63n);
+
+  async function freshAccount() {
+    const { account, api: own } = await stack.newAccount();
+    const create = async (name: string) => {
+      const res = await own.post("/entity", { entity_name: name, entity_type: "wallet" });
+      expect(res.status).toBe(200);
+      return res.body.entity.entity_id as string;
+    };
+    const externalId = (await own.get("/program")).body.program.external_entity_id as string;
+    return { account, api: own, create, externalId };
+  }
+
+  async function stored(accountId: string) {
+    return stack.sql<{ id: string; posted: bigint; pending_debits: bigint; pending_credits: bigint; held: bigint }[]>`
+      select id, posted, pending_debits, pending_credits, held from entities where account_id = ${accountId} order by id`;
+  }
+
+  async function groups(accountId: string) {
+    const [row] = await stack.sql<{ n: number }[]>`select count(*)::int as n from transaction_groups where account_id = ${accountId}`;
+    return row!.n;
+  }
+
+  function expectOutOfRange(res: { status: number; body: { error: { code: string; message: string } } }, entityId: string) {
+    expect(res.status).toBe(422);
+    expect(res.body.error.code).toBe("balance_out_of_range");
+    expect(res.body.error.message).toContain(entityId);
+  }
+
+  it("refuses a credit that would take an ordinary entity above 2^63-1, by transfer, deposit and posting", async () => {
+    const { account, api: own, create } = await freshAccount();
+    const a = await create("a");
+    const b = await create("b");
+    expect((await own.post("/entity/fund", { entity_id: a, amount: 1_000 })).status).toBe(200);
+    const pending = await own.post("/transaction", { description: "later", amount: 100, account: { from: a, to: b } });
+    expect(pending.status).toBe(200);
+    await stack.sql`update entities set posted = ${MAX_INT64 - 50n} where id = ${b}`;
+    const before = await stored(account.account_id);
+    const groupsBefore = await groups(account.account_id);
+
+    expectOutOfRange(await own.post("/transaction", { description: "over", amount: 100, status: "posted", account: { from: a, to: b } }), b);
+    expectOutOfRange(await own.post("/entity/fund", { entity_id: b, amount: 100 }), b);
+    expectOutOfRange(await own.post("/transaction/post", { transaction_group_id: pending.body.transaction_group_id }), b);
+
+    expect(await stored(account.account_id)).toEqual(before);
+    expect(await groups(account.account_id)).toBe(groupsBefore);
+    // Within range still works.
+    expect((await own.post("/transaction", { description: "fits", amount: 50, status: "posted", account: { from: a, to: b } })).status).toBe(200);
+  });
+
+  it("refuses a deposit that would take the external entity below -2^63", async () => {
+    const { account, api: own, create, externalId } = await freshAccount();
+    const a = await create("a");
+    await stack.sql`update entities set posted = ${MIN_INT64 + 50n} where id = ${externalId}`;
+    const before = await stored(account.account_id);
+
+    expectOutOfRange(await own.post("/entity/fund", { entity_id: a, amount: 100 }), externalId);
+
+    expect(await stored(account.account_id)).toEqual(before);
+    expect(await groups(account.account_id)).toBe(0);
+    // Exactly -2^63 fits; one more does not, and the ledger knows from its own last write.
+    expect((await own.post("/entity/fund", { entity_id: a, amount: 50 })).status).toBe(200);
+    expectOutOfRange(await own.post("/entity/fund", { entity_id: a, amount: 1 }), externalId);
+    const [external] = await stack.sql<{ posted: bigint }[]>`select posted from entities where id = ${externalId}`;
+    expect(external!.posted).toBe(MIN_INT64);
+  });
+
+  it("answers 422 even when the database is the one to find the overflow, and fails no other command", async () => {
+    const { account, api: own, create, externalId } = await freshAccount();
+    const a = await create("a");
+    const b = await create("b");
+    // The ledger now knows this external entity's balance as 0; it changes behind its back.
+    expect((await own.post("/entity/fund", { entity_id: a, amount: 10 })).status).toBe(200);
+    await stack.sql`update entities set posted = ${MIN_INT64 + 50n} where id = ${externalId}`;
+    const before = await stored(account.account_id);
+
+    const [over, transfer] = await Promise.all([
+      own.post("/entity/fund", { entity_id: b, amount: 100 }),
+      own.post("/transaction", { description: "ok", amount: 5, status: "posted", account: { from: a, to: b } }),
+    ]);
+    expect(over.status).toBe(422);
+    expect(over.body.error.code).toBe("balance_out_of_range");
+    expect(transfer.status).toBe(200);
+
+    const after = await stored(account.account_id);
+    expect(after.find((e) => e.id === externalId)).toEqual(before.find((e) => e.id === externalId));
   });
 });

@@ -1,7 +1,7 @@
 import { afterAll, describe, expect, it } from "vitest";
 import { eventually, NATS_SERVER_BIN, ownNats, readStream, startStack, type OwnNats, type Stack } from "@ledger/testing";
 
-// The outbox promise (DESIGN.md section 1): every committed change has its event on JetStream,
+// The outbox promise (docs/architecture.md#the-transactional-outbox-and-the-relay): every committed change has its event on JetStream,
 // exactly once per event id, even when NATS is down while the writes happen.
 // This test runs a nats-server of its own so it can stop and start it.
 
@@ -69,7 +69,7 @@ describe.runIf(NATS_SERVER_BIN)("outbox relay", () => {
     }
   });
 
-  it("emits the lifecycle events with the data DESIGN.md names", async () => {
+  it("emits the lifecycle events with the group as it is after each change", async () => {
     const { api } = stack!;
     const a = (await api.post("/entity", { entity_name: "a", entity_type: "wallet" })).body.entity.entity_id;
     const b = (await api.post("/entity", { entity_name: "b", entity_type: "wallet" })).body.entity.entity_id;

@@ -50,7 +50,7 @@ async function onceMoreOnDuplicate<T>(attempt: () => Promise<T>): Promise<T> {
   }
 }
 
-/** The reservation primitive holds are built on (DESIGN.md section 1: the ledger is the only writer of money). */
+/** The reservation primitive holds are built on (docs/architecture.md#the-services-and-who-owns-what: the ledger is the only writer of money). */
 export function createReservationService(deps: {
   sql: Sql;
   outbox: Outbox;

@@ -16,3 +16,6 @@ export default (deps: LedgerDeps & { authenticate: Authenticator }) => (router: 
 
 /** Methods callable without an API key header: they check a key given in the request itself. */
 export const PUBLIC_METHODS = [`${IdentityService.typeName}/Authenticate`];
+
+/** Methods only the installation's services may call: holds are the hold service's to keep in step with `held`. */
+export const INTERNAL_METHODS = ReservationService.methods.map((method) => `${ReservationService.typeName}/${method.name}`);

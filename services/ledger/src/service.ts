@@ -5,21 +5,26 @@ import {
   connectNats,
   createLogger,
   createOutbox,
+  eventSubject,
   listen,
+  rateLimitInterceptor,
   startIdempotencySweep,
   metricsInterceptor,
   openDatabase,
   requestIdInterceptor,
   startTracing,
   tracingInterceptors,
+  type Authenticator,
+  type Principal,
   type RunningServer,
   type Tracing,
 } from "@ledger/common";
-import type { LedgerConfig } from "./config.js";
+import { DEFAULT_KEY_USAGE_FLUSH_MS, type LedgerConfig } from "./config.js";
 import { authenticate, ensureDevAccount, principalOfAccount } from "./identity.js";
 import { createProgramResolver } from "./programs.js";
 import { createBatcher } from "./batcher.js";
-import routes, { PUBLIC_METHODS } from "./routes.js";
+import { createKeyUsage } from "./key-usage.js";
+import routes, { INTERNAL_METHODS, PUBLIC_METHODS } from "./routes.js";
 
 const MIGRATIONS = fileURLToPath(new URL("../migrations", import.meta.url));
 
@@ -46,7 +51,7 @@ export async function startLedger(config: LedgerConfig): Promise<LedgerHandle> {
   });
   if (config.devApiKey) await ensureDevAccount(sql, config.devApiKey);
 
-  const nats = connectNats(config.natsUrl, "ledger", log);
+  const nats = connectNats(config, "ledger", log);
   const outbox = createOutbox({
     service: "ledger",
     sql,
@@ -56,26 +61,41 @@ export async function startLedger(config: LedgerConfig): Promise<LedgerHandle> {
   });
   outbox.start();
 
-  const auth = cachedAuthenticator((key) => authenticate(sql, key));
+  // Every key look-up notes the key's use: the ledger's own calls on each request (cache hits
+  // included), the other services' through IdentityService each time their cache renews.
+  const keyUsage = createKeyUsage({ sql, log, flushEveryMs: config.keyUsageFlushMs ?? DEFAULT_KEY_USAGE_FLUSH_MS });
+  const noteUse = (principal: Principal | null) => {
+    if (principal?.apiKeyId) keyUsage.record(principal.apiKeyId);
+    return principal;
+  };
+  const lookUpKey: Authenticator = async (key) => noteUse(await authenticate(sql, key));
+  const cached = cachedAuthenticator((key) => authenticate(sql, key));
+  const auth: Authenticator = async (key) => noteUse(await cached(key));
   const server = await listen({
     name: "ledger",
     host: config.host,
     port: config.port,
     log,
+    rpcBodyLimitBytes: config.rpcBodyLimitBytes,
     routes: routes({
       sql,
       outbox,
-      batcher: createBatcher({ sql, outbox, log, maxBatch: config.batchMax, maxInFlight: config.batchConcurrency, lingerMs: config.batchLingerMs }),
-      authenticate: auth,
+      batcher: createBatcher({ sql, outbox, subjectOf: (type) => eventSubject(config.natsSubjectPrefix, type), log, maxBatch: config.batchMax, maxInFlight: config.batchConcurrency, lingerMs: config.batchLingerMs }),
+      // Uncached: the services asking cache the answer themselves, and two caches in a row would
+      // add up to twice the delay before a revoked key is refused.
+      authenticate: lookUpKey,
       resolveProgram: createProgramResolver(sql),
     }),
     interceptors: [
       ...tracingInterceptors(tracing),
       requestIdInterceptor(log),
       metricsInterceptor(),
+      // Before authentication: a caller over its budget costs no key look-up.
+      rateLimitInterceptor(config),
       authInterceptor({
         authenticate: auth,
         publicMethods: PUBLIC_METHODS,
+        internalMethods: INTERNAL_METHODS,
         service: { token: config.serviceToken, resolveAccount: (accountId) => principalOfAccount(sql, accountId) },
       }),
     ],
@@ -93,6 +113,7 @@ export async function startLedger(config: LedgerConfig): Promise<LedgerHandle> {
     async close() {
       stopSweep();
       await server.close();
+      await keyUsage.stop();
       await outbox.stop();
       await nats.close();
       await sql.end({ timeout: 5 });

@@ -1,0 +1,122 @@
+import type { Tx } from "@ledger/common";
+import type { ExternalBalances } from "./money-load.js";
+import type { BookEffects, EntityState } from "./money-rules.js";
+
+/** An outbox row as `Outbox.rowsOf` makes it, written in the same statement as the effects. */
+export interface OutboxRow {
+  event_id: string;
+  subject: string;
+  payload: Uint8Array;
+}
+
+/**
+ * Writes a batch's effects in one statement, sent at once and not awaited here, so a batch costs
+ * at most one round trip to write however many commands it holds: ordinary balances (absolute), external balances (deltas), new groups
+ * and legs, changed groups, reservations and captures, and the outbox rows of its events.
+ * It answers with the external entities' new balances, for ExternalEntityCache.
+ * Foreign keys between the parts are checked at the end of the statement, when all are in.
+ * The statement text never changes, so Postgres plans it once per connection.
+ */
+export function persist(tx: Tx, batch: Omit<BookEffects, "events"> & { outbox: OutboxRow[]; now: Date }): Promise<ExternalBalances[]> {
+  const changed = batch.changedEntities;
+  const balances = (states: EntityState[]) =>
+    json(states.map((s) => ({ id: s.row.id, posted: `${s.posted}`, pending_debits: `${s.pendingDebits}`, pending_credits: `${s.pendingCredits}`, held: `${s.held}` })));
+  const ordinary = balances(changed.filter((s) => !s.row.is_external));
+  const external = balances(changed.filter((s) => s.row.is_external));
+  const groups = json(
+    batch.newGroups.map((g) => ({
+      id: g.id,
+      account_id: g.account_id,
+      program_id: g.program_id,
+      status: g.status,
+      description: g.description,
+      metadata: g.metadata,
+      currency_code: g.currency_code,
+      amount: `${g.amount}`,
+      reverses_group_id: g.reverses_group_id,
+      created_at: g.created_at,
+    })),
+  );
+  const legs = json(
+    batch.newGroups.flatMap((g) =>
+      g.legs.map((l) => ({ id: l.id, group_id: l.group_id, position: l.position, entity_id: l.entity_id, direction: l.direction, amount: `${l.amount}`, created_at: l.created_at })),
+    ),
+  );
+  const groupChanges = json(
+    batch.changedGroups.map((g) => ({
+      id: g.id,
+      status: g.status,
+      disputed: g.disputed,
+      reason: g.reason,
+      reversed_by_group_id: g.reversed_by_group_id,
+      updated_at: g.updated_at,
+    })),
+  );
+  const reservations = json(
+    batch.newReservations.map((r) => ({ ...r, amount: `${r.amount}`, captured_amount: `${r.captured_amount}` })),
+  );
+  const reservationChanges = json(
+    batch.changedReservations.map((r) => ({ id: r.id, account_id: r.account_id, captured_amount: `${r.captured_amount}`, status: r.status, updated_at: r.updated_at })),
+  );
+  const captures = json(batch.newCaptures.map((c) => ({ ...c, amount: `${c.amount}` })));
+  const outbox = json(batch.outbox.map((r) => ({ event_id: r.event_id, subject: r.subject, payload: Buffer.from(r.payload.buffer, r.payload.byteOffset, r.payload.byteLength).toString("base64") })));
+  return tx<ExternalBalances[]>`
+    with
+    ordinary_balances as (
+      update entities e
+      set posted = v.posted, pending_debits = v.pending_debits, pending_credits = v.pending_credits, held = v.held, updated_at = ${batch.now}
+      from json_to_recordset(${ordinary}::text::json) as v(id text, posted int8, pending_debits int8, pending_credits int8, held int8)
+      where e.id = v.id),
+    external_balances as (
+      update entities e
+      set posted = e.posted + v.posted, pending_debits = e.pending_debits + v.pending_debits,
+          pending_credits = e.pending_credits + v.pending_credits, updated_at = ${batch.now}
+      from json_to_recordset(${external}::text::json) as v(id text, posted int8, pending_debits int8, pending_credits int8, held int8)
+      where e.id = v.id
+      returning e.id, e.posted, e.pending_debits, e.pending_credits),
+    new_groups as (
+      insert into transaction_groups (id, account_id, program_id, status, description, metadata, currency_code, amount,
+                                      reverses_group_id, created_at, updated_at)
+      select id, account_id, program_id, status, description, metadata, currency_code, amount, reverses_group_id, created_at, created_at
+      from json_to_recordset(${groups}::text::json) as r(id text, account_id text, program_id text, status text, description text,
+        metadata jsonb, currency_code text, amount int8, reverses_group_id text, created_at timestamptz)),
+    new_legs as (
+      insert into legs (id, group_id, position, entity_id, direction, amount, created_at)
+      select id, group_id, position, entity_id, direction, amount, created_at
+      from json_to_recordset(${legs}::text::json) as r(id text, group_id text, position int, entity_id text, direction text,
+        amount int8, created_at timestamptz)),
+    changed_groups as (
+      update transaction_groups g
+      set status = v.status, disputed = v.disputed, reason = v.reason, reversed_by_group_id = v.reversed_by_group_id, updated_at = v.updated_at
+      from json_to_recordset(${groupChanges}::text::json) as v(id text, status text, disputed boolean, reason text,
+        reversed_by_group_id text, updated_at timestamptz)
+      where g.id = v.id),
+    new_reservations as (
+      insert into reservations (id, account_id, program_id, entity_id, amount, captured_amount, status, created_at, updated_at)
+      select id, account_id, program_id, entity_id, amount, captured_amount, status, created_at, updated_at
+      from json_to_recordset(${reservations}::text::json) as r(id text, account_id text, program_id text, entity_id text,
+        amount int8, captured_amount int8, status text, created_at timestamptz, updated_at timestamptz)),
+    changed_reservations as (
+      update reservations x
+      set captured_amount = v.captured_amount, status = v.status, updated_at = v.updated_at
+      from json_to_recordset(${reservationChanges}::text::json) as v(id text, account_id text, captured_amount int8, status text, updated_at timestamptz)
+      where x.account_id = v.account_id and x.id = v.id),
+    new_captures as (
+      insert into reservation_captures (id, account_id, reservation_id, amount, group_id)
+      select id, account_id, reservation_id, amount, group_id
+      from json_to_recordset(${captures}::text::json) as r(id text, account_id text, reservation_id text, amount int8, group_id text)),
+    new_events as (
+      insert into outbox (event_id, subject, payload)
+      select event_id, subject, decode(payload, 'base64')
+      from json_to_recordset(${outbox}::text::json) as r(event_id text, subject text, payload text))
+    select * from external_balances`.execute();
+}
+
+/**
+ * JSON text of rows for json_to_recordset, whose bigints the callers have already made exact
+ * decimal strings (a replacer function would run for every key of every row); dates go in ISO form.
+ */
+function json(rows: object[]): string {
+  return rows.length === 0 ? "[]" : JSON.stringify(rows);
+}
+
