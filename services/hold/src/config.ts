@@ -4,7 +4,7 @@ import { CRASH_POINTS, type CrashPoint } from "./crash.js";
 /** Configuration of the hold service, read once at start. */
 export interface HoldConfig extends InfraConfig {
   databaseUrl: string;
-  /** Postgres connections (HOLD_DATABASE_POOL_SIZE): every operation holds one for two short transactions. */
+  /** Postgres connections (HOLD_DATABASE_POOL_SIZE): group commit uses up to `batchConcurrency` of them; reads, expiry and recovery the rest. */
   databasePoolSize: number;
   host: string;
   port: number;
@@ -15,6 +15,12 @@ export interface HoldConfig extends InfraConfig {
   expiryIntervalMs: number;
   /** Unfinished work older than this is taken to be abandoned by a crashed process and finished. */
   recoveryAfterMs: number;
+  /** Group commit: most intents and completions in one transaction (HOLD_BATCH_MAX). */
+  batchMax: number;
+  /** Group commit: transactions in flight at once (HOLD_BATCH_CONCURRENCY). */
+  batchConcurrency: number;
+  /** Group commit: how long a transaction waits for company while another is in flight (HOLD_BATCH_LINGER_MS). */
+  batchLingerMs: number;
   /** Test hook: exit the process at this point of a hold operation (HOLD_CRASH_AT). */
   crashAt?: CrashPoint;
 }
@@ -22,6 +28,10 @@ export interface HoldConfig extends InfraConfig {
 /** Reads and validates the hold service's configuration. */
 export function readHoldConfig(env: Record<string, string | undefined> = process.env): HoldConfig {
   const crashAt = envOptional(env, "HOLD_CRASH_AT");
+  // Crash injection is a test hook: in production a stray setting would kill every hold operation.
+  if (crashAt !== undefined && env["NODE_ENV"] === "production") {
+    throw new ConfigError("HOLD_CRASH_AT", "must not be set when NODE_ENV=production: it is a test hook that kills the process");
+  }
   if (crashAt !== undefined && !CRASH_POINTS.includes(crashAt as CrashPoint)) {
     throw new ConfigError("HOLD_CRASH_AT", `must be one of ${CRASH_POINTS.join(", ")}`);
   }
@@ -35,6 +45,9 @@ export function readHoldConfig(env: Record<string, string | undefined> = process
     serviceToken: readServiceToken(env),
     expiryIntervalMs: envInt(env, "HOLD_EXPIRY_INTERVAL_MS", 1_000, 50, 60_000),
     recoveryAfterMs: envInt(env, "HOLD_RECOVERY_AFTER_MS", 5_000, 100, 600_000),
+    batchMax: envInt(env, "HOLD_BATCH_MAX", 64, 1, 1_000),
+    batchConcurrency: envInt(env, "HOLD_BATCH_CONCURRENCY", 4, 1, 64),
+    batchLingerMs: envInt(env, "HOLD_BATCH_LINGER_MS", 1, 0, 100),
     ...(crashAt ? { crashAt: crashAt as CrashPoint } : {}),
   };
 }

@@ -80,7 +80,7 @@ it.each(CRASH_POINTS)("recovers after a crash at %s", async (point) => {
     holdId = (await api.post("/hold", { entity_id: source, amount: 300 })).body.hold.hold_id;
     const res = point.includes("capture")
       ? await api.post("/hold/capture", { hold_id: holdId, amount: 120, destination_entity_id: dest }, key)
-      : await api.post("/hold/release", { hold_id: holdId });
+      : await api.post("/hold/release", { hold_id: holdId }, key);
     expect(res.status).toBeGreaterThanOrEqual(500);
   }
   await waitForExit();
@@ -96,17 +96,23 @@ it.each(CRASH_POINTS)("recovers after a crash at %s", async (point) => {
   expect(settled).toBe(true);
 
   if (!holdId) {
-    // The client retries with its key and gets the one hold recovery completed.
+    // The client retries with its key and gets the one hold recovery completed, as recovery answered the key.
     const retry = await api.post("/hold", { entity_id: source, amount: 300 }, key);
     expect(retry.status).toBe(200);
+    expect(retry.headers.get("idempotent-replayed")).toBe("true");
     const [count] = await stack.holdSql()<{ n: bigint }[]>`select count(*)::int8 as n from holds where entity_id = ${source}`;
     expect(count!.n).toBe(1n);
   } else if (point.includes("capture")) {
     const retry = await api.post("/hold/capture", { hold_id: holdId, amount: 120, destination_entity_id: dest }, key);
     expect(retry.status).toBe(200);
+    expect(retry.headers.get("idempotent-replayed")).toBe("true");
     expect(retry.body.hold.captured_amount).toBe(120);
   } else {
     expect((await api.get("/hold", { hold_id: holdId })).body.hold).toMatchObject({ status: "released", release_reason: "requested" });
+    const retry = await api.post("/hold/release", { hold_id: holdId }, key);
+    expect(retry.status).toBe(200);
+    expect(retry.headers.get("idempotent-replayed")).toBe("true");
+    expect(retry.body.hold).toMatchObject({ status: "released", release_reason: "requested" });
   }
 
   const [destination] = await stack.sql<{ posted: bigint }[]>`select posted from entities where id = ${dest}`;

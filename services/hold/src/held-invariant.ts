@@ -2,7 +2,7 @@ import { expect } from "vitest";
 import { ledgerViolations, type Stack } from "@ledger/testing";
 
 /**
- * The invariant between the two services (issue 3): for every entity of the stack's account, the
+ * The invariant between the two services (docs/architecture.md#money-rules-and-invariants): for every entity of the stack's account, the
  * ledger's `held` equals the remaining amounts of the hold service's active holds; and the ledger's
  * own invariants hold. The two live in different databases, so they are compared here.
  */

@@ -1,4 +1,3 @@
-import { fromBinary, toBinary, create } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import {
@@ -14,15 +13,9 @@ import {
   originOf,
   toPage,
 } from "@ledger/common";
-import {
-  CaptureHoldRequestSchema,
-  CaptureHoldResponseSchema,
-  CreateHoldRequestSchema,
-  CreateHoldResponseSchema,
-  type HoldService,
-} from "@ledger/proto/hold/v1/hold_pb.js";
+import { CaptureHoldRequestSchema, CreateHoldRequestSchema, ReleaseHoldRequestSchema, type HoldService } from "@ledger/proto/hold/v1/hold_pb.js";
 import type { DescMessage, MessageShape } from "@bufbuild/protobuf";
-import { holdToProto, parseExpiry, type createHolds, type Idempotency } from "./holds.js";
+import { holdToProto, parseExpiry, type Answer, type createHolds, type Idempotency } from "./holds.js";
 import type { LedgerClients } from "./ledger-client.js";
 
 const HOLD_STATUSES = ["held", "partially_captured", "captured", "released"];
@@ -39,6 +32,12 @@ function idempotencyOf<I extends DescMessage>(ctx: HandlerContext, schema: I, re
   return key === undefined ? undefined : { key, fingerprint: requestFingerprint(`${ctx.service.typeName}/${ctx.method.name}`, schema, request) };
 }
 
+/** The response of an answer, marked as replayed when it is the stored one of an earlier call. */
+function respond<O extends DescMessage>(ctx: HandlerContext, answer: Answer<O>): MessageShape<O> {
+  if (answer.replayed) ctx.responseHeader.set(IDEMPOTENT_REPLAYED_HEADER, "true");
+  return answer.response;
+}
+
 /** The hold service's RPC handlers. */
 export function createHoldService(holds: ReturnType<typeof createHolds>, ledger: LedgerClients): ServiceImpl<typeof HoldService> {
   return {
@@ -49,21 +48,18 @@ export function createHoldService(holds: ReturnType<typeof createHolds>, ledger:
       if (!isId("entity", req.entityId)) throw notFound("entity", req.entityId);
       const amount = parseAmount(req.amount);
       const expiresAt = parseExpiry(req.expiresAt ? timestampDate(req.expiresAt) : undefined);
-      const result = await holds.create({
+      const idempotency = idempotencyOf(ctx, CreateHoldRequestSchema, req);
+      const answer = await holds.create({
         accountId,
         programId: req.programId,
         entityId: req.entityId,
         amount,
         ...(expiresAt ? { expiresAt } : {}),
         description: parseText(req.description, "description"),
-        ...(idempotencyOf(ctx, CreateHoldRequestSchema, req) ? { idempotency: idempotencyOf(ctx, CreateHoldRequestSchema, req)! } : {}),
+        ...(idempotency ? { idempotency } : {}),
         origin: originOf(ctx),
       });
-      if (result.replay) {
-        ctx.responseHeader.set(IDEMPOTENT_REPLAYED_HEADER, "true");
-        return fromBinary(CreateHoldResponseSchema, result.replay);
-      }
-      return { hold: holdToProto(result.hold) };
+      return respond(ctx, answer);
     },
 
     async captureHold(req, ctx) {
@@ -72,7 +68,7 @@ export function createHoldService(holds: ReturnType<typeof createHolds>, ledger:
       if (req.destinationEntityId === "") throw invalidArgument("destination_entity_id is required");
       if (!isId("entity", req.destinationEntityId)) throw notFound("entity", req.destinationEntityId);
       const idempotency = idempotencyOf(ctx, CaptureHoldRequestSchema, req);
-      const result = await holds.capture({
+      const answer = await holds.capture({
         accountId,
         programId: req.programId,
         holdId: req.holdId,
@@ -82,24 +78,15 @@ export function createHoldService(holds: ReturnType<typeof createHolds>, ledger:
         ...(idempotency ? { idempotency } : {}),
         origin: originOf(ctx),
       });
-      if (result.replay) {
-        ctx.responseHeader.set(IDEMPOTENT_REPLAYED_HEADER, "true");
-        return fromBinary(CaptureHoldResponseSchema, result.replay);
-      }
-      const response = create(CaptureHoldResponseSchema, {
-        hold: holdToProto(result.hold),
-        amount: result.capture.amount,
-        transactionGroupId: result.capture.transaction_group_id ?? "",
-      });
-      if (idempotency) await holds.rememberCaptureResponse(result.capture.id, toBinary(CaptureHoldResponseSchema, response));
-      return response;
+      return respond(ctx, answer);
     },
 
     async releaseHold(req, ctx) {
       const { accountId } = principalOf(ctx);
       if (req.holdId === "") throw invalidArgument("hold_id is required");
-      const hold = await holds.release({ accountId, programId: req.programId, holdId: req.holdId, reason: "requested", origin: originOf(ctx) });
-      return { hold: holdToProto(hold) };
+      const idempotency = idempotencyOf(ctx, ReleaseHoldRequestSchema, req);
+      const answer = await holds.release({ accountId, programId: req.programId, holdId: req.holdId, ...(idempotency ? { idempotency } : {}), origin: originOf(ctx) });
+      return respond(ctx, answer);
     },
 
     async getHold(req, ctx) {

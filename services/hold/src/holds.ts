@@ -1,10 +1,32 @@
-import { create, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
+import { create, fromBinary, toBinary, type DescMessage, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { invalidArgument, isId, newId, NO_TRACE, notFound, pipelinedTransaction, ruleViolation, type CallOrigin, type Logger, type Outbox, type Sql, type Tx } from "@ledger/common";
+import {
+  answerIdempotencyKeys,
+  forgetIdempotencyKeys,
+  invalidArgument,
+  isId,
+  newId,
+  NO_TRACE,
+  notFound,
+  ruleViolation,
+  startIdempotentOperation,
+  type CallOrigin,
+  type KeyClaim,
+  type Logger,
+  type Outbox,
+  type Sql,
+  type Tx,
+} from "@ledger/common";
 import { EventSchema, type Event } from "@ledger/proto/events/v1/events_pb.js";
-import { CreateHoldResponseSchema, type HoldSchema } from "@ledger/proto/hold/v1/hold_pb.js";
+import {
+  CaptureHoldResponseSchema,
+  CreateHoldResponseSchema,
+  ReleaseHoldResponseSchema,
+  type HoldSchema,
+} from "@ledger/proto/hold/v1/hold_pb.js";
 import type { CrashPoint } from "./crash.js";
+import type { GroupCommit } from "./group-commit.js";
 import type { LedgerClients } from "./ledger-client.js";
 
 /** A hold as stored. `creating` and `releasing` are the in-flight states recovery finishes. */
@@ -20,9 +42,6 @@ export interface HoldRow {
   currency_code: string;
   expires_at: Date | null;
   description: string;
-  idempotency_key: string | null;
-  fingerprint: Buffer | null;
-  create_response: Uint8Array | null;
   created_at: Date;
   updated_at: Date;
 }
@@ -36,9 +55,6 @@ export interface CaptureRow {
   description: string;
   status: "pending" | "done";
   transaction_group_id: string | null;
-  idempotency_key: string | null;
-  fingerprint: Buffer | null;
-  response: Uint8Array | null;
   created_at: Date;
 }
 
@@ -70,6 +86,11 @@ export function holdToProto(row: HoldRow): MessageInitShape<typeof HoldSchema> {
   return { ...holdFields(row), updatedAt: timestampFromDate(row.updated_at) };
 }
 
+/** What a capture answers: the hold after it and the transfer it made. */
+function captureResponse(hold: HoldRow, capture: CaptureRow): MessageShape<typeof CaptureHoldResponseSchema> {
+  return create(CaptureHoldResponseSchema, { hold: holdToProto(hold), amount: capture.amount, transactionGroupId: capture.transaction_group_id ?? "" });
+}
+
 function holdEvent(type: "hold.created" | "hold.captured" | "hold.released", row: HoldRow, origin: CallOrigin, capture?: CaptureRow): Event {
   const captured = capture
     ? { captured: { amount: capture.amount, destinationEntityId: capture.destination_entity_id, transactionGroupId: capture.transaction_group_id ?? "" } }
@@ -95,6 +116,8 @@ function isRefusal(err: unknown): boolean {
 /** What the hold flows need. */
 export interface HoldDeps {
   sql: Sql;
+  /** Where the hold operations' transactions run, many requests' steps to one transaction. */
+  commits: GroupCommit;
   outbox: Outbox;
   ledger: LedgerClients;
   crash: (point: CrashPoint) => void;
@@ -107,13 +130,41 @@ export interface Idempotency {
   fingerprint: Buffer;
 }
 
+/** The answer to a client's call: the response, and whether it is the stored one of an earlier call with its key. */
+export interface Answer<O extends DescMessage> {
+  response: MessageShape<O>;
+  replayed: boolean;
+}
+
+/**
+ * The operation a client's idempotency key waits on: the intent its first request recorded. Each
+ * completion (by the request or by recovery) answers the keys of its operation. These keys are the
+ * client's, a layer above the hold's own ids that keep the calls to the ledger idempotent.
+ */
+const operations = {
+  create: (holdId: string) => `create:${holdId}`,
+  capture: (captureId: string) => `capture:${captureId}`,
+  release: (holdId: string) => `release:${holdId}`,
+};
+
+function keyClaim(accountId: string, idempotency: Idempotency | undefined): KeyClaim | undefined {
+  return idempotency && { accountId, ...idempotency };
+}
+
 /**
  * The hold lifecycle. Each operation is three steps: record the intent here, call the ledger
  * (idempotent by hold id or capture id), record the result here with its event. A crash between
  * steps leaves an intent that `recover` finishes by repeating the same ledger call.
  */
 export function createHolds(deps: HoldDeps) {
-  const { sql, outbox, ledger, crash, log } = deps;
+  const { sql, commits, outbox, ledger, crash, log } = deps;
+  /**
+   * What a step touches, for group commit: steps on one hold, or with one client key, never share a
+   * transaction (see group-commit.ts).
+   */
+  const touching = (holdId: string, idempotency?: KeyClaim) => (idempotency ? [holdId, `key:${idempotency.accountId}\u0000${idempotency.key}`] : [holdId]);
+  /** `startIdempotentOperation`'s transaction, in a group-committed one. */
+  const sharedTransaction = (keys: string[]) => <R>(work: (tx: Tx, writes: Promise<unknown>[]) => Promise<R>) => commits.transaction(keys, work);
   // Expiry and recovery act for no client call: a request id of their own for the logs, no trace.
   const background = (requestId: string): CallOrigin => ({ requestId, trace: NO_TRACE });
 
@@ -132,7 +183,7 @@ export function createHolds(deps: HoldDeps) {
   }
 
   /** Reserves in the ledger and completes a hold in `creating`. Safe to repeat. */
-  async function finishCreate(hold: HoldRow, origin: CallOrigin): Promise<HoldRow> {
+  async function finishCreate(hold: HoldRow, origin: CallOrigin): Promise<MessageShape<typeof CreateHoldResponseSchema>> {
     let reservation;
     try {
       const res = await ledger.reservations.reserve(
@@ -142,34 +193,44 @@ export function createHolds(deps: HoldDeps) {
       reservation = res.reservation!;
     } catch (err) {
       if (isRefusal(err)) {
-        // Nothing was reserved: the intent goes, and a retry with the same key is tried afresh.
-        await sql`delete from holds where id = ${hold.id} and status = 'creating'`;
+        // Nothing was reserved: the intent goes with its keys, and a retry with the same key is tried afresh.
+        await commits.transaction([hold.id], async (tx, writes) => {
+          writes.push(tx`delete from holds where id = ${hold.id} and status = 'creating'`.execute(), forgetIdempotencyKeys(tx, operations.create(hold.id)));
+        });
       }
       throw err;
     }
     crash("after_ledger_reserve");
-    // The completed hold is known before it is written, so its stored response and its event go in
-    // the same single statement as the change: one round trip, atomic without a transaction block.
+    // The completed hold is known before it is written, so the change, its event and the response
+    // for the client's key are all sent at once with the COMMIT: one round trip.
     const held: HoldRow = { ...hold, status: "held", program_id: reservation.programId, currency_code: reservation.currencyCode, updated_at: new Date() };
-    const response = toBinary(CreateHoldResponseSchema, create(CreateHoldResponseSchema, { hold: holdToProto(held) }));
+    const response = create(CreateHoldResponseSchema, { hold: holdToProto(held) });
     const [event] = outbox.rowsOf([holdEvent("hold.created", held, origin)]);
-    const [written] = await sql<{ n: number }[]>`
-      with done as (
-        update holds set status = 'held', program_id = ${held.program_id}, currency_code = ${held.currency_code},
-          updated_at = ${held.updated_at}, create_response = ${Buffer.from(response)}
-        where id = ${hold.id} and status = 'creating' returning id),
-      events as (
-        insert into outbox (event_id, subject, payload)
-        select ${event!.event_id}, ${event!.subject}, ${Buffer.from(event!.payload)} from done)
-      select count(*)::int as n from done`;
-    // Another process (recovery) completed it first: answer with what it wrote.
-    if (written!.n === 0) return (await sql<HoldRow[]>`select * from holds where id = ${hold.id}`)[0]!;
+    let completing: Promise<{ n: number }[]> | undefined;
+    await commits.transaction([hold.id], async (tx, writes) => {
+      completing = tx<{ n: number }[]>`
+        with done as (
+          update holds set status = 'held', program_id = ${held.program_id}, currency_code = ${held.currency_code}, updated_at = ${held.updated_at}
+          where id = ${hold.id} and status = 'creating' returning id),
+        events as (
+          insert into outbox (event_id, subject, payload)
+          select ${event!.event_id}, ${event!.subject}, ${Buffer.from(event!.payload)} from done)
+        select count(*)::int as n from done`.execute();
+      // A key another completion answered first keeps that answer (`response is null` in the update).
+      writes.push(completing, answerIdempotencyKeys(tx, operations.create(hold.id), toBinary(CreateHoldResponseSchema, response)));
+    });
+    const [written] = await completing!;
+    if (written!.n === 0) {
+      // Another process (recovery) completed it first: answer with what it wrote.
+      const [row] = await sql<HoldRow[]>`select * from holds where id = ${hold.id}`;
+      return create(CreateHoldResponseSchema, { hold: holdToProto(row!) });
+    }
     outbox.wake();
-    return held;
+    return response;
   }
 
   /** Captures in the ledger and completes a pending capture. Safe to repeat. */
-  async function finishCapture(hold: HoldRow, capture: CaptureRow, origin: CallOrigin): Promise<{ hold: HoldRow; capture: CaptureRow }> {
+  async function finishCapture(hold: HoldRow, capture: CaptureRow, origin: CallOrigin): Promise<MessageShape<typeof CaptureHoldResponseSchema>> {
     let groupId: string;
     try {
       const res = await ledger.reservations.captureReservation(
@@ -185,13 +246,17 @@ export function createHolds(deps: HoldDeps) {
       );
       groupId = res.transactionGroup!.transactionGroupId;
     } catch (err) {
-      if (isRefusal(err)) await sql`delete from captures where id = ${capture.id} and status = 'pending'`;
+      if (isRefusal(err)) {
+        await commits.transaction([hold.id], async (tx, writes) => {
+          writes.push(tx`delete from captures where id = ${capture.id} and status = 'pending'`.execute(), forgetIdempotencyKeys(tx, operations.capture(capture.id)));
+        });
+      }
       throw err;
     }
     crash("after_ledger_capture");
-    // One statement marks the capture done and adds it to the hold; the event, built from the hold
-    // as that statement left it, goes out with the COMMIT.
-    const result = await pipelinedTransaction(sql, async (tx, writes) => {
+    // One statement marks the capture done and adds it to the hold; the event and the response for
+    // the client's key, built from the hold as that statement left it, go out with the COMMIT.
+    const result = await commits.transaction([hold.id], async (tx, writes) => {
       const [row] = await tx<HoldRow[]>`
         with done as (
           update captures set status = 'done', transaction_group_id = ${groupId}
@@ -203,29 +268,39 @@ export function createHolds(deps: HoldDeps) {
       if (!row) {
         // Another process (recovery) completed it first: answer with what it wrote.
         const [again] = await tx<CaptureRow[]>`select * from captures where id = ${capture.id}`;
-        return { hold: (await tx<HoldRow[]>`select * from holds where id = ${hold.id}`)[0]!, capture: again!, completed: false };
+        const [now] = await tx<HoldRow[]>`select * from holds where id = ${hold.id}`;
+        return { response: captureResponse(now!, again!), completed: false };
       }
       const done: CaptureRow = { ...capture, status: "done", transaction_group_id: groupId };
-      writes.push(outbox.enqueue(tx, [holdEvent("hold.captured", row, origin, done)]));
-      return { hold: row, capture: done, completed: true };
+      const response = captureResponse(row, done);
+      writes.push(
+        outbox.enqueue(tx, [holdEvent("hold.captured", row, origin, done)]),
+        answerIdempotencyKeys(tx, operations.capture(capture.id), toBinary(CaptureHoldResponseSchema, response)),
+      );
+      return { response, completed: true };
     });
     if (result.completed) outbox.wake();
-    return { hold: result.hold, capture: result.capture };
+    return result.response;
   }
 
   /** Releases in the ledger and completes a hold in `releasing`. Safe to repeat. */
-  async function finishRelease(hold: HoldRow, origin: CallOrigin): Promise<HoldRow> {
+  async function finishRelease(hold: HoldRow, origin: CallOrigin): Promise<MessageShape<typeof ReleaseHoldResponseSchema>> {
     await ledger.reservations.releaseReservation({ programId: hold.program_id, reservationId: hold.id }, ledger.asAccount(hold.account_id, origin));
     crash("after_ledger_release");
-    const done = await sql.begin(async (tx) => {
+    const response = await commits.transaction([hold.id], async (tx, writes) => {
       const [row] = await tx<HoldRow[]>`
         update holds set status = 'released', updated_at = now() where id = ${hold.id} and status = 'releasing' returning *`;
-      if (!row) return (await tx<HoldRow[]>`select * from holds where id = ${hold.id}`)[0]!;
-      await outbox.enqueue(tx, [holdEvent("hold.released", row, origin)]);
-      return row;
+      if (!row) return create(ReleaseHoldResponseSchema, { hold: holdToProto((await tx<HoldRow[]>`select * from holds where id = ${hold.id}`)[0]!) });
+      const released = create(ReleaseHoldResponseSchema, { hold: holdToProto(row) });
+      // Several keys may wait on one release (a request joined one in flight): this answers them all.
+      writes.push(
+        outbox.enqueue(tx, [holdEvent("hold.released", row, origin)]),
+        answerIdempotencyKeys(tx, operations.release(hold.id), toBinary(ReleaseHoldResponseSchema, released)),
+      );
+      return released;
     });
     outbox.wake();
-    return done;
+    return response;
   }
 
   return {
@@ -238,27 +313,27 @@ export function createHolds(deps: HoldDeps) {
       description: string;
       idempotency?: Idempotency;
       origin: CallOrigin;
-    }): Promise<{ hold: HoldRow; replay?: Uint8Array }> {
+    }): Promise<Answer<typeof CreateHoldResponseSchema>> {
       const id = newId("hold");
-      const key = args.idempotency;
-      const inserted = await sql<HoldRow[]>`
-        insert into holds (id, account_id, program_id, entity_id, amount, status, expires_at, description, idempotency_key, fingerprint)
-        values (${id}, ${args.accountId}, ${args.programId}, ${args.entityId}, ${args.amount}, 'creating', ${args.expiresAt ?? null},
-                ${args.description}, ${key?.key ?? null}, ${key?.fingerprint ?? null})
-        on conflict (account_id, idempotency_key) where idempotency_key is not null do nothing
-        returning *`;
-      let hold = inserted[0];
-      if (!hold) {
-        const [existing] = await sql<HoldRow[]>`select * from holds where account_id = ${args.accountId} and idempotency_key = ${key!.key}`;
-        if (!existing) throw new ConnectError("idempotency key vanished; retry", Code.Aborted);
-        if (!Buffer.from(existing.fingerprint!).equals(key!.fingerprint)) {
-          throw ruleViolation("idempotency_conflict", "this Idempotency-Key was already used with a different request");
-        }
-        if (existing.status !== "creating" && existing.create_response) return { hold: existing, replay: existing.create_response };
-        hold = existing;
-      }
+      const claim = keyClaim(args.accountId, args.idempotency);
+      const started = await startIdempotentOperation({
+        sql,
+        transaction: sharedTransaction(touching(id, claim)),
+        claim,
+        start: async (tx, writes) => {
+          // Sent with the COMMIT, not awaited here: the intent costs no round trip of its own.
+          const intent = tx<HoldRow[]>`
+            insert into holds (id, account_id, program_id, entity_id, amount, status, expires_at, description)
+            values (${id}, ${args.accountId}, ${args.programId}, ${args.entityId}, ${args.amount}, 'creating', ${args.expiresAt ?? null}, ${args.description})
+            returning *`.execute();
+          writes.push(intent);
+          return { operation: operations.create(id), value: intent };
+        },
+      });
+      if (started.kind === "replay") return { response: fromBinary(CreateHoldResponseSchema, started.response), replayed: true };
+      const [hold] = await started.value;
       crash("after_create_intent");
-      return { hold: await finishCreate(hold, args.origin) };
+      return { response: await finishCreate(hold!, args.origin), replayed: false };
     },
 
     async capture(args: {
@@ -270,86 +345,85 @@ export function createHolds(deps: HoldDeps) {
       description: string;
       idempotency?: Idempotency;
       origin: CallOrigin;
-    }): Promise<{ hold: HoldRow; capture: CaptureRow; replay?: Uint8Array }> {
-      const key = args.idempotency;
+    }): Promise<Answer<typeof CaptureHoldResponseSchema>> {
       if (!isId("hold", args.holdId)) throw notFound("hold", args.holdId);
-      const intent = await pipelinedTransaction(sql, async (tx, writes) => {
-        // Sent together: the captures are read after the hold's lock is granted, each statement
-        // with a snapshot of its own, so a capture committed while this waited for the lock counts.
-        const locking = tx<HoldRow[]>`select * from holds where id = ${args.holdId} for update`.execute();
-        const reading = tx<{ total: bigint; n: bigint }[]>`
-          select coalesce(sum(amount) filter (where status = 'pending'), 0)::int8 as total, count(*)::int8 as n
-          from captures where hold_id = ${args.holdId}`.execute();
-        const repeating = key
-          ? tx<CaptureRow[]>`select * from captures where hold_id = ${args.holdId} and idempotency_key = ${key.key}`.execute()
-          : Promise.resolve([]);
-        const [[row], [pending], [earlier]] = await Promise.all([locking, reading, repeating]);
-        const hold = visibleHold(row, args.accountId, args.holdId, args.programId);
-        if (key) {
-          if (earlier) {
-            if (!Buffer.from(earlier.fingerprint!).equals(key.fingerprint)) {
-              throw ruleViolation("idempotency_conflict", "this Idempotency-Key was already used with a different request");
-            }
-            return { hold, capture: earlier };
+      const claim = keyClaim(args.accountId, args.idempotency);
+      const started = await startIdempotentOperation({
+        sql,
+        transaction: sharedTransaction(touching(args.holdId, claim)),
+        claim,
+        start: async (tx, writes) => {
+          // Sent together: the captures are read after the hold's lock is granted, each statement
+          // with a snapshot of its own, so a capture committed while this waited for the lock counts.
+          const locking = tx<HoldRow[]>`select * from holds where id = ${args.holdId} for update`.execute();
+          const reading = tx<{ total: bigint; n: bigint }[]>`
+            select coalesce(sum(amount) filter (where status = 'pending'), 0)::int8 as total, count(*)::int8 as n
+            from captures where hold_id = ${args.holdId}`.execute();
+          const [[row], [pending]] = await Promise.all([locking, reading]);
+          const hold = visibleHold(row, args.accountId, args.holdId, args.programId);
+          if (hold.status !== "held" && hold.status !== "partially_captured") {
+            throw ruleViolation("hold_not_active", `hold ${hold.id} is ${visibleStatus(hold)}${hold.status === "releasing" ? " and being released" : ""}; only held or partially captured holds can be captured`, {
+              status: visibleStatus(hold),
+            });
           }
-        }
-        if (hold.status !== "held" && hold.status !== "partially_captured") {
-          throw ruleViolation("hold_not_active", `hold ${hold.id} is ${visibleStatus(hold)}${hold.status === "releasing" ? " and being released" : ""}; only held or partially captured holds can be captured`, {
-            status: visibleStatus(hold),
-          });
-        }
-        const remaining = hold.amount - hold.captured_amount - pending!.total;
-        if (args.amount > remaining) {
-          throw ruleViolation("capture_exceeds_hold", `the capture of ${args.amount} exceeds the ${remaining} remaining on hold ${hold.id}`, {
-            remaining: Number(remaining),
-            requested: Number(args.amount),
-          });
-        }
-        const capture: CaptureRow = {
-          id: `${hold.id}:${pending!.n + 1n}`,
-          hold_id: hold.id,
-          amount: args.amount,
-          destination_entity_id: args.destinationEntityId,
-          description: args.description || `Capture of ${hold.id}`,
-          status: "pending",
-          transaction_group_id: null,
-          idempotency_key: key?.key ?? null,
-          fingerprint: key?.fingerprint ?? null,
-          response: null,
-          // The database's clock stamps the row (recovery compares it with now()); this is for the caller only.
-          created_at: new Date(),
-        };
-        writes.push(tx`
-          insert into captures (id, hold_id, amount, destination_entity_id, description, status, idempotency_key, fingerprint)
-          values (${capture.id}, ${capture.hold_id}, ${capture.amount}, ${capture.destination_entity_id}, ${capture.description},
-                  'pending', ${capture.idempotency_key}, ${capture.fingerprint})`.execute());
-        return { hold, capture };
+          const remaining = hold.amount - hold.captured_amount - pending!.total;
+          if (args.amount > remaining) {
+            throw ruleViolation("capture_exceeds_hold", `the capture of ${args.amount} exceeds the ${remaining} remaining on hold ${hold.id}`, {
+              remaining: Number(remaining),
+              requested: Number(args.amount),
+            });
+          }
+          const capture: CaptureRow = {
+            id: `${hold.id}:${pending!.n + 1n}`,
+            hold_id: hold.id,
+            amount: args.amount,
+            destination_entity_id: args.destinationEntityId,
+            description: args.description || `Capture of ${hold.id}`,
+            status: "pending",
+            transaction_group_id: null,
+            // The database's clock stamps the row (recovery compares it with now()); this is for the caller only.
+            created_at: new Date(),
+          };
+          writes.push(tx`
+            insert into captures (id, hold_id, amount, destination_entity_id, description, status)
+            values (${capture.id}, ${capture.hold_id}, ${capture.amount}, ${capture.destination_entity_id}, ${capture.description}, 'pending')`.execute());
+          return { operation: operations.capture(capture.id), value: { hold, capture } };
+        },
       });
-      if (intent.capture.status === "done" && intent.capture.response) return { ...intent, replay: intent.capture.response };
+      if (started.kind === "replay") return { response: fromBinary(CaptureHoldResponseSchema, started.response), replayed: true };
       crash("after_capture_intent");
-      return finishCapture(intent.hold, intent.capture, args.origin);
+      return { response: await finishCapture(started.value.hold, started.value.capture, args.origin), replayed: false };
     },
 
-    /** Stores the response of a keyed capture so a retry replays it. */
-    async rememberCaptureResponse(captureId: string, response: Uint8Array): Promise<void> {
-      await sql`update captures set response = ${response} where id = ${captureId} and idempotency_key is not null`;
-    },
-
-    async release(args: { accountId: string; programId: string; holdId: string; reason: "requested" | "expired"; origin: CallOrigin }): Promise<HoldRow> {
-      const hold = await sql.begin(async (tx) => {
-        const row = await lockHold(tx, args.accountId, args.holdId, args.programId);
-        if (row.status === "releasing") return row;
-        if (row.status !== "held" && row.status !== "partially_captured") {
-          throw ruleViolation("hold_not_active", `hold ${row.id} is ${row.status}; only held or partially captured holds can be released`, { status: row.status });
-        }
-        const [pending] = await tx`select 1 from captures where hold_id = ${row.id} and status = 'pending' limit 1`;
-        if (pending) throw ruleViolation("hold_not_active", `a capture of hold ${row.id} is in progress; retry the release shortly`);
-        const [updated] = await tx<HoldRow[]>`
-          update holds set status = 'releasing', release_reason = ${args.reason}, updated_at = now() where id = ${row.id} returning *`;
-        return updated!;
+    async release(args: {
+      accountId: string;
+      programId: string;
+      holdId: string;
+      idempotency?: Idempotency;
+      origin: CallOrigin;
+    }): Promise<Answer<typeof ReleaseHoldResponseSchema>> {
+      const claim = keyClaim(args.accountId, args.idempotency);
+      const started = await startIdempotentOperation({
+        sql,
+        transaction: sharedTransaction(touching(args.holdId, claim)),
+        claim,
+        start: async (tx) => {
+          const row = await lockHold(tx, args.accountId, args.holdId, args.programId);
+          // A release already in flight (another request's, or expiry's) is joined: its completion answers this key too.
+          if (row.status === "releasing") return { operation: operations.release(row.id), value: row };
+          if (row.status !== "held" && row.status !== "partially_captured") {
+            throw ruleViolation("hold_not_active", `hold ${row.id} is ${row.status}; only held or partially captured holds can be released`, { status: row.status });
+          }
+          const [pending] = await tx`select 1 from captures where hold_id = ${row.id} and status = 'pending' limit 1`;
+          if (pending) throw ruleViolation("hold_not_active", `a capture of hold ${row.id} is in progress; retry the release shortly`);
+          const [updated] = await tx<HoldRow[]>`
+            update holds set status = 'releasing', release_reason = 'requested', updated_at = now() where id = ${row.id} returning *`;
+          return { operation: operations.release(row.id), value: updated! };
+        },
       });
+      if (started.kind === "replay") return { response: fromBinary(ReleaseHoldResponseSchema, started.response), replayed: true };
       crash("after_release_intent");
-      return finishRelease(hold, args.origin);
+      return { response: await finishRelease(started.value, args.origin), replayed: false };
     },
 
     async get(accountId: string, programId: string, holdId: string): Promise<HoldRow> {

@@ -1,12 +1,13 @@
 import { createClient, type CallOptions, type Client } from "@connectrpc/connect";
-import { createConnectTransport } from "@connectrpc/connect-node";
 import {
   ACCOUNT_HEADER,
   cachedAuthenticator,
   continueTrace,
   ledgerAuthenticator,
   REQUEST_ID_HEADER,
+  rpcTransport,
   traceClientInterceptor,
+  type ServiceTarget,
   type Authenticator,
   type CallOrigin,
   type Tracing,
@@ -23,19 +24,16 @@ export interface LedgerClients {
   asAccount(accountId: string, origin?: CallOrigin): CallOptions;
 }
 
-/** Connects to the ledger over HTTP/2 with binary protobuf; with `tracing`, each call is a client span. */
-export function connectLedger(ledgerUrl: string, serviceToken: string, tracing?: Tracing): LedgerClients {
-  const transport = createConnectTransport({
-    baseUrl: ledgerUrl,
-    httpVersion: "2",
-    useBinaryFormat: true,
-    pingIntervalMs: 30_000,
-    interceptors: tracing ? [traceClientInterceptor(tracing)] : [],
-  });
+/**
+ * Connects to the ledger: over HTTP/2 with binary protobuf at its URL, or in memory when it runs in
+ * this process; with `tracing`, each call is a client span.
+ */
+export function connectLedger(ledger: ServiceTarget, serviceToken: string, tracing?: Tracing): LedgerClients {
+  const transport = rpcTransport(ledger, tracing ? [traceClientInterceptor(tracing)] : []);
   return {
     reservations: createClient(ReservationService, transport),
     ledger: createClient(LedgerService, transport),
-    authenticate: cachedAuthenticator(ledgerAuthenticator(ledgerUrl)),
+    authenticate: cachedAuthenticator(ledgerAuthenticator(ledger, serviceToken)),
     asAccount(accountId, origin) {
       const headers: Record<string, string> = { authorization: `Service ${serviceToken}`, [ACCOUNT_HEADER]: accountId };
       if (!origin) return { headers, timeoutMs: 10_000 };

@@ -6,11 +6,15 @@ import {
   createLogger,
   createOutbox,
   listen,
+  rateLimitInterceptor,
   metricsInterceptor,
   openDatabase,
   requestIdInterceptor,
+  startIdempotencySweep,
   startTracing,
+  targetIsUp,
   tracingInterceptors,
+  type InProcessService,
   type RunningServer,
   type Tracing,
   type Sql,
@@ -21,6 +25,7 @@ import { metricsRegistry } from "@ledger/common";
 import type { HoldConfig } from "./config.js";
 import { crashHook } from "./crash.js";
 import { createHoldService } from "./hold-service.js";
+import { createGroupCommit } from "./group-commit.js";
 import { createHolds } from "./holds.js";
 import { connectLedger } from "./ledger-client.js";
 
@@ -51,28 +56,41 @@ export interface HoldHandle {
   close(): Promise<void>;
 }
 
-/** Starts the hold service: database, outbox relay, expiry and recovery loops, RPC server. */
-export async function startHold(config: HoldConfig): Promise<HoldHandle> {
+/**
+ * Starts the hold service: database, outbox relay, expiry and recovery loops, RPC server. It calls
+ * the ledger at `config.ledgerUrl`, or in memory when `peers.ledger` runs in this process.
+ */
+export async function startHold(config: HoldConfig, peers: { ledger?: InProcessService } = {}): Promise<HoldHandle> {
+  const ledgerTarget = peers.ledger ?? config.ledgerUrl;
   const log = createLogger("hold", config.logLevel);
   const tracing = await startTracing(config.tracing, "hold");
   const sql = await openDatabase({ url: config.databaseUrl, schema: "hold", migrationsDir: MIGRATIONS, max: config.databasePoolSize, log, applicationName: "hold" });
-  const nats = connectNats(config.natsUrl, "hold", log);
+  const nats = connectNats(config, "hold", log);
   const outbox = createOutbox({ service: "hold", sql, nats, stream: { name: config.natsStream, subjectPrefix: config.natsSubjectPrefix }, log });
   outbox.start();
-  const ledger = connectLedger(config.ledgerUrl, config.serviceToken, tracing);
-  const holds = createHolds({ sql, outbox, ledger, crash: crashHook(config.crashAt), log });
+  const ledger = connectLedger(ledgerTarget, config.serviceToken, tracing);
+  const commits = createGroupCommit({ sql, log, maxBatch: config.batchMax, maxInFlight: config.batchConcurrency, lingerMs: config.batchLingerMs });
+  const holds = createHolds({ sql, commits, outbox, ledger, crash: crashHook(config.crashAt), log });
 
   const server = await listen({
     name: "hold",
     host: config.host,
     port: config.port,
     log,
+    rpcBodyLimitBytes: config.rpcBodyLimitBytes,
     routes: (router: ConnectRouter) => router.service(HoldService, createHoldService(holds, ledger)),
-    interceptors: [...tracingInterceptors(tracing), requestIdInterceptor(log), metricsInterceptor(), authInterceptor({ authenticate: ledger.authenticate })],
+    interceptors: [
+      ...tracingInterceptors(tracing),
+      requestIdInterceptor(log),
+      metricsInterceptor(),
+      // Before authentication: a caller over its budget costs no key look-up.
+      rateLimitInterceptor(config),
+      authInterceptor({ authenticate: ledger.authenticate }),
+    ],
     readiness: {
       database: async () => (await sql`select 1`).length === 1,
       nats: () => nats.ping(),
-      ledger: async () => (await fetch(new URL("/healthz", config.ledgerUrl), { signal: AbortSignal.timeout(1_500) })).ok,
+      ledger: targetIsUp(ledgerTarget),
     },
   });
 
@@ -92,12 +110,14 @@ export async function startHold(config: HoldConfig): Promise<HoldHandle> {
   loop(config.expiryIntervalMs, () => holds.expireDue(), "expiry");
   loop(Math.max(1_000, Math.floor(config.recoveryAfterMs / 2)), () => holds.recover(config.recoveryAfterMs), "recovery");
 
+  const stopSweep = startIdempotencySweep(sql, log);
   expiryLagSources.add(sql);
   return {
     server,
     tracing,
     async close() {
       stopped = true;
+      stopSweep();
       await server.close();
       await running;
       await outbox.stop();
