@@ -70,7 +70,7 @@ create table delivery_attempts (
 );
 create index delivery_attempts_by_endpoint on delivery_attempts (endpoint_id, attempted_at);
 
--- Idempotency-Key of writes (DESIGN.md section 5), as in every service. Responses that carry a
+-- Idempotency-Key of writes (docs/api.md#idempotency), as in every service. Responses that carry a
 -- signing secret are stored without it: a replay reads the secret from the endpoint row, where
 -- it is encrypted, so no secret ever rests here in clear.
 create table idempotency_keys (

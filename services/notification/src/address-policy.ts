@@ -1,48 +1,55 @@
 import { lookup } from "node:dns/promises";
-import { BlockList, isIP } from "node:net";
+import { isIP } from "node:net";
+import ipaddr from "ipaddr.js";
 
-// Where deliveries must never go unless WEBHOOK_ALLOW_PRIVATE_NETWORKS=true (DESIGN.md section 6):
-// a destination URL is chosen by the client, so without this list it could make the service
-// reach its own loopback, the cluster network or a cloud metadata endpoint.
-const blocked = new BlockList();
-for (const [net, prefix] of [
-  ["0.0.0.0", 8], // "this" network
-  ["10.0.0.0", 8],
-  ["100.64.0.0", 10], // carrier-grade NAT
-  ["127.0.0.0", 8],
-  ["169.254.0.0", 16], // link-local, including 169.254.169.254 (metadata)
-  ["172.16.0.0", 12],
-  ["192.0.0.0", 24],
-  ["192.168.0.0", 16],
-  ["198.18.0.0", 15], // benchmarking
-  ["224.0.0.0", 4], // multicast
-  ["240.0.0.0", 4], // reserved and broadcast
-] as const) {
-  blocked.addSubnet(net, prefix, "ipv4");
-}
-for (const [net, prefix] of [
-  ["::", 128], // unspecified
-  ["::1", 128], // loopback
-  ["64:ff9b::", 96], // NAT64 can reach any IPv4, private ones included
-  ["fc00::", 7], // unique local, including fd00:ec2::254 (metadata)
-  ["fe80::", 10], // link-local
-  ["ff00::", 8], // multicast
-] as const) {
-  blocked.addSubnet(net, prefix, "ipv6");
-}
+// Where deliveries may go unless WEBHOOK_ALLOW_PRIVATE_NETWORKS=true: a destination URL is chosen
+// by the client, so without this check it could make the service reach its own loopback, the
+// cluster network or a cloud metadata endpoint. The ranges come from ipaddr.js, which follows the
+// IANA special-purpose registries; only what it calls `unicast` (ordinary public addresses) passes.
+//
+// Addresses that embed an IPv4 address:
+// - IPv4-mapped (::ffff:a.b.c.d) is how a dual-stack socket spells an IPv4 peer: it is judged as
+//   that IPv4 address, so ::ffff:8.8.8.8 passes and ::ffff:127.0.0.1 does not.
+// - IPv4-compatible (::a.b.c.d, deprecated since RFC 4291), IPv4-translated (::ffff:0:a.b.c.d),
+//   6to4 (2002::/16), NAT64 (64:ff9b::/96, 64:ff9b:1::/48) and Teredo (2001::/32) are refused
+//   whatever they embed. Each is a way through a relay or translator to an IPv4 address, private
+//   ones included, and no webhook receiver needs one: refusing them is simpler and safer than
+//   decoding every embedding correctly.
 
-/** Whether an IP address is one deliveries must not reach. */
-export function isBlockedAddress(address: string): boolean {
-  const family = isIP(address);
-  if (family === 4) return blocked.check(address, "ipv4");
-  if (family === 6) {
-    // An IPv4-mapped address (::ffff:10.0.0.1) is the IPv4 address in disguise.
-    const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
-    if (mapped) return blocked.check(mapped[1]!, "ipv4");
-    if (/^::ffff:/i.test(address)) return true;
-    return blocked.check(address, "ipv6");
+// ipaddr.js calls ::/96 `unicast`; its IPv4-compatible addresses are refused here (see above).
+const IPV4_COMPATIBLE = ipaddr.parseCIDR("::/96");
+
+/**
+ * The address as the WHATWG URL parser spells it, which is how a destination URL's host is stored:
+ * IPv4 in dotted decimal whatever spelling it came in (2130706433, 0x7f.1, 017700000001), IPv6 in
+ * hex without a dotted tail (ipaddr.js would read ::127.0.0.1 as ::ffff:127.0.0.1). Undefined
+ * when it is not an IP address.
+ */
+function canonicalAddress(text: string): string | undefined {
+  // Only the characters of an address: the URL parser would read `a@10.0.0.1` or `1.2.3.4/x` as hosts.
+  if (!/^[0-9a-fx.:]+$/i.test(text)) return undefined;
+  let host: string;
+  try {
+    host = new URL(`https://${isIP(text) === 6 ? `[${text}]` : text}/`).hostname.replace(/^\[|\]$/g, "");
+  } catch {
+    return undefined;
   }
-  return true;
+  return isIP(host) ? host : undefined;
+}
+
+function isPublicUnicast(address: ipaddr.IPv4 | ipaddr.IPv6): boolean {
+  if (address.kind() === "ipv6") {
+    const v6 = address as ipaddr.IPv6;
+    if (v6.isIPv4MappedAddress()) return isPublicUnicast(v6.toIPv4Address());
+    if (v6.match(IPV4_COMPATIBLE)) return false;
+  }
+  return address.range() === "unicast";
+}
+
+/** Whether deliveries must not reach `address`; anything that is not an IP address is refused. */
+export function isBlockedAddress(address: string): boolean {
+  const canonical = canonicalAddress(address);
+  return canonical === undefined || !isPublicUnicast(ipaddr.parse(canonical));
 }
 
 /** An address to connect to, checked. */
@@ -68,10 +75,10 @@ export class DnsError extends Error {
  */
 export async function resolveTarget(hostname: string, allowPrivate: boolean): Promise<ResolvedTarget> {
   const host = hostname.replace(/^\[|\]$/g, "");
-  const literal = isIP(host);
+  const literal = canonicalAddress(host);
   let candidates: ResolvedTarget[];
   if (literal) {
-    candidates = [{ address: host, family: literal as 4 | 6 }];
+    candidates = [{ address: literal, family: isIP(literal) as 4 | 6 }];
   } else {
     try {
       candidates = (await lookup(host, { all: true, verbatim: true })).map((a) => ({ address: a.address, family: a.family as 4 | 6 }));

@@ -11,16 +11,21 @@ describe("configuration", () => {
     for (const bad of ["", "5", "5x", "-1s", "0s", "1.5s"]) expect(() => parseRetrySchedule(bad), bad).toThrow(/WEBHOOK_RETRY_SCHEDULE/);
   });
 
-  it("defaults as DESIGN.md says and requires a secret key in production", () => {
+  it("defaults as docs/configuration.md says and requires a secret key in production", () => {
     const warnings: string[] = [];
     const config = readNotificationConfig({}, (m) => warnings.push(m));
     expect(config).toMatchObject({ host: "127.0.0.1", port: 8083, webhookTimeoutMs: 10_000, webhookAllowHttp: false, webhookAllowPrivateNetworks: false });
     expect(config.webhookRetryScheduleMs).toHaveLength(7);
     expect(warnings).toEqual([expect.stringMatching(/NOTIFICATION_SECRET_KEY/)]);
-    expect(() => readNotificationConfig({ NODE_ENV: "production" })).toThrow(ConfigError);
+    const serviceToken = "a-service-token-of-the-installation";
+    expect(() => readNotificationConfig({ NODE_ENV: "production", SERVICE_TOKEN: serviceToken })).toThrow(/NOTIFICATION_SECRET_KEY/);
     expect(() => readNotificationConfig({ NOTIFICATION_SECRET_KEY: "c2hvcnQ=" })).toThrow(/NOTIFICATION_SECRET_KEY/);
     const key = Buffer.alloc(32, 7).toString("base64");
-    expect(readNotificationConfig({ NODE_ENV: "production", NOTIFICATION_SECRET_KEY: key }).secretKey).toEqual(Buffer.alloc(32, 7));
+    // Its key look-ups at the ledger carry the installation's SERVICE_TOKEN, required in production like the others'.
+    expect(() => readNotificationConfig({ NODE_ENV: "production", NOTIFICATION_SECRET_KEY: key })).toThrow(ConfigError);
+    expect(() => readNotificationConfig({ NODE_ENV: "production", NOTIFICATION_SECRET_KEY: key })).toThrow(/SERVICE_TOKEN/);
+    const production = readNotificationConfig({ NODE_ENV: "production", NOTIFICATION_SECRET_KEY: key, SERVICE_TOKEN: serviceToken });
+    expect(production).toMatchObject({ secretKey: Buffer.alloc(32, 7), serviceToken });
     expect(() => readNotificationConfig({ WEBHOOK_TIMEOUT_MS: "fast" }, () => {})).toThrow(/WEBHOOK_TIMEOUT_MS/);
   });
 });

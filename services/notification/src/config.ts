@@ -7,6 +7,7 @@ import {
   envUrl,
   readDatabaseUrl,
   readInfraConfig,
+  readServiceToken,
   type InfraConfig,
 } from "@ledger/common";
 
@@ -19,6 +20,8 @@ export interface NotificationConfig extends InfraConfig {
   port: number;
   /** The ledger's RPC server, which answers API key look-ups. */
   ledgerUrl: string;
+  /** Shared secret of the installation's services (SERVICE_TOKEN): its key look-ups are not rate limited. */
+  serviceToken: string;
   databasePoolSize: number;
   /** Accept `http://` destination URLs (development only). */
   webhookAllowHttp: boolean;
@@ -28,8 +31,6 @@ export interface NotificationConfig extends InfraConfig {
   webhookTimeoutMs: number;
   /** Gaps between attempts, in ms: a delivery makes `length + 1` attempts at most. */
   webhookRetryScheduleMs: number[];
-  /** Attempts in flight to one destination at once, per process. */
-  webhookConcurrencyPerEndpoint: number;
   /** Attempts in flight at once, per process. */
   webhookConcurrency: number;
   /** AES-256-GCM key that encrypts signing secrets at rest. */
@@ -41,7 +42,7 @@ export interface NotificationConfig extends InfraConfig {
   webhookExtraCa?: string;
 }
 
-/** 8 attempts over about an hour (DESIGN.md section 6). */
+/** 8 attempts over about an hour (docs/webhooks.md#retries-and-delivery-states). */
 export const DEFAULT_RETRY_SCHEDULE = "5s,30s,2m,5m,10m,20m,25m";
 
 /**
@@ -88,13 +89,13 @@ export function readNotificationConfig(env: Env = process.env, warn: (message: s
     host: envString(env, "NOTIFICATION_HOST", "127.0.0.1"),
     port: envInt(env, "NOTIFICATION_PORT", 8083, 0, 65535),
     ledgerUrl: envUrl(env, "LEDGER_URL", "http://127.0.0.1:8081", ["http", "https"]),
+    serviceToken: readServiceToken(env),
     databasePoolSize: envInt(env, "NOTIFICATION_DATABASE_POOL_SIZE", 10, 2, 500),
     webhookAllowHttp: envBool(env, "WEBHOOK_ALLOW_HTTP", false),
     webhookAllowPrivateNetworks: envBool(env, "WEBHOOK_ALLOW_PRIVATE_NETWORKS", false),
     webhookTimeoutMs: envInt(env, "WEBHOOK_TIMEOUT_MS", 10_000, 100, 120_000),
     webhookRetryScheduleMs: parseRetrySchedule(envString(env, "WEBHOOK_RETRY_SCHEDULE", DEFAULT_RETRY_SCHEDULE)),
-    webhookConcurrencyPerEndpoint: envInt(env, "WEBHOOK_CONCURRENCY_PER_ENDPOINT", 4, 1, 100),
-    webhookConcurrency: envInt(env, "WEBHOOK_CONCURRENCY", 64, 1, 1000),
+    webhookConcurrency: envInt(env, "WEBHOOK_CONCURRENCY", 256, 1, 2000),
     secretKey: readSecretKey(env, warn),
   };
 }

@@ -31,6 +31,11 @@ new Gauge({
   },
 });
 
+// Events pulled and stored per transaction: one insert of many rows, then every ack at once.
+// JetStream lets MAX_ACK_PENDING be out unacked, so one batch is stored while the next arrives.
+const STORE_BATCH = 1_000;
+const MAX_ACK_PENDING = 4 * STORE_BATCH;
+
 /** Options of the event consumer. */
 export interface ConsumerOptions {
   sql: Sql;
@@ -82,7 +87,9 @@ export function createEventConsumer(options: ConsumerOptions): EventConsumer {
     await ensureEventStream(nc, options.stream);
     const jsm = await jetstreamManager(nc);
     try {
-      await jsm.consumers.info(options.stream.name, name);
+      const info = await jsm.consumers.info(options.stream.name, name);
+      // A consumer made by an earlier version let fewer messages be out at once; raise it.
+      if ((info.config.max_ack_pending ?? 0) < MAX_ACK_PENDING) await jsm.consumers.update(options.stream.name, name, { max_ack_pending: MAX_ACK_PENDING });
     } catch (err) {
       if (!/not found/i.test(String((err as Error).message))) throw err;
       await jsm.consumers.add(options.stream.name, {
@@ -91,7 +98,7 @@ export function createEventConsumer(options: ConsumerOptions): EventConsumer {
         deliver_policy: DeliverPolicy.All,
         filter_subject: `${options.stream.subjectPrefix}.events.>`,
         ack_wait: 30_000_000_000,
-        max_ack_pending: 1_000,
+        max_ack_pending: MAX_ACK_PENDING,
       });
     }
     const consumer = await jetstream(nc).consumers.get(options.stream.name, name);
@@ -101,7 +108,7 @@ export function createEventConsumer(options: ConsumerOptions): EventConsumer {
       return info.num_pending + info.num_ack_pending;
     };
     lagSources.add(lag);
-    messages = await consumer.consume({ max_messages: 100 });
+    messages = await consumer.consume({ max_messages: STORE_BATCH });
     if (!running) messages.stop();
     for await (const m of messages) {
       let event: Event;
@@ -129,7 +136,7 @@ export function createEventConsumer(options: ConsumerOptions): EventConsumer {
   const pending: Array<{ m: JsMsg; event: Event }> = [];
   let flushing: Promise<void> | undefined;
   async function flush(): Promise<void> {
-    while (pending.length > 0) await store(pending.splice(0, 500));
+    while (pending.length > 0) await store(pending.splice(0, STORE_BATCH));
     flushing = undefined;
   }
 

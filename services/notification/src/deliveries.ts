@@ -63,7 +63,7 @@ export async function deliveriesOfEvent(sql: Sql, accountId: string, eventId: st
 }
 
 /**
- * Queues a new delivery of an earlier delivery's event to the same destination (SPEC.md 6.3).
+ * Queues a new delivery of an earlier delivery's event to the same destination (POST /webhooks/resend, docs/webhooks.md#endpoints).
  * A deleted destination answers 404, like a missing one; a disabled one cannot receive it.
  */
 export async function resendDelivery(tx: Tx, accountId: string, deliveryId: string): Promise<string> {

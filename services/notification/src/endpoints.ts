@@ -1,10 +1,12 @@
+import { isIP } from "node:net";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { invalidArgument, isId, newId, notFound, parseText, type PageRequest, type Sql, type Tx } from "@ledger/common";
 import type { EndpointSchema, EndpointStatsSchema } from "@ledger/proto/notification/v1/notification_pb.js";
+import { isBlockedAddress } from "./address-policy.js";
 import { decryptSecret, encryptSecret, generateSecret } from "./secrets.js";
 
-/** Every event type of SPEC.md 6.1; a subscription may name only these. */
+/** Every event type (docs/webhooks.md#how-events-become-deliveries); a subscription may name only these. */
 export const EVENT_TYPES = [
   "transaction.created",
   "transaction.posted",
@@ -26,11 +28,25 @@ export interface EndpointRow {
   description: string;
   enabled: boolean;
   event_types: string[] | null;
+  max_concurrency: number;
   created_at: Date;
   updated_at: Date;
 }
 
-const COLUMNS = ["id", "account_id", "url", "name", "description", "enabled", "event_types", "created_at", "updated_at"] as const;
+const COLUMNS = ["id", "account_id", "url", "name", "description", "enabled", "event_types", "max_concurrency", "created_at", "updated_at"] as const;
+
+/** Attempts in flight to one destination at once when its creator did not say (README.md, Webhooks). */
+export const DEFAULT_MAX_CONCURRENCY = 32;
+/** The most a destination may ask for: past it one destination could take a whole process. */
+export const MAX_MAX_CONCURRENCY = 256;
+
+/** A destination's concurrency cap: a whole number from 1 to 256. */
+export function validateMaxConcurrency(value: number): number {
+  if (!Number.isInteger(value) || value < 1 || value > MAX_MAX_CONCURRENCY) {
+    throw invalidArgument(`max_concurrency must be a whole number from 1 to ${MAX_MAX_CONCURRENCY}`, { field: "max_concurrency" });
+  }
+  return value;
+}
 
 /** The proto shape of an endpoint. */
 export function endpointMessage(row: EndpointRow): MessageInitShape<typeof EndpointSchema> {
@@ -41,13 +57,25 @@ export function endpointMessage(row: EndpointRow): MessageInitShape<typeof Endpo
     description: row.description,
     enabled: row.enabled,
     ...(row.event_types ? { eventTypes: { types: row.event_types } } : {}),
+    maxConcurrency: row.max_concurrency,
     createdAt: timestampFromDate(row.created_at),
     updatedAt: timestampFromDate(row.updated_at),
   };
 }
 
-/** URL rules of DESIGN.md section 6, checked when a destination is written. */
-export function validateUrl(raw: string, allowHttp: boolean): string {
+/** What a destination URL may be: the service's WEBHOOK_ALLOW_HTTP and WEBHOOK_ALLOW_PRIVATE_NETWORKS. */
+export interface UrlPolicy {
+  allowHttp: boolean;
+  allowPrivateNetworks: boolean;
+}
+
+/**
+ * URL rules, checked when a destination is written. A host that is an IP address is checked
+ * against the address policy now, so an address deliveries may never reach is refused at once
+ * (the URL parser has already turned 2130706433 or [::127.0.0.1] into its plain form); a host
+ * name is resolved and checked at every attempt.
+ */
+export function validateUrl(raw: string, policy: UrlPolicy): string {
   if (raw === "") throw invalidArgument("url is required", { field: "url" });
   if (raw.length > 2048) throw invalidArgument("url must be at most 2048 characters", { field: "url" });
   let url: URL;
@@ -56,11 +84,15 @@ export function validateUrl(raw: string, allowHttp: boolean): string {
   } catch {
     throw invalidArgument("url must be an absolute URL such as https://example.com/webhooks", { field: "url" });
   }
-  if (url.protocol !== "https:" && !(allowHttp && url.protocol === "http:")) {
+  if (url.protocol !== "https:" && !(policy.allowHttp && url.protocol === "http:")) {
     throw invalidArgument("url must use https", { field: "url" });
   }
   if (url.username || url.password) throw invalidArgument("url must not contain credentials", { field: "url" });
   if (url.hash) throw invalidArgument("url must not contain a fragment", { field: "url" });
+  const host = url.hostname.replace(/^\[|\]$/g, "");
+  if (!policy.allowPrivateNetworks && isIP(host) && isBlockedAddress(host)) {
+    throw invalidArgument("url must not point at a loopback, private, link-local or other non-public address", { field: "url" });
+  }
   return url.toString();
 }
 
@@ -79,25 +111,31 @@ export function validateEventTypes(types: string[]): string[] {
 export async function createEndpoint(
   sql: Tx,
   key: Buffer,
-  input: { accountId: string; url: string; name: string; description: string; eventTypes: string[] | null },
+  input: { accountId: string; url: string; name: string; description: string; eventTypes: string[] | null; maxConcurrency: number },
 ): Promise<{ row: EndpointRow; secret: string }> {
   const id = newId("endpoint");
   const secret = generateSecret();
   // A generated name tells destinations apart in a list: the host and a piece of the id.
   const name = parseText(input.name, "name", { max: 200 }) || `${new URL(input.url).hostname} ${id.slice(-6)}`;
   const [row] = await sql<EndpointRow[]>`
-    insert into endpoints (id, account_id, url, name, description, event_types, secret)
+    insert into endpoints (id, account_id, url, name, description, event_types, max_concurrency, secret)
     values (${id}, ${input.accountId}, ${input.url}, ${name}, ${parseText(input.description, "description", { max: 1000 })},
-            ${input.eventTypes}, ${encryptSecret(key, id, secret)})
+            ${input.eventTypes}, ${input.maxConcurrency}, ${encryptSecret(key, id, secret)})
     returning ${sql(COLUMNS)}`;
   return { row: row!, secret };
 }
 
-/** One live destination of the account, locked when `tx` is given; 404 otherwise. */
+/**
+ * One live destination of the account, locked when `lock` is set; 404 otherwise.
+ * The lock is FOR NO KEY UPDATE, not FOR UPDATE: rows that reference the destination (a worker
+ * inserting an attempt, the consumer queueing a delivery) take a KEY SHARE lock on it, which FOR
+ * UPDATE would block. A worker holds its delivery row while it inserts the attempt, and disabling
+ * holds the destination while it ends that delivery: with FOR UPDATE each waited for the other.
+ */
 export async function findEndpoint(sql: Sql | Tx, accountId: string, endpointId: string, lock = false): Promise<EndpointRow> {
   if (!isId("endpoint", endpointId)) throw notFound("endpoint", endpointId);
   const rows = lock
-    ? await sql<EndpointRow[]>`select ${sql(COLUMNS)} from endpoints where id = ${endpointId} and account_id = ${accountId} and deleted_at is null for update`
+    ? await sql<EndpointRow[]>`select ${sql(COLUMNS)} from endpoints where id = ${endpointId} and account_id = ${accountId} and deleted_at is null for no key update`
     : await sql<EndpointRow[]>`select ${sql(COLUMNS)} from endpoints where id = ${endpointId} and account_id = ${accountId} and deleted_at is null`;
   if (!rows[0]) throw notFound("endpoint", endpointId);
   return rows[0];
@@ -111,7 +149,7 @@ export async function listEndpoints(sql: Sql, accountId: string, page: PageReque
     order by id desc limit ${page.limit + 1}`;
 }
 
-/** Attempts of the last 7 days (SPEC.md section 8). */
+/** Attempts of the last 7 days, the `stats` of GET /webhook (docs/webhooks.md#endpoints). */
 export async function endpointStats(sql: Sql, endpointId: string): Promise<MessageInitShape<typeof EndpointStatsSchema>> {
   const [row] = await sql<{ total: bigint; succeeded: bigint; failed: bigint; avg_ms: bigint }[]>`
     select count(*)::int8 as total,
@@ -130,11 +168,12 @@ export interface EndpointChange {
   enabled?: boolean;
   /** null subscribes to every type. */
   eventTypes?: string[] | null;
+  maxConcurrency?: number;
 }
 
 /**
  * Applies a change. Disabling ends the destination's pending deliveries as `endpoint_disabled`
- * in the same transaction (DESIGN.md section 6): re-enabling later does not replay them.
+ * in the same transaction (docs/webhooks.md#retries-and-delivery-states): re-enabling later does not replay them.
  */
 export async function updateEndpoint(tx: Tx, accountId: string, endpointId: string, change: EndpointChange): Promise<EndpointRow> {
   if (change.name !== undefined) {
@@ -148,6 +187,7 @@ export async function updateEndpoint(tx: Tx, accountId: string, endpointId: stri
       name = ${change.name ?? current.name},
       enabled = ${change.enabled ?? current.enabled},
       event_types = ${change.eventTypes === undefined ? current.event_types : change.eventTypes},
+      max_concurrency = ${change.maxConcurrency ?? current.max_concurrency},
       updated_at = now()
     where id = ${endpointId}
     returning ${tx(COLUMNS)}`;
@@ -189,13 +229,6 @@ export async function rollSecret(tx: Tx, key: Buffer, accountId: string, endpoin
       updated_at = now()
     where id = ${endpointId}`;
   return secret;
-}
-
-/** The current secret of an endpoint of the account, for replaying a create or roll response. */
-export async function currentSecret(tx: Tx, key: Buffer, accountId: string, endpointId: string): Promise<string> {
-  const [row] = await tx<{ secret: Uint8Array }[]>`select secret from endpoints where id = ${endpointId} and account_id = ${accountId}`;
-  if (!row) throw notFound("endpoint", endpointId);
-  return decryptSecret(key, endpointId, row.secret);
 }
 
 /** The secrets that sign a delivery now: the current one, then the previous one while it lasts. */

@@ -2,9 +2,9 @@ import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import type { Event, HoldEventData, TransactionEventData } from "@ledger/proto/events/v1/events_pb.js";
 
-// The delivered body of SPEC.md 6.2, built once per event when it arrives and stored as text:
+// The delivered body (docs/webhooks.md#a-delivery), built once per event when it arrives and stored as text:
 // every attempt sends, and signs, exactly these bytes. Names are snake_case and amounts JSON
-// integers (DESIGN.md keeps them below 2^53, so a number holds them exactly).
+// integers (amounts are at most 2^53-1, docs/api.md#amounts-and-text, so a number holds them exactly).
 
 function iso(ts: Timestamp | undefined): string | null {
   return ts ? timestampDate(ts).toISOString() : null;

@@ -1,6 +1,6 @@
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
-import { isId, MAX_TRACE_HEADER, newId, notFound, type PageRequest, type Sql } from "@ledger/common";
+import { isId, MAX_TRACE_HEADER, newId, notFound, storedMetadata, type PageRequest, type Sql } from "@ledger/common";
 import type { Event } from "@ledger/proto/events/v1/events_pb.js";
 import type { EventSchema as ApiEventSchema } from "@ledger/proto/notification/v1/notification_pb.js";
 import { deliveryBody } from "./event-body.js";
@@ -68,11 +68,17 @@ interface EventRow {
   pending: number;
 }
 
+// Events stored before metadata had a depth limit may carry more than the API can wrap in protobuf.
+function storedData(data: JsonObject): JsonObject {
+  const metadata = data["metadata"];
+  return metadata && typeof metadata === "object" && !Array.isArray(metadata) ? { ...data, metadata: storedMetadata(metadata) } : data;
+}
+
 function eventMessage(row: EventRow, withData: boolean): MessageInitShape<typeof ApiEventSchema> {
   return {
     eventId: row.id,
     type: row.type,
-    ...(withData ? { data: (JSON.parse(row.body) as { data: JsonObject }).data } : {}),
+    ...(withData ? { data: storedData((JSON.parse(row.body) as { data: JsonObject }).data) } : {}),
     createdAt: timestampFromDate(row.created_at),
     deliveries: { total: row.total, succeeded: row.succeeded, failed: row.failed, pending: row.pending },
   };

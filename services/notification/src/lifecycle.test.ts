@@ -186,11 +186,11 @@ describe("a slow destination", () => {
     // Three attempts in flight per process, one per destination, a 3 s timeout. Without the cap
     // the hanging destination's deliveries would take every slot for 3 s at a time.
     slowStack = await startStack({
-      notification: { webhookExtraCa: receiver.ca, webhookConcurrency: 3, webhookConcurrencyPerEndpoint: 1, webhookTimeoutMs: 3_000, webhookRetryScheduleMs: [60_000] },
+      notification: { webhookExtraCa: receiver.ca, webhookConcurrency: 3, webhookTimeoutMs: 3_000, webhookRetryScheduleMs: [60_000] },
     });
     const own = slowStack.api;
-    await own.post("/webhooks", { url: receiver.endpoint("/slow", () => "hang") });
-    const fast = (await own.post("/webhooks", { url: receiver.endpoint("/fast") })).body.endpoint.endpoint_id;
+    await own.post("/webhooks", { url: receiver.endpoint("/slow", () => "hang"), max_concurrency: 1 });
+    const fast = (await own.post("/webhooks", { url: receiver.endpoint("/fast"), max_concurrency: 1 })).body.endpoint.endpoint_id;
     const started = Date.now();
     for (let i = 0; i < 6; i++) await fund(own);
     const done = await eventually(async () => {

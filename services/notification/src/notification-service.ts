@@ -1,18 +1,14 @@
-import { create, fromBinary, toBinary, type DescMessage, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
+import type { DescMessage, MessageInitShape, MessageShape } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import {
-  claimIdempotencyKey,
-  completeIdempotencyKey,
-  IDEMPOTENT_REPLAYED_HEADER,
-  idempotencyKeyOf,
   invalidArgument,
   isId,
   parsePageRequest,
   principalOf,
-  requestFingerprint,
   runIdempotent,
   toPage,
   type Sql,
+  type StoredResponseCodec,
   type Tx,
 } from "@ledger/common";
 import {
@@ -31,7 +27,6 @@ import {
 import { deliveriesOfEvent, deliveryMessage, isDeliveryId, listDeliveries, resendDelivery } from "./deliveries.js";
 import {
   createEndpoint,
-  currentSecret,
   deleteEndpoint,
   endpointMessage,
   endpointStats,
@@ -40,29 +35,47 @@ import {
   rollSecret,
   updateEndpoint,
   validateEventTypes,
+  validateMaxConcurrency,
+  DEFAULT_MAX_CONCURRENCY,
   validateUrl,
   type EndpointChange,
+  type UrlPolicy,
 } from "./endpoints.js";
 import { getEvent, listEvents } from "./events.js";
+import { isSealed, open, seal } from "./secrets.js";
+import { transaction } from "./transaction.js";
 
 /** What the RPC handlers need. */
 export interface NotificationDeps {
   sql: Sql;
   secretKey: Buffer;
-  allowHttp: boolean;
+  /** What destination URLs may be. */
+  urlPolicy: UrlPolicy;
   /** Tells the delivery loop that a resend queued work. */
   wake: () => void;
 }
 
-/** The default overlap of a roll: a day for receivers to switch (DESIGN.md section 4). */
+/** The default overlap of a roll: a day for receivers to switch (docs/webhooks.md#signing-and-verification). */
 const DEFAULT_ROLL_OVERLAP_SECONDS = 86_400;
 
 /** Maps NotificationService RPCs onto the store; every call acts for the caller's account only. */
 export function createNotificationService(deps: NotificationDeps): ServiceImpl<typeof NotificationService> {
   const { sql } = deps;
-  const begin = <T>(fn: (tx: Tx) => Promise<T>) => sql.begin(fn) as Promise<T>;
+  // A transaction that loses a deadlock runs again: the client never sees the collision.
+  const begin = <T>(fn: (tx: Tx) => Promise<T>) => transaction(sql, fn);
+  const storedResponses: StoredResponseCodec = {
+    seal: (response, aad) => seal(deps.secretKey, `idempotency\u0000${aad}`, response),
+    // Rows stored before responses were sealed are replayed as they are: they hold no secret
+    // (a create or roll of then was stored without it, so its replay lacks it too).
+    open: (stored, aad) => (isSealed(stored) ? open(deps.secretKey, `idempotency\u0000${aad}`, stored) : stored),
+  };
 
-  /** A write, once per Idempotency-Key (DESIGN.md section 5), in one transaction. */
+  /**
+   * A write, once per Idempotency-Key (docs/api.md#idempotency), in one transaction, with the shared
+   * mechanism of @ledger/common. A replay returns exactly what the first call did, so the replay
+   * of a create or a roll shows the secret that call made (not the current one). Stored responses
+   * are sealed with the key that encrypts signing secrets, so no secret rests in clear.
+   */
   const mutate = <I extends DescMessage, O extends DescMessage>(
     ctx: HandlerContext,
     accountId: string,
@@ -70,38 +83,7 @@ export function createNotificationService(deps: NotificationDeps): ServiceImpl<t
     request: MessageShape<I>,
     responseSchema: O,
     effect: (tx: Tx) => Promise<MessageInitShape<O>>,
-  ) => runIdempotent({ ctx, begin, accountId, requestSchema, request, responseSchema, effect });
-
-  /**
-   * A write whose response shows a signing secret. The stored response leaves the secret out; a
-   * replay reads the endpoint's current secret (encrypted at rest) instead of a copy in clear.
-   */
-  const mutateWithSecret = async <I extends DescMessage, O extends DescMessage>(
-    ctx: HandlerContext,
-    accountId: string,
-    requestSchema: I,
-    request: MessageShape<I>,
-    responseSchema: O,
-    endpointIdOf: (response: MessageShape<O>) => string,
-    effect: (tx: Tx) => Promise<{ response: MessageInitShape<O>; secret: string }>,
-  ): Promise<MessageShape<O>> => {
-    const key = idempotencyKeyOf(ctx);
-    return begin(async (tx) => {
-      if (key !== undefined) {
-        const fingerprint = requestFingerprint(`${ctx.service.typeName}/${ctx.method.name}`, requestSchema, request);
-        const claim = await claimIdempotencyKey(tx, accountId, key, fingerprint);
-        if (claim.kind === "replay") {
-          ctx.responseHeader.set(IDEMPOTENT_REPLAYED_HEADER, "true");
-          const stored = fromBinary(responseSchema, claim.response);
-          return Object.assign(stored, { secret: await currentSecret(tx, deps.secretKey, accountId, endpointIdOf(stored)) });
-        }
-      }
-      const { response, secret } = await effect(tx);
-      const message = create(responseSchema, response);
-      if (key !== undefined) await completeIdempotencyKey(tx, accountId, key, toBinary(responseSchema, message));
-      return Object.assign(message, { secret });
-    });
-  };
+  ) => runIdempotent({ ctx, begin, accountId, requestSchema, request, responseSchema, effect, codec: storedResponses });
 
   return {
     async listEvents(req, ctx) {
@@ -123,14 +105,15 @@ export function createNotificationService(deps: NotificationDeps): ServiceImpl<t
       const { accountId } = principalOf(ctx);
       const input = {
         accountId,
-        url: validateUrl(req.url, deps.allowHttp),
+        url: validateUrl(req.url, deps.urlPolicy),
         name: req.name,
         description: req.description,
         eventTypes: req.eventTypes ? validateEventTypes(req.eventTypes.types) : null,
+        maxConcurrency: req.maxConcurrency === undefined ? DEFAULT_MAX_CONCURRENCY : validateMaxConcurrency(req.maxConcurrency),
       };
-      return mutateWithSecret(ctx, accountId, CreateEndpointRequestSchema, req, CreateEndpointResponseSchema, (res) => res.endpoint?.endpointId ?? "", async (tx) => {
+      return mutate(ctx, accountId, CreateEndpointRequestSchema, req, CreateEndpointResponseSchema, async (tx) => {
         const { row, secret } = await createEndpoint(tx, deps.secretKey, input);
-        return { response: { endpoint: endpointMessage(row) }, secret };
+        return { endpoint: endpointMessage(row), secret };
       });
     },
 
@@ -151,9 +134,10 @@ export function createNotificationService(deps: NotificationDeps): ServiceImpl<t
       const { accountId } = principalOf(ctx);
       if (req.endpointId === "") throw invalidArgument("endpoint_id is required", { field: "endpoint_id" });
       const change: EndpointChange = {};
-      if (req.url !== undefined) change.url = validateUrl(req.url, deps.allowHttp);
+      if (req.url !== undefined) change.url = validateUrl(req.url, deps.urlPolicy);
       if (req.name !== undefined) change.name = req.name;
       if (req.enabled !== undefined) change.enabled = req.enabled;
+      if (req.maxConcurrency !== undefined) change.maxConcurrency = validateMaxConcurrency(req.maxConcurrency);
       if (req.subscription.case === "eventTypes") change.eventTypes = validateEventTypes(req.subscription.value.types);
       if (req.subscription.case === "allEventTypes") {
         if (!req.subscription.value) throw invalidArgument("all_event_types can only be true", { field: "event_types" });
@@ -177,8 +161,8 @@ export function createNotificationService(deps: NotificationDeps): ServiceImpl<t
       const { accountId } = principalOf(ctx);
       if (req.endpointId === "") throw invalidArgument("endpoint_id is required", { field: "endpoint_id" });
       const overlap = req.expirePreviousInSeconds === undefined ? DEFAULT_ROLL_OVERLAP_SECONDS : Number(req.expirePreviousInSeconds);
-      return mutateWithSecret(ctx, accountId, RollEndpointSecretRequestSchema, req, RollEndpointSecretResponseSchema, (res) => res.endpointId, async (tx) => ({
-        response: { endpointId: req.endpointId },
+      return mutate(ctx, accountId, RollEndpointSecretRequestSchema, req, RollEndpointSecretResponseSchema, async (tx) => ({
+        endpointId: req.endpointId,
         secret: await rollSecret(tx, deps.secretKey, accountId, req.endpointId, overlap),
       }));
     },

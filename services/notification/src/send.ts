@@ -1,6 +1,6 @@
 import * as http from "node:http";
 import * as https from "node:https";
-import { rootCertificates } from "node:tls";
+import { createSecureContext, rootCertificates, type SecureContext } from "node:tls";
 import { resolveTarget, type ResolvedTarget } from "./address-policy.js";
 
 /** What one attempt produced. `error` is empty when a response arrived, whatever its status. */
@@ -27,7 +27,7 @@ const EXCERPT_BYTES = 1024;
 // Past this much the body is not read: a receiver streaming megabytes must not tie up a worker.
 const READ_LIMIT_BYTES = 64 * 1024;
 
-/** Classifies a socket or TLS error into the short codes DESIGN.md section 6 lists. */
+/** Classifies a socket or TLS error into the short codes docs/webhooks.md#retries-and-delivery-states lists. */
 export function errorCode(err: unknown): string {
   const code = String((err as { code?: unknown } | null)?.code ?? "");
   if (code === "blocked_address" || code === "dns" || code === "timeout") return code;
@@ -61,7 +61,10 @@ function agentFor(isHttps: boolean, target: ResolvedTarget, url: URL, extraCa: s
     agents.set(key, agent);
     return agent;
   }
-  const settings = { keepAlive: true, keepAliveMsecs: 10_000, maxFreeSockets: 16, scheduling: "lifo" as const };
+  // As many idle sockets as a destination may have attempts in flight (max_concurrency, at most
+  // 256): fewer closed a socket after most attempts and opened a new one, TLS handshake and all,
+  // for the next (bench/README.md).
+  const settings = { keepAlive: true, keepAliveMsecs: 10_000, maxFreeSockets: 256, scheduling: "lifo" as const };
   agent = isHttps ? new https.Agent(settings) : new http.Agent(settings);
   agents.set(key, agent);
   if (agents.size > MAX_AGENTS) {
@@ -70,6 +73,18 @@ function agentFor(isHttps: boolean, target: ResolvedTarget, url: URL, extraCa: s
     oldest.destroy();
   }
   return agent;
+}
+
+// One TLS context per set of extra CAs: building one parses every root certificate, which cost
+// more than the request itself when each new connection made its own.
+const secureContexts = new Map<string, SecureContext>();
+function secureContextWith(extraCa: string): SecureContext {
+  let context = secureContexts.get(extraCa);
+  if (!context) {
+    context = createSecureContext({ ca: [...rootCertificates, extraCa] });
+    secureContexts.set(extraCa, context);
+  }
+  return context;
 }
 
 /**
@@ -110,7 +125,7 @@ export async function sendOnce(url: URL, body: string, headers: Record<string, s
           if (opts?.all) cb(null, [{ address: target.address, family: target.family }]);
           else cb(null, target.address, target.family);
         },
-        ...(isHttps && options.extraCa ? { ca: [...rootCertificates, options.extraCa] } : {}),
+        ...(isHttps && options.extraCa ? { secureContext: secureContextWith(options.extraCa) } : {}),
       } as https.RequestOptions,
       (res) => {
         const chunks: Buffer[] = [];

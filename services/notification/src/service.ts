@@ -6,12 +6,14 @@ import {
   connectNats,
   createLogger,
   listen,
+  rateLimitInterceptor,
   startIdempotencySweep,
   metricsInterceptor,
   openDatabase,
   requestIdInterceptor,
   startTracing,
   tracingInterceptors,
+  type InProcessService,
   type RunningServer,
   type Tracing,
 } from "@ledger/common";
@@ -23,7 +25,7 @@ import { createWorker } from "./worker.js";
 
 const MIGRATIONS = fileURLToPath(new URL("../migrations", import.meta.url));
 
-/** `User-Agent` of deliveries (DESIGN.md section 6). */
+/** `User-Agent` of deliveries (docs/webhooks.md#a-delivery). */
 export const USER_AGENT = "ledger-webhooks/0.1.0";
 
 /** A running notification service. */
@@ -40,8 +42,10 @@ export interface NotificationHandle {
 /**
  * Starts the notification service: database and migrations, the RPC server, the JetStream
  * consumer and the delivery workers. It does not wait for NATS: events are read once it is there.
+ * API keys are checked by the ledger at `config.ledgerUrl`, or in memory when `peers.ledger` runs
+ * in this process.
  */
-export async function startNotification(config: NotificationConfig): Promise<NotificationHandle> {
+export async function startNotification(config: NotificationConfig, peers: { ledger?: InProcessService } = {}): Promise<NotificationHandle> {
   const log = createLogger("notification", config.logLevel);
   const tracing = await startTracing(config.tracing, "notification");
   const sql = await openDatabase({
@@ -60,7 +64,6 @@ export async function startNotification(config: NotificationConfig): Promise<Not
     timeoutMs: config.webhookTimeoutMs,
     retryScheduleMs: config.webhookRetryScheduleMs,
     concurrency: config.webhookConcurrency,
-    concurrencyPerEndpoint: config.webhookConcurrencyPerEndpoint,
     allowPrivateNetworks: config.webhookAllowPrivateNetworks,
     userAgent: USER_AGENT,
     tracing,
@@ -68,7 +71,7 @@ export async function startNotification(config: NotificationConfig): Promise<Not
   });
   worker.start();
 
-  const nats = connectNats(config.natsUrl, "notification", log);
+  const nats = connectNats(config, "notification", log);
   const consumer = createEventConsumer({
     sql,
     nats,
@@ -79,14 +82,27 @@ export async function startNotification(config: NotificationConfig): Promise<Not
   });
   consumer.start();
 
-  const auth = cachedAuthenticator(ledgerAuthenticator(config.ledgerUrl));
+  const auth = cachedAuthenticator(ledgerAuthenticator(peers.ledger ?? config.ledgerUrl, config.serviceToken));
   const server = await listen({
     name: "notification",
     host: config.host,
     port: config.port,
     log,
-    routes: routes({ sql, secretKey: config.secretKey, allowHttp: config.webhookAllowHttp, wake: () => worker.wake() }),
-    interceptors: [...tracingInterceptors(tracing), requestIdInterceptor(log), metricsInterceptor(), authInterceptor({ authenticate: auth })],
+    rpcBodyLimitBytes: config.rpcBodyLimitBytes,
+    routes: routes({
+      sql,
+      secretKey: config.secretKey,
+      urlPolicy: { allowHttp: config.webhookAllowHttp, allowPrivateNetworks: config.webhookAllowPrivateNetworks },
+      wake: () => worker.wake(),
+    }),
+    interceptors: [
+      ...tracingInterceptors(tracing),
+      requestIdInterceptor(log),
+      metricsInterceptor(),
+      // Before authentication: a caller over its budget costs no key look-up.
+      rateLimitInterceptor(config),
+      authInterceptor({ authenticate: auth }),
+    ],
     readiness: {
       database: async () => (await sql`select 1`).length === 1,
       nats: () => nats.ping(),

@@ -1,10 +1,11 @@
 import { randomUUID } from "node:crypto";
-import type { Logger, Sql, Tracing } from "@ledger/common";
+import type { Logger, Sql, Tracing, Tx } from "@ledger/common";
 import { metricsRegistry, recordFailure, SpanKind, startSpan, wakeableSleep } from "@ledger/common";
 import { Counter, Histogram } from "prom-client";
 import { signingSecrets } from "./endpoints.js";
 import { signatureHeader } from "./secrets.js";
 import { sendOnce, type AttemptResult } from "./send.js";
+import { transaction } from "./transaction.js";
 
 const attemptsTotal = new Counter({
   name: "webhook_attempts_total",
@@ -26,8 +27,8 @@ export interface WorkerOptions {
   secretKey: Buffer;
   timeoutMs: number;
   retryScheduleMs: number[];
+  /** Attempts in flight at once in this process, over every destination. */
   concurrency: number;
-  concurrencyPerEndpoint: number;
   allowPrivateNetworks: boolean;
   extraCa?: string;
   userAgent: string;
@@ -62,8 +63,40 @@ interface Claimed {
   lease_id: string;
 }
 
-/** The next gap after failed attempt number `attempt` (1-based), or undefined when none is left. */
+/** What an ended attempt writes; many are written together. */
+interface Outcome {
+  c: Claimed;
+  result: AttemptResult;
+  succeeded: boolean;
+  next: "succeeded" | "failed" | "pending";
+  delayMs: number;
+  excerpt: string;
+}
+
+// Advisory-lock namespace of destination claims (an arbitrary constant of this service).
+const CLAIM_LOCK_SPACE = 7_301;
+// Destinations looked at per claim, oldest due first.
+const CLAIM_ENDPOINTS = 1_000;
+
+/**
+ * Leases and outcomes commit without waiting for the WAL flush: they are visible to every other
+ * process at once (what keeps one attempt from being sent twice), and only a crash of Postgres
+ * itself within its WAL writer's delay could forget one, which makes the attempt go again, as a
+ * notification process dying mid-attempt does. Sent ahead of the transaction's first statement,
+ * so it costs no round trip of its own. Events are stored with full durability (they are acked
+ * to JetStream after their commit).
+ */
+function commitWithoutFlushWait(tx: Tx): void {
+  tx`set local synchronous_commit = off`.execute().catch(() => {});
+}
+
+/**
+ * The next gap after failed attempt number `attempt` (1-based), or undefined when the delivery
+ * fails now: no gap is left, or the destination resolved only to blocked addresses.
+ */
 export function retryDelayMs(schedule: number[], attempt: number, result: AttemptResult, random = Math.random): number | undefined {
+  // An address the policy refuses stays refused: retrying would only knock on it again.
+  if (result.error === "blocked_address") return undefined;
   const gap = schedule[attempt - 1];
   if (gap === undefined) return undefined;
   // ±10% jitter, so many deliveries that failed together do not all come back together.
@@ -76,10 +109,37 @@ export function retryDelayMs(schedule: number[], attempt: number, result: Attemp
 }
 
 /**
- * Creates the workers. A due delivery is claimed in a short transaction with SKIP LOCKED, which
- * sets a lease (lease_id, and next_attempt_at pushed past the attempt's timeout) before the
- * transaction commits: another process then sees it as not due, so no attempt is sent twice,
- * and a process that dies mid-attempt only leaves a lease that runs out and is retried.
+ * Shares `free` slots among destinations, one at a time in turn, each up to its own room, so a
+ * destination with a large backlog cannot take every slot of a claim.
+ */
+function shareSlots(room: Array<{ id: string; room: number }>, free: number): Map<string, number> {
+  const quota = new Map<string, number>();
+  let left = free;
+  for (let round = 1; left > 0; round++) {
+    let gave = false;
+    for (const r of room) {
+      if (left === 0) break;
+      if (r.room < round) continue;
+      quota.set(r.id, round);
+      left--;
+      gave = true;
+    }
+    if (!gave) break;
+  }
+  return quota;
+}
+
+/**
+ * Creates the workers. Due deliveries are claimed many at once in one short transaction that
+ * sets a lease (lease_id, and next_attempt_at pushed past the attempt's timeout) before it
+ * commits: another process then sees them as not due, so no attempt is sent twice, and a process
+ * that dies mid-attempt only leaves leases that run out and are retried. Outcomes are written
+ * many at once too, in one transaction per batch of ended attempts.
+ *
+ * Per destination, at most its `max_concurrency` attempts are leased at once across every
+ * process: a claim takes a transaction-scoped advisory lock per destination (skipping those
+ * another process is claiming for right now), then counts the destination's live leases in a
+ * statement of its own, which therefore sees every lease committed before the lock was granted.
  */
 export function createWorker(options: WorkerOptions): Worker {
   const { sql, log } = options;
@@ -89,67 +149,152 @@ export function createWorker(options: WorkerOptions): Worker {
   let loop: Promise<void> | undefined;
   const inFlight = new Set<Promise<void>>();
 
-  const { sleep, wake } = wakeableSleep();
+  const sleeper = wakeableSleep();
+  // A wake that came while the loop was busy claiming is kept, so the loop looks again at once
+  // instead of sleeping through the slots that attempt freed.
+  let woken = false;
+  const wake = () => {
+    woken = true;
+    sleeper.wake();
+  };
+  const sleep = async (ms: number) => {
+    if (woken) return;
+    await sleeper.sleep(ms);
+  };
 
   async function claim(limit: number): Promise<Claimed[]> {
     const lease = randomUUID();
-    const cap = options.concurrencyPerEndpoint;
     return sql.begin(async (tx): Promise<Claimed[]> => {
-      // Due deliveries, at most `cap` per destination, so a destination with a large backlog
-      // cannot fill the batch and hold back the others.
-      const due = await tx<{ id: string; endpoint_id: string; enabled: boolean; deleted: boolean }[]>`
-        select d.id, d.endpoint_id, en.enabled, en.deleted_at is not null as deleted
-        from (select distinct endpoint_id from deliveries
-              where status = 'pending' and next_attempt_at <= now() limit 1000) due_endpoints
-        join endpoints en on en.id = due_endpoints.endpoint_id
-        -- Per destination, its oldest due deliveries through the (endpoint_id, next_attempt_at)
-        -- index: each claim reads a few rows per destination, not the whole backlog. The due
-        -- conditions stand on the locked rows themselves, so a row another process leased
-        -- after this statement's snapshot is re-read by the lock and dropped, never sent twice.
-        cross join lateral (
-          select id, endpoint_id, next_attempt_at from deliveries d
-          where d.endpoint_id = en.id and d.status = 'pending' and d.next_attempt_at <= now()
-          order by d.next_attempt_at, d.id
-          limit ${cap}
-          for update skip locked) d
-        order by d.next_attempt_at, d.id
-        limit ${limit * 2}`;
-      if (due.length === 0) return [] as Claimed[];
-      // A destination switched off while this was queued: the retry stops here (DESIGN.md 6).
-      const stopped = due.filter((d) => !d.enabled || d.deleted);
-      for (const d of stopped) {
+      commitWithoutFlushWait(tx);
+      // Destinations with due work, oldest due first, locked for this claim; a destination whose
+      // lock another process holds is skipped now and looked at by the next claim.
+      const endpoints = await tx<{ id: string; enabled: boolean; deleted: boolean; max_concurrency: number }[]>`
+        with recursive pending_endpoints(endpoint_id) as (
+          -- Each destination with pending deliveries, one index probe apiece (a loose index scan
+          -- of deliveries_due_by_endpoint): a destination with a huge backlog costs no more than
+          -- one with a single delivery, and cannot hide the others from the claim.
+          (select endpoint_id from deliveries where status = 'pending' order by endpoint_id limit 1)
+          union all
+          select (select d.endpoint_id from deliveries d
+                  where d.status = 'pending' and d.endpoint_id > p.endpoint_id order by d.endpoint_id limit 1)
+          from pending_endpoints p where p.endpoint_id is not null),
+        candidates as materialized (
+          select en.id, en.enabled, en.deleted_at is not null as deleted, en.max_concurrency, oldest.at as oldest
+          from pending_endpoints p
+          join endpoints en on en.id = p.endpoint_id
+          cross join lateral (
+            select d.next_attempt_at as at from deliveries d
+            where d.endpoint_id = p.endpoint_id and d.status = 'pending'
+            order by d.next_attempt_at limit 1) oldest
+          where oldest.at <= now()
+          order by oldest.at limit ${CLAIM_ENDPOINTS})
+        select id, enabled, deleted, max_concurrency from candidates
+        where pg_try_advisory_xact_lock(${CLAIM_LOCK_SPACE}, hashtext(id))
+        order by oldest`;
+      if (endpoints.length === 0) return [];
+      // A destination switched off while its deliveries waited: they stop here (docs/webhooks.md#retries-and-delivery-states).
+      const stopped = endpoints.filter((e) => !e.enabled || e.deleted);
+      for (const e of stopped) {
         await tx`
-          update deliveries set status = 'failed', error = ${d.deleted ? "endpoint_deleted" : "endpoint_disabled"},
+          update deliveries set status = 'failed', error = ${e.deleted ? "endpoint_deleted" : "endpoint_disabled"},
             next_attempt_at = null, updated_at = now()
-          where id = ${d.id}`;
+          where endpoint_id = ${e.id} and status = 'pending' and next_attempt_at <= now()`;
       }
-      const live = due.filter((d) => d.enabled && !d.deleted);
-      if (live.length === 0) return [] as Claimed[];
-      const endpointIds = [...new Set(live.map((d) => d.endpoint_id))];
+      const live = endpoints.filter((e) => e.enabled && !e.deleted);
+      if (live.length === 0) return [];
       const busy = await tx<{ endpoint_id: string; n: number }[]>`
         select endpoint_id, count(*)::int as n from deliveries
-        where status = 'pending' and lease_id is not null and next_attempt_at > now() and endpoint_id in ${tx(endpointIds)}
+        where endpoint_id = any(${live.map((e) => e.id)}::text[]) and status = 'pending' and lease_id is not null and next_attempt_at > now()
         group by endpoint_id`;
       const used = new Map(busy.map((b) => [b.endpoint_id, b.n]));
-      const chosen: string[] = [];
-      for (const d of live) {
-        if (chosen.length >= limit) break;
-        const n = used.get(d.endpoint_id) ?? 0;
-        if (n >= cap) continue;
-        used.set(d.endpoint_id, n + 1);
-        chosen.push(d.id);
-      }
-      if (chosen.length === 0) return [] as Claimed[];
+      const quota = shareSlots(live.map((e) => ({ id: e.id, room: Math.max(0, e.max_concurrency - (used.get(e.id) ?? 0)) })), limit);
+      if (quota.size === 0) return [];
+      // Per destination, its oldest due deliveries through the (endpoint_id, next_attempt_at)
+      // index. The due conditions stand on the locked rows themselves, so a row leased after
+      // this statement's snapshot is re-read by the lock and dropped, never sent twice.
       return tx<Claimed[]>`
-        with leased as (
+        with quota as (
+          select * from unnest(${[...quota.keys()]}::text[], ${[...quota.values()]}::int[]) as q(endpoint_id, n)),
+        picked as (
+          select d.id from quota q cross join lateral (
+            select id from deliveries d
+            where d.endpoint_id = q.endpoint_id and d.status = 'pending' and d.next_attempt_at <= now()
+            order by d.next_attempt_at, d.id
+            limit q.n
+            for update skip locked) d),
+        leased as (
           update deliveries set lease_id = ${lease}, next_attempt_at = now() + make_interval(secs => ${leaseMs / 1000}), updated_at = now()
-          where id in ${tx(chosen)}
+          where id in (select id from picked)
           returning id, endpoint_id, event_id, attempts)
         select l.id, l.endpoint_id, l.event_id, ev.type as event_type, ev.request_id, ev.traceparent, en.url, ev.body, l.attempts,
                en.secret, en.previous_secret,
                coalesce(en.previous_secret_expires_at > now(), false) as previous_active,
                ${lease} as lease_id
         from leased l join endpoints en on en.id = l.endpoint_id join events ev on ev.id = l.event_id`;
+    });
+  }
+
+  // Ended attempts wait here and are written together: one transaction per batch, not per attempt.
+  const ended: Array<{ outcome: Outcome; done: (err?: unknown) => void }> = [];
+  let writing: Promise<void> | undefined;
+
+  function record(outcome: Outcome): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      ended.push({ outcome, done: (err) => (err ? reject(err) : resolve()) });
+      writing ??= writeEnded();
+    });
+  }
+
+  async function writeEnded(): Promise<void> {
+    while (ended.length > 0) {
+      const batch = ended.splice(0, 1_000);
+      try {
+        await writeOutcomes(batch.map((b) => b.outcome));
+        for (const b of batch) b.done();
+      } catch (err) {
+        for (const b of batch) b.done(err);
+      }
+    }
+    writing = undefined;
+  }
+
+  async function writeOutcomes(outcomes: Outcome[]): Promise<void> {
+    const column = <T>(f: (o: Outcome) => T) => outcomes.map(f);
+    // Retried on a deadlock: losing this write would leave the leases to run out and the
+    // attempts to be sent again.
+    await transaction(sql, async (tx) => {
+      commitWithoutFlushWait(tx);
+      // Every expression on the right reads the row as it was: a delivery that was stopped while
+      // its attempt ran keeps its `failed` status and stop reason, and only gains the attempt.
+      // Rows are updated in id order, so two writers never wait on each other crosswise.
+      await tx`
+        update deliveries d set
+          attempts = d.attempts + 1,
+          response_status = o.status,
+          response_body = o.excerpt,
+          duration_ms = o.duration_ms,
+          error = case when d.status = 'pending' then o.error else d.error end,
+          status = case when d.status = 'pending' then o.next else d.status end,
+          next_attempt_at = case when d.status = 'pending' and o.next = 'pending'
+                                 then now() + make_interval(secs => o.delay_ms / 1000.0) else null end,
+          lease_id = null,
+          last_attempt_at = now(),
+          updated_at = now()
+        from (select * from unnest(
+                ${column((o) => o.c.id)}::text[], ${column((o) => o.c.lease_id)}::text[],
+                ${column((o) => o.result.status || null)}::int[], ${column((o) => o.excerpt)}::text[],
+                ${column((o) => o.result.durationMs)}::int[], ${column((o) => o.result.error || null)}::text[],
+                ${column((o) => o.next)}::text[], ${column((o) => o.delayMs)}::int[])
+                as o(id, lease_id, status, excerpt, duration_ms, error, next, delay_ms)
+              order by id) o
+        where d.id = o.id and d.lease_id = o.lease_id`;
+      await tx`
+        insert into delivery_attempts (delivery_id, endpoint_id, succeeded, response_status, duration_ms, error)
+        select delivery_id, endpoint_id, succeeded = 't', response_status, duration_ms, error
+        from unnest(${column((o) => o.c.id)}::text[], ${column((o) => o.c.endpoint_id)}::text[], ${column((o) => (o.succeeded ? "t" : "f"))}::text[],
+                    ${column((o) => o.result.status || null)}::int[], ${column((o) => o.result.durationMs)}::int[],
+                    ${column((o) => o.result.error || null)}::text[])
+          as a(delivery_id, endpoint_id, succeeded, response_status, duration_ms, error)`;
     });
   }
 
@@ -213,27 +358,7 @@ export function createWorker(options: WorkerOptions): Worker {
     attemptDuration.observe(result.durationMs / 1000);
     // Postgres text cannot hold NUL; a binary answer keeps the rest of its excerpt.
     const excerpt = result.bodyExcerpt.replace(/\u0000/g, "");
-    await sql.begin(async (tx) => {
-      // Every expression on the right reads the row as it was: a delivery that was stopped while
-      // this attempt ran keeps its `failed` status and stop reason, and only gains the attempt.
-      await tx`
-        update deliveries set
-          attempts = attempts + 1,
-          response_status = ${result.status || null},
-          response_body = ${excerpt},
-          duration_ms = ${result.durationMs},
-          error = case when status = 'pending' then ${result.error || null} else error end,
-          status = case when status = 'pending' then ${next} else status end,
-          next_attempt_at = case when status = 'pending' and ${next} = 'pending'
-                                 then now() + make_interval(secs => ${(delay ?? 0) / 1000}) else null end,
-          lease_id = null,
-          last_attempt_at = now(),
-          updated_at = now()
-        where id = ${c.id} and lease_id = ${c.lease_id}`;
-      await tx`
-        insert into delivery_attempts (delivery_id, endpoint_id, succeeded, response_status, duration_ms, error)
-        values (${c.id}, ${c.endpoint_id}, ${succeeded}, ${result.status || null}, ${result.durationMs}, ${result.error || null})`;
-    });
+    await record({ c, result, succeeded, next, delayMs: delay ?? 0, excerpt });
     // One line per attempt, carrying the request id of the call that caused the event, so a
     // delivery can be traced back to the gateway's log line and forward from it.
     const fields = { request_id: c.request_id, event_id: c.event_id, delivery_id: c.id, endpoint_id: c.endpoint_id, attempt: number, status: result.status, error: result.error || undefined, ms: result.durationMs, next };
@@ -246,10 +371,14 @@ export function createWorker(options: WorkerOptions): Worker {
     while (running) {
       const free = options.concurrency - inFlight.size;
       if (free <= 0) {
-        await Promise.race([...inFlight, sleep(pollMs)]);
+        // Every slot is busy: wait for one to free. Not `sleep`, which returns at once after a
+        // wake, so a wake noted while the slots are full would make this loop spin on microtasks
+        // alone, starving the process's timers and sockets until it runs out of memory.
+        await Promise.race(inFlight);
         continue;
       }
       let claimed: Claimed[] = [];
+      woken = false;
       try {
         claimed = await claim(free);
         failures = 0;

@@ -1,0 +1,153 @@
+import postgres from "postgres";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { Sql } from "@ledger/common";
+import { eventually, startStack, startWebhookReceiver, type Api, type Stack, type WebhookReceiver } from "@ledger/testing";
+import { updateEndpoint } from "./endpoints.js";
+import { transaction } from "./transaction.js";
+
+// Writes to destinations while deliveries are in flight: the workers, the consumer and the API
+// touch the same endpoint and delivery rows, and a client must never see them collide (a 409
+// `conflict` from a deadlock, or a 5xx).
+
+let stack: Stack;
+let api: Api;
+let receiver: WebhookReceiver;
+let sql: Sql;
+
+beforeAll(async () => {
+  receiver = await startWebhookReceiver();
+  stack = await startStack({ notification: { webhookExtraCa: receiver.ca, webhookRetryScheduleMs: [50, 50, 50] } });
+  api = stack.api;
+  // A client of the notification database with room for the several transactions a test holds.
+  const [row] = await stack.notificationSql!<{ name: string }[]>`select current_database() as name`;
+  const url = new URL(stack.databaseUrl);
+  url.pathname = `/${row!.name}`;
+  sql = postgres(url.toString(), { max: 6, onnotice: () => {}, connection: { search_path: "notification" } }) as unknown as Sql;
+});
+afterAll(async () => {
+  await sql?.end({ timeout: 2 });
+  await stack?.close();
+  await receiver?.close();
+});
+
+async function createEndpoint(client: Api, path: string, reply?: Parameters<WebhookReceiver["endpoint"]>[1]): Promise<string> {
+  const res = await client.post("/webhooks", { url: receiver.endpoint(path, reply) });
+  expect(res.status).toBe(200);
+  return res.body.endpoint.endpoint_id;
+}
+
+/** Waits until some transaction of the notification database waits for a lock. */
+async function someoneWaits(): Promise<boolean> {
+  return eventually(async () => {
+    const [row] = await sql<{ n: number }[]>`select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`;
+    return row!.n > 0;
+  }, 5_000, 20);
+}
+
+describe("PUT /webhooks with deliveries in flight", () => {
+  it("never answers 409 or 5xx while the same destinations are updated in every order", async () => {
+    const ids: string[] = [];
+    // Some receivers fail, so deliveries stay pending and retry while the destinations change.
+    for (let i = 0; i < 4; i++) ids.push(await createEndpoint(api, `/hammer-${i}`, (n) => (n % 3 === 0 ? { status: 500 } : { status: 200 })));
+    const entity = (await api.post("/entity", { entity_name: "w", entity_type: "wallet" })).body.entity.entity_id;
+    const until = Date.now() + 6_000;
+    const statuses: number[] = [];
+    const failures: unknown[] = [];
+    const events = async () => {
+      while (Date.now() < until) await api.post("/entity/fund", { entity_id: entity, amount: 1 });
+    };
+    const writer = async (order: string[], w: number) => {
+      let round = 0;
+      while (Date.now() < until) {
+        round++;
+        for (const id of order) {
+          const body = round % 3 === 0 ? { endpoint_id: id, name: `w${w}-${round}` } : { endpoint_id: id, enabled: round % 3 === 1 ? false : true };
+          const res = await api.put("/webhooks", body);
+          statuses.push(res.status);
+          if (res.status !== 200) failures.push(res.body);
+        }
+      }
+    };
+    const orders = [ids, [...ids].reverse(), [ids[1]!, ids[3]!, ids[0]!, ids[2]!], [ids[2]!, ids[0]!, ids[3]!, ids[1]!]];
+    await Promise.all([events(), events(), ...orders.map((order, w) => writer(order, w))]);
+    expect(failures).toEqual([]);
+    expect(statuses.length).toBeGreaterThan(100);
+    // Deliveries did go out meanwhile: the race was there to lose.
+    const [attempts] = await sql<{ n: number }[]>`select count(*)::int as n from delivery_attempts`;
+    expect(attempts!.n).toBeGreaterThan(20);
+  });
+});
+
+describe("lock order", () => {
+  it("a worker recording an attempt and a PUT disabling its destination do not deadlock", async () => {
+    const { api: other, account } = await stack.newAccount("lock order");
+    const id = await createEndpoint(other, "/lock-order");
+    // A pending delivery due in an hour: no worker claims it while the test holds its row.
+    const delivery = "whd_lockorder";
+    await sql`insert into events (id, account_id, type, body, created_at) values ('evt_lockorder', ${account.account_id}, 'transaction.created', '{}', now())`;
+    await sql`
+      insert into deliveries (id, account_id, event_id, endpoint_id, status, next_attempt_at)
+      values (${delivery}, ${account.account_id}, 'evt_lockorder', ${id}, 'pending', now() + interval '1 hour')`;
+
+    // What a worker does when an attempt ends: its delivery row first, then the attempt row,
+    // whose foreign key takes a share lock on the destination row.
+    const worker = await sql.reserve();
+    try {
+      await worker`begin`;
+      await worker`update deliveries set attempts = attempts + 1 where id = ${delivery}`;
+      // Meanwhile PUT /webhooks disables the destination: it locks the destination row and then
+      // waits for the delivery row, which the worker holds.
+      const disabled = sql.begin((tx) => updateEndpoint(tx, account.account_id, id, { enabled: false }));
+      disabled.catch(() => {});
+      expect(await someoneWaits()).toBe(true);
+      await worker`insert into delivery_attempts (delivery_id, endpoint_id, succeeded, duration_ms) values (${delivery}, ${id}, false, 1)`;
+      await worker`commit`;
+      await expect(disabled).resolves.toMatchObject({ enabled: false });
+    } finally {
+      await worker`rollback`.catch(() => {});
+      worker.release();
+    }
+    const [row] = await sql<{ status: string; error: string }[]>`select status, error from deliveries where id = ${delivery}`;
+    expect(row).toEqual({ status: "failed", error: "endpoint_disabled" });
+  });
+});
+
+describe("transaction", () => {
+  it("runs a transaction again when Postgres picks it as a deadlock victim, so both callers succeed", async () => {
+    const a = await createEndpoint(api, "/deadlock-a");
+    const b = await createEndpoint(api, "/deadlock-b");
+    let runs = 0;
+    let bothLockedFirst: () => void;
+    const firstLocks = new Promise<void>((resolve) => (bothLockedFirst = resolve));
+    let locked = 0;
+    // Each locks one row, waits until the other has locked the other row, then wants it: a real
+    // deadlock, which Postgres breaks by aborting one of them with 40P01.
+    const crosswise = (first: string, second: string) =>
+      transaction(sql, async (tx) => {
+        runs++;
+        await tx`update endpoints set updated_at = now() where id = ${first}`;
+        if (++locked === 2) bothLockedFirst();
+        await firstLocks;
+        await tx`update endpoints set updated_at = now() where id = ${second}`;
+        return first;
+      });
+    await expect(Promise.all([crosswise(a, b), crosswise(b, a)])).resolves.toEqual([a, b]);
+    expect(runs).toBe(3);
+  });
+
+  it("gives up after the attempts it was given, and passes any other error on at once", async () => {
+    let runs = 0;
+    const deadlocked = Object.assign(new Error("deadlock detected"), { code: "40P01" });
+    await expect(transaction(sql, async () => {
+      runs++;
+      throw deadlocked;
+    }, 3)).rejects.toBe(deadlocked);
+    expect(runs).toBe(3);
+    runs = 0;
+    await expect(transaction(sql, async (tx) => {
+      runs++;
+      await tx`select 1/0`;
+    })).rejects.toMatchObject({ code: "22012" });
+    expect(runs).toBe(1);
+  });
+});
