@@ -1,9 +1,16 @@
-import { envInt, envString, envUrl, readTracingConfig, type TracingConfig } from "@ledger/common";
+import { readCorsOrigins } from "./cors.js";
+import { envInt, envString, envUrl, readRateLimitConfig, readTracingConfig, type RateLimitConfig, type TracingConfig } from "@ledger/common";
 
 /** Configuration of the REST gateway, read once at start. */
-export interface GatewayConfig {
+export interface GatewayConfig extends RateLimitConfig {
   host: string;
+  /** The public port: the REST API, its docs and /healthz. */
   port: number;
+  /**
+   * The ops port (GATEWAY_OPS_PORT): /metrics, /readyz and /healthz, on the same host. Kept apart
+   * so that what an Ingress exposes never includes the metrics; 0 picks a free port.
+   */
+  opsPort: number;
   /** Base URL of the ledger service's RPC server. */
   ledgerUrl: string;
   /** Base URL of the hold service's RPC server. */
@@ -12,13 +19,13 @@ export interface GatewayConfig {
   notificationUrl: string;
   /** Largest request body accepted; larger ones answer 413. */
   bodyLimitBytes: number;
-  /** Requests per second per API key on average (0: no limit); over it, 429 with Retry-After. */
-  rateLimitPerSecond: number;
-  /** Requests a key may send at once above the average. */
-  rateLimitBurst: number;
+  /** Largest body of POST /v1/transaction/batch (1,000 items with room for metadata); larger ones answer 413. */
+  batchBodyLimitBytes: number;
   logLevel: string;
   /** OpenTelemetry tracing; undefined (the default) leaves it off. */
   tracing?: TracingConfig | undefined;
+  /** Browser origins allowed to call /v1 (GATEWAY_CORS_ORIGINS); empty, the default, sends no CORS header. */
+  corsOrigins?: string[] | undefined;
 }
 
 /** Reads and validates the gateway's configuration. */
@@ -26,13 +33,15 @@ export function readGatewayConfig(env: Record<string, string | undefined> = proc
   return {
     host: envString(env, "GATEWAY_HOST", "0.0.0.0"),
     port: envInt(env, "PORT", 8080, 0, 65535),
+    opsPort: envInt(env, "GATEWAY_OPS_PORT", 9090, 0, 65535),
     ledgerUrl: envUrl(env, "LEDGER_URL", "http://127.0.0.1:8081", ["http", "https"]),
     holdUrl: envUrl(env, "HOLD_URL", "http://127.0.0.1:8082", ["http", "https"]),
     notificationUrl: envUrl(env, "NOTIFICATION_URL", "http://127.0.0.1:8083", ["http", "https"]),
     bodyLimitBytes: envInt(env, "GATEWAY_BODY_LIMIT_BYTES", 1024 * 1024, 1024, 64 * 1024 * 1024),
-    rateLimitPerSecond: envInt(env, "GATEWAY_RATE_LIMIT_PER_SECOND", 1_000, 0, 1_000_000),
-    rateLimitBurst: envInt(env, "GATEWAY_RATE_LIMIT_BURST", 2_000, 1, 10_000_000),
+    batchBodyLimitBytes: envInt(env, "GATEWAY_BATCH_BODY_LIMIT_BYTES", 4 * 1024 * 1024, 1024, 64 * 1024 * 1024),
+    ...readRateLimitConfig(env),
     logLevel: envString(env, "LOG_LEVEL", "info"),
     tracing: readTracingConfig(env),
+    corsOrigins: readCorsOrigins(env),
   };
 }

@@ -3,6 +3,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { requestUrl } from "@ledger/common";
 import { parse } from "yaml";
 
 // The OpenAPI description and a page that renders it, served by the gateway itself. Neither
@@ -58,7 +59,7 @@ export function createDocsHandler(): (req: IncomingMessage, res: ServerResponse)
   };
   return (req, res) => {
     if (req.method !== "GET" && req.method !== "HEAD") return false;
-    const path = new URL(req.url ?? "/", "http://gateway").pathname;
+    const path = requestUrl(req)?.pathname ?? "";
     if (path === "/v1/openapi.json") {
       send(res, "application/json; charset=utf-8", spec, "no-cache");
       return true;

@@ -1,7 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { errorCodeOf } from "@ledger/common";
 
-/** HTTP status of an RPC code (DESIGN.md section 5). */
+/** HTTP status of an RPC code (docs/api.md#status-mapping). */
 export function httpStatusOf(code: Code): number {
   switch (code) {
     case Code.InvalidArgument:

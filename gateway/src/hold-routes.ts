@@ -5,7 +5,7 @@ import { amountField, limitParam, optionalParam, requiredParam, stringField, typ
 import { renderPage } from "./render.js";
 import type { Route } from "./routes.js";
 
-/** A hold as SPEC.md 2.6 and DESIGN.md 4 show it. */
+/** A hold as the REST API shows it (gateway/openapi.yaml, schema Hold). */
 export function renderHold(hold: Hold) {
   return {
     hold_id: hold.holdId,
@@ -32,7 +32,7 @@ function expiresAtField(body: Fields) {
   return timestampFromDate(new Date(raw));
 }
 
-/** The hold paths (SPEC.md 4.3 and DESIGN.md section 4). */
+/** The hold paths (docs/api.md#endpoints). */
 export const holdRoutes: Route[] = [
   {
     method: "POST",

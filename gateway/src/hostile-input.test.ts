@@ -5,7 +5,7 @@ import { holdRoutes } from "./hold-routes.js";
 import { notificationRoutes } from "./notification-routes.js";
 import { ledgerRoutes, type Route } from "./routes.js";
 
-// Random and malformed input to every REST endpoint (issue 6): never a 5xx, always the error
+// Random and malformed input to every REST endpoint: never a 5xx, always the error
 // envelope, and a refused call never changes the ledger. Real ids are mixed into the values, so
 // some calls get deep enough to reach the business rules and some succeed.
 

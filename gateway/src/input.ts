@@ -1,5 +1,5 @@
 import type { JsonObject } from "@bufbuild/protobuf";
-import { invalidArgument, MAX_PAGE_SIZE } from "@ledger/common";
+import { invalidArgument, MAX_PAGE_SIZE, parseMetadata } from "@ledger/common";
 
 /** A parsed JSON body or query string, with the names it may contain. */
 export type Fields = Record<string, unknown>;
@@ -39,7 +39,12 @@ export function amountField(fields: Fields, name: string): bigint {
   return amount;
 }
 
-/** A JSON object field such as `metadata`. */
+/** The `metadata` field, within the limits every edge enforces (checked before any protobuf is built). */
+export function metadataField(fields: Fields): JsonObject | undefined {
+  return parseMetadata(fields["metadata"], "metadata");
+}
+
+/** A JSON object field such as `account`. */
 export function objectField(fields: Fields, name: string): JsonObject | undefined {
   const value = fields[name];
   if (value === undefined || value === null) return undefined;

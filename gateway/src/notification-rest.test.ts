@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { eventually, restClient, startStack, startWebhookReceiver, type Api, type Stack, type WebhookReceiver } from "@ledger/testing";
 
-// The webhook and event endpoints through the gateway: SPEC.md 4.5-4.7 shapes, bad input that
+// The webhook and event endpoints through the gateway: the shapes of docs/webhooks.md#endpoints, bad input that
 // answers 400 and changes nothing, and tenancy: another account's key sees 404 everywhere.
 
 let stack: Stack;
@@ -98,6 +98,27 @@ describe("destinations", () => {
     expect((await api.get("/webhook", { id })).body.endpoint).toMatchObject({ enabled: true, url: receiver.endpoint("/bad") });
   });
 
+  it("keeps max_concurrency: 32 by default, as given, changed by PUT, and refuses anything but 1 to 256", async () => {
+    const plain = await api.post("/webhooks", { url: receiver.endpoint("/cap-default") });
+    expect(plain.body.endpoint.max_concurrency).toBe(32);
+    const given = await api.post("/webhooks", { url: receiver.endpoint("/cap-given"), max_concurrency: 3 });
+    expect(given.status).toBe(200);
+    expect(given.body.endpoint.max_concurrency).toBe(3);
+    const id = given.body.endpoint.endpoint_id;
+    const changed = await api.put("/webhooks", { endpoint_id: id, max_concurrency: 256 });
+    expect(changed.status).toBe(200);
+    expect(changed.body.endpoint).toMatchObject({ max_concurrency: 256, url: receiver.endpoint("/cap-given") });
+    const before = await endpointCount(api);
+    for (const bad of [0, -1, 257, 1.5, "4", true, 2 ** 40]) {
+      expectError(await api.post("/webhooks", { url: receiver.endpoint("/cap-bad"), max_concurrency: bad }), 400, "invalid_request");
+      const res = await api.put("/webhooks", { endpoint_id: id, max_concurrency: bad });
+      expectError(res, 400, "invalid_request");
+      expect(res.body.error.details).toMatchObject({ field: "max_concurrency" });
+    }
+    expect(await endpointCount(api)).toBe(before);
+    expect((await api.get("/webhook", { id })).body.endpoint.max_concurrency).toBe(256);
+  });
+
   it("needs an API key", async () => {
     expectError(await restClient(stack.restUrl, undefined).get("/webhooks"), 401, "unauthenticated");
     expectError(await restClient(stack.restUrl, "lsk_not_a_key").get("/events"), 401, "unauthenticated");
@@ -132,6 +153,66 @@ describe("idempotency", () => {
     const resent = await api.post("/webhooks/resend", { delivery_id: delivery.delivery_id }, resendKey);
     const resentAgain = await api.post("/webhooks/resend", { delivery_id: delivery.delivery_id }, resendKey);
     expect(resentAgain.body.delivery_id).toBe(resent.body.delivery_id);
+  });
+});
+
+describe("idempotency: one mechanism for every write", () => {
+  it("replays what the first create and roll returned, their secrets included, even after another roll", async () => {
+    const key = { "idempotency-key": `create-then-roll-${Date.now()}` };
+    const first = await api.post("/webhooks", { url: receiver.endpoint("/idem-roll") }, key);
+    expect(first.status).toBe(200);
+    const id = first.body.endpoint.endpoint_id;
+    const rollKey = { "idempotency-key": `roll-then-roll-${Date.now()}` };
+    const rolled = await api.post("/webhooks/roll", { endpoint_id: id, expire_previous_in_seconds: 0 }, rollKey);
+    const rolledAgain = (await api.post("/webhooks/roll", { endpoint_id: id, expire_previous_in_seconds: 0 })).body.endpoint.secret;
+    expect(rolledAgain).not.toBe(rolled.body.endpoint.secret);
+
+    const replayed = await api.post("/webhooks", { url: receiver.endpoint("/idem-roll") }, key);
+    expect(replayed.status).toBe(200);
+    expect(replayed.headers.get("idempotent-replayed")).toBe("true");
+    expect(replayed.body).toEqual(first.body);
+    const rollReplayed = await api.post("/webhooks/roll", { endpoint_id: id, expire_previous_in_seconds: 0 }, rollKey);
+    expect(rollReplayed.headers.get("idempotent-replayed")).toBe("true");
+    expect(rollReplayed.body).toEqual(rolled.body);
+    expectError(await api.post("/webhooks/roll", { endpoint_id: id, expire_previous_in_seconds: 5 }, rollKey), 422, "idempotency_conflict");
+
+    // No stored response holds a secret in clear.
+    for (const secret of [first.body.endpoint.secret, rolled.body.endpoint.secret]) {
+      const [stored] = await stack.notificationSql!<{ n: number }[]>`
+        select count(*)::int as n from notification.idempotency_keys where position(${Buffer.from(secret)} in response) > 0`;
+      expect(stored!.n).toBe(0);
+    }
+  });
+
+  it("makes one destination of 20 concurrent creates with one key, and replays it to the other 19", async () => {
+    const key = { "idempotency-key": `concurrent-${Date.now()}` };
+    const url = receiver.endpoint("/idem-concurrent");
+    const before = await endpointCount(api);
+    const answers = await Promise.all(Array.from({ length: 20 }, () => api.post("/webhooks", { url }, key)));
+    expect(answers.map((a) => a.status)).toEqual(Array(20).fill(200));
+    expect(answers.filter((a) => a.headers.get("idempotent-replayed") === "true")).toHaveLength(19);
+    for (const a of answers) expect(a.body).toEqual(answers[0]!.body);
+    expect(await endpointCount(api)).toBe(before + 1);
+  });
+
+  it("replays PUT and DELETE, and refuses another body with the key", async () => {
+    const id = (await api.post("/webhooks", { url: receiver.endpoint("/idem-put") })).body.endpoint.endpoint_id;
+    const key = { "idempotency-key": `put-${Date.now()}` };
+    const first = await api.put("/webhooks", { endpoint_id: id, name: "first" }, key);
+    expect(first.status).toBe(200);
+    expect((await api.put("/webhooks", { endpoint_id: id, name: "second" })).status).toBe(200);
+    const again = await api.put("/webhooks", { endpoint_id: id, name: "first" }, key);
+    expect(again.headers.get("idempotent-replayed")).toBe("true");
+    expect(again.body).toEqual(first.body);
+    expect((await api.get("/webhook", { id })).body.endpoint.name).toBe("second");
+    expectError(await api.put("/webhooks", { endpoint_id: id, name: "third" }, key), 422, "idempotency_conflict");
+
+    const deleteKey = { "idempotency-key": `delete-${Date.now()}` };
+    const deleted = await api.request("DELETE", "/webhooks", { query: { endpoint_id: id }, headers: deleteKey });
+    expect(deleted.status).toBe(200);
+    const deletedAgain = await api.request("DELETE", "/webhooks", { query: { endpoint_id: id }, headers: deleteKey });
+    expect(deletedAgain.status).toBe(200);
+    expect(deletedAgain.headers.get("idempotent-replayed")).toBe("true");
   });
 });
 

@@ -5,7 +5,7 @@ import { arrayField, booleanField, limitParam, optionalParam, requiredParam, str
 import { renderPage } from "./render.js";
 import type { Route } from "./routes.js";
 
-// REST paths of webhook destinations and events (SPEC.md 4.5, 4.6, DESIGN.md section 4), mapped
+// REST paths of webhook destinations and events (docs/webhooks.md#endpoints), mapped
 // onto notification.v1.NotificationService. They are account-scoped: no program_id header.
 // The JSON shapes of these objects live here too, beside the only routes that write them.
 
@@ -31,6 +31,7 @@ export function renderEndpoint(endpoint: Endpoint) {
     description: endpoint.description,
     enabled: endpoint.enabled,
     event_types: endpoint.eventTypes ? endpoint.eventTypes.types : null,
+    max_concurrency: endpoint.maxConcurrency,
     created_at: iso(endpoint.createdAt),
     updated_at: iso(endpoint.updatedAt),
   };
@@ -82,12 +83,25 @@ function secondsField(body: Fields, name: string): bigint | undefined {
   return BigInt(value);
 }
 
+/**
+ * `max_concurrency`: a whole number, passed on for the service to check its range (1 to 256);
+ * one outside int32 could not even be encoded, so it is refused here with the same message.
+ */
+function maxConcurrencyField(body: Fields): { maxConcurrency?: number } {
+  const value = body["max_concurrency"];
+  if (value === undefined || value === null) return {};
+  if (typeof value !== "number" || !Number.isInteger(value) || Math.abs(value) > 2 ** 31 - 1) {
+    throw invalidArgument("max_concurrency must be a whole number from 1 to 256", { field: "max_concurrency" });
+  }
+  return { maxConcurrency: value };
+}
+
 /** Every REST path of the notification service. */
 export const notificationRoutes: Route[] = [
   {
     method: "POST",
     path: "/webhooks",
-    body: ["url", "name", "description", "event_types"],
+    body: ["url", "name", "description", "event_types", "max_concurrency"],
     async handle({ body, call }, { notification }) {
       const types = eventTypesField(body);
       const res = await notification.createEndpoint(
@@ -96,6 +110,7 @@ export const notificationRoutes: Route[] = [
           name: stringField(body, "name"),
           description: stringField(body, "description"),
           ...(types.present && types.types ? { eventTypes: { types: types.types } } : {}),
+          ...maxConcurrencyField(body),
         },
         call,
       );
@@ -127,7 +142,7 @@ export const notificationRoutes: Route[] = [
   {
     method: "PUT",
     path: "/webhooks",
-    body: ["endpoint_id", "url", "name", "enabled", "event_types"],
+    body: ["endpoint_id", "url", "name", "enabled", "event_types", "max_concurrency"],
     async handle({ body, call }, { notification }) {
       const types = eventTypesField(body);
       const url = optionalString(body, "url");
@@ -139,6 +154,7 @@ export const notificationRoutes: Route[] = [
           ...(url !== undefined ? { url } : {}),
           ...(name !== undefined ? { name } : {}),
           ...(enabled !== undefined ? { enabled } : {}),
+          ...maxConcurrencyField(body),
           ...(types.present
             ? { subscription: types.types ? { case: "eventTypes" as const, value: { types: types.types } } : { case: "allEventTypes" as const, value: true } }
             : {}),

@@ -27,7 +27,7 @@ it("carries the caller's request id into the event, and every process exposes it
   expect(row!["request_id"]).toBe(requestId);
 
   const metrics = async (url: string) => (await fetch(`${url}/metrics`)).text();
-  const gateway = await metrics(stack.gateway.server.url);
+  const gateway = await metrics(stack.gateway.ops.url);
   expect(gateway).toMatch(/http_server_duration_seconds_count\{method="POST",route="\/entity\/fund",status="200"\} \d+/);
   const ledger = await metrics(stack.ledgerUrl);
   expect(ledger).toMatch(/rpc_server_duration_seconds_count\{service="LedgerService",method="FundEntity",code="ok"\}/);
@@ -38,4 +38,22 @@ it("carries the caller's request id into the event, and every process exposes it
   expect(notification).toMatch(/webhook_attempts_total\{outcome="succeeded",error="none"\} \d+/);
   const hold = await metrics(stack.hold!.server.url);
   expect(hold).toMatch(/hold_expiry_lag_seconds \d+/);
+});
+
+it("serves the gateway's metrics and readiness on its ops port only, and liveness on both", async () => {
+  const publicUrl = stack.gateway.server.url;
+  const opsUrl = stack.gateway.ops.url;
+  expect(opsUrl).not.toBe(publicUrl);
+  for (const path of ["/metrics", "/readyz"]) {
+    const res = await fetch(`${publicUrl}${path}`);
+    expect(res.status, `public ${path}`).toBe(404);
+    expect(await res.json()).toMatchObject({ status: "error", error: { code: "not_found" } });
+  }
+  expect((await fetch(`${publicUrl}/healthz`)).status).toBe(200);
+  expect(await (await fetch(`${opsUrl}/metrics`)).text()).toContain("http_server_duration_seconds");
+  expect(await (await fetch(`${opsUrl}/readyz`)).json()).toEqual({ status: "ok", checks: { ledger: "ok", hold: "ok" } });
+  expect((await fetch(`${opsUrl}/healthz`)).status).toBe(200);
+  // The ops port is not an API: REST paths and the docs are not there.
+  expect((await fetch(`${opsUrl}/v1/entity`)).status).toBe(404);
+  expect((await fetch(`${opsUrl}/docs`)).status).toBe(404);
 });

@@ -1,8 +1,11 @@
 import { spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
+import { rateLimited } from "@ledger/common";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startStack, type Stack } from "@ledger/testing";
 import { loadOpenApi, OPENAPI_PATH } from "./docs.js";
+import { errorEnvelope } from "./errors.js";
 import { holdRoutes } from "./hold-routes.js";
 import { notificationRoutes } from "./notification-routes.js";
 import { ledgerRoutes } from "./routes.js";
@@ -134,5 +137,102 @@ describe("every documented operation answers", () => {
     expect(page.status).toBe(200);
     expect(await page.text()).toContain("/v1/openapi.json");
     for (const asset of ["/docs/swagger-ui-bundle.js", "/docs/swagger-ui.css"]) expect((await fetch(`${base}${asset}`)).status).toBe(200);
+  });
+});
+
+interface ObjectSchema {
+  type?: string | string[];
+  required?: string[];
+  properties?: Record<string, ObjectSchema & { const?: string; enum?: string[] }>;
+  additionalProperties?: boolean | object;
+  items?: ObjectSchema;
+  oneOf?: { $ref: string }[];
+  discriminator?: { propertyName: string; mapping: Record<string, string> };
+}
+
+/** The schema of `error` in an error envelope for `code`, through the discriminator's mapping. */
+function errorSchemaFor(code: string): ObjectSchema {
+  const body = deref<ObjectSchema>((spec as unknown as { components: { schemas: Record<string, ObjectSchema> } }).components.schemas["ErrorBody"]!);
+  const ref = body.discriminator?.mapping[code];
+  expect(ref, `error code ${code} is in the discriminator's mapping`).toBeDefined();
+  expect(body.oneOf?.map((o) => o.$ref), `${ref} is one of ErrorBody's oneOf`).toContain(ref);
+  return deref<ObjectSchema>({ $ref: ref! });
+}
+
+/** Checks an envelope the gateway sent against its code's schema: code allowed, details typed and complete. */
+function expectDocumentedError(body: { status: string; error: { code: string; message: string; details?: Record<string, unknown> } }): void {
+  expect(body.status).toBe("error");
+  const schema = errorSchemaFor(body.error.code);
+  const code = schema.properties!["code"]!;
+  expect(code.const === body.error.code || code.enum?.includes(body.error.code), `${body.error.code} allowed by its schema`).toBe(true);
+  for (const name of schema.required ?? []) expect(body.error, `${body.error.code} has ${name}`).toHaveProperty(name);
+  const details = body.error.details;
+  if (details === undefined) return;
+  const detailsSchema = deref<ObjectSchema>(schema.properties!["details"] ?? {});
+  expect(schema.properties!["details"], `${body.error.code} documents details`).toBeDefined();
+  for (const name of detailsSchema.required ?? []) expect(details, `${body.error.code} details.${name}`).toHaveProperty(name);
+  for (const [name, value] of Object.entries(details)) {
+    const property = detailsSchema.properties?.[name];
+    if (!property) {
+      expect(detailsSchema.additionalProperties, `${body.error.code} details.${name} is documented`).toBeTruthy();
+      continue;
+    }
+    const types = ([] as string[]).concat(property.type ?? []);
+    const actual = Array.isArray(value) ? "array" : Number.isInteger(value) ? "integer" : typeof value;
+    expect(types.includes(actual) || (actual === "integer" && types.includes("number")), `${body.error.code} details.${name} is ${types.join("|")}, got ${actual}`).toBe(true);
+  }
+}
+
+describe("error details are typed per code", () => {
+  it("maps every code the services and the gateway send to one schema", () => {
+    const source = readFileSync(join(dirname(OPENAPI_PATH), "..", "packages/common/src/errors.ts"), "utf8");
+    const union = source.slice(source.indexOf("export type ErrorCode"), source.indexOf(";", source.indexOf("export type ErrorCode")));
+    const codes = [...union.matchAll(/"([a-z_]+)"/g)].map((m) => m[1]!);
+    expect(codes.length).toBeGreaterThan(10);
+    // The gateway answers these two itself.
+    for (const code of [...codes, "method_not_allowed", "payload_too_large"]) errorSchemaFor(code);
+  });
+
+  it("gives a rate-limited answer its retry_after_seconds", () => {
+    const { body } = errorEnvelope(rateLimited("key", 3), "req-1") as { body: Parameters<typeof expectDocumentedError>[0] };
+    expect(body.error.details).toEqual({ retry_after_seconds: 3 });
+    expectDocumentedError(body);
+  });
+
+  describe("as the services send them", () => {
+    let stack: Stack;
+    beforeAll(async () => {
+      stack = await startStack();
+    });
+    afterAll(async () => stack?.close());
+
+    it("insufficient_funds, invalid_request, not_found, unbalanced_entries and method_not_allowed", async () => {
+      const { api } = stack;
+      const a = (await api.post("/entity", { entity_name: "a", entity_type: "w" })).body.entity.entity_id as string;
+      const b = (await api.post("/entity", { entity_name: "b", entity_type: "w" })).body.entity.entity_id as string;
+      expect((await api.post("/entity/fund", { entity_id: a, amount: 100 })).status).toBe(200);
+      const poor = await api.post("/entity/defund", { entity_id: a, amount: 250 });
+      expect(poor.body.error).toMatchObject({ code: "insufficient_funds", details: { entity_id: a, available: 100, required: 250 } });
+      const answers = [
+        poor,
+        await api.post("/entity/fund", { entity_id: a, amount: 0 }),
+        await api.post("/entity", { entity_name: "c", entity_type: "w", colour: "red" }),
+        await api.get("/entities", { limit: "1000" }),
+        await api.get("/entity", { entity_id: "ent_00000000000000000000000000" }),
+        await api.post("/transaction", {
+          description: "unbalanced",
+          entries: [
+            { entity_id: a, direction: "debit", amount: 10 },
+            { entity_id: b, direction: "credit", amount: 9 },
+          ],
+        }),
+        await api.request("DELETE", "/entity/fund"),
+      ];
+      for (const res of answers) {
+        expect(res.status, JSON.stringify(res.body)).toBeGreaterThanOrEqual(400);
+        expectDocumentedError(res.body);
+      }
+      expect(answers.map((r) => r.body.error.code)).toEqual(["insufficient_funds", "invalid_request", "invalid_request", "invalid_request", "not_found", "unbalanced_entries", "method_not_allowed"]);
+    });
   });
 });

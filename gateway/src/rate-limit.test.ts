@@ -1,24 +1,6 @@
+import * as http from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startStack, type Stack } from "@ledger/testing";
-import { createRateLimiter, rateKeyOf } from "./rate-limit.js";
-
-describe("token bucket", () => {
-  it("lets a burst through, then one request per refill, per key", async () => {
-    const limiter = createRateLimiter({ perSecond: 10, burst: 3 });
-    expect([1, 2, 3].map(() => limiter.take("a").ok)).toEqual([true, true, true]);
-    const refused = limiter.take("a");
-    expect(refused).toEqual({ ok: false, retryAfterSeconds: 1 });
-    expect(limiter.take("b").ok).toBe(true);
-    await new Promise((resolve) => setTimeout(resolve, 120));
-    expect(limiter.take("a").ok).toBe(true);
-  });
-
-  it("keys by API key with or without Bearer, and by address without one", () => {
-    expect(rateKeyOf("Bearer lsk_x", "1.2.3.4")).toBe(rateKeyOf("lsk_x", "5.6.7.8"));
-    expect(rateKeyOf("lsk_x", undefined)).not.toContain("lsk_x");
-    expect(rateKeyOf(undefined, "127.0.0.1")).toBe("ip:127.0.0.1");
-  });
-});
 
 describe("through the gateway", () => {
   let stack: Stack;
@@ -45,5 +27,37 @@ describe("through the gateway", () => {
     const balance = await stack.api.get("/entity", { entity_id: entity });
     expect(balance.status).toBe(200);
     expect(balance.body.entity.balances.posted).toBe(funded);
+  });
+});
+
+describe("one key, however it is spelled", () => {
+  let stack: Stack;
+  beforeAll(async () => {
+    // Almost no refill: the test's requests all fall within one burst.
+    stack = await startStack({ gateway: { rateLimitPerSecond: 0.01, rateLimitBurst: 2 } });
+  });
+  afterAll(async () => stack?.close());
+
+  /** GET /v1/programs with this Authorization, written as given (http.request sends 0xa0 as is; fetch would refuse it). */
+  const statusWith = (authorization: string) =>
+    new Promise<number>((resolve, reject) => {
+      const { hostname, port } = new URL(stack.restUrl);
+      http
+        .get({ host: hostname, port, path: "/v1/programs", agent: false, headers: { authorization } }, (res) => {
+          res.resume();
+          resolve(res.statusCode ?? 0);
+        })
+        .on("error", reject);
+    });
+
+  it("counts every spelling of a key against that key's budget", async () => {
+    const key = stack.account.api_key;
+    expect([await statusWith(key), await statusWith(`Bearer ${key}`)]).toEqual([200, 200]);
+    for (const spelling of [`bEaReR ${key}`, `Bearer    ${key}`, `\u00a0Bearer ${key}`, `Bearer\u00a0${key}`, `\u00a0${key}\u00a0`, `  ${key}\t`]) {
+      expect(await statusWith(spelling), JSON.stringify(spelling)).toBe(429);
+    }
+    // Another key still has its own budget.
+    const { account } = await stack.newAccount("other");
+    expect(await statusWith(`\u00a0Bearer ${account.api_key}`)).toBe(200);
   });
 });

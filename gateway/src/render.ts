@@ -9,7 +9,7 @@ import {
   type TransactionGroup,
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
 
-// Proto messages to the JSON shapes of SPEC.md and DESIGN.md. Field names are snake_case, enums
+// Proto messages to the JSON shapes of gateway/openapi.yaml. Field names are snake_case, enums
 // are lowercase words, timestamps are ISO 8601 UTC, and amounts stay bigint until written.
 
 const STATUS: Record<TransactionStatus, string> = {
@@ -72,7 +72,7 @@ export function renderLeg(leg: Leg) {
   };
 }
 
-/** A leg as GET /transaction returns it: SPEC.md 2.5 leaves entity_id out of the retrieve response. */
+/** A leg as GET /transaction returns it: without entity_id, which the caller named (gateway/openapi.yaml). */
 export function renderRetrievedLeg(leg: Leg) {
   const { entity_id: _omitted, ...rest } = renderLeg(leg);
   return rest;
@@ -110,7 +110,7 @@ export function renderProgram(program: Program) {
   };
 }
 
-/** The pagination object of SPEC.md 4.7. */
+/** The pagination object of every list (docs/api.md#pagination). */
 export function renderPage(page: PageInfo | undefined) {
   return {
     limit: page?.limit ?? 0,

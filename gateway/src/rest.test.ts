@@ -38,7 +38,7 @@ function expectError(res: { status: number; body: { status: string; error: { cod
 }
 
 describe("entities", () => {
-  it("creates an entity with the SPEC.md fields and reads it back with balances", async () => {
+  it("creates an entity with the documented fields and reads it back with balances", async () => {
     const res = await api.post("/entity", { entity_name: "Alice", entity_type: "customer", metadata: { tier: "gold", n: 3 } });
     expect(res.status).toBe(200);
     expect(res.body.status).toBe("success");

@@ -1,13 +1,23 @@
 import type { CallOptions, Client } from "@connectrpc/connect";
-import { invalidArgument } from "@ledger/common";
+import { ConnectError } from "@connectrpc/connect";
+import { appError, errorCodeOf, invalidArgument } from "@ledger/common";
 import type { HoldService } from "@ledger/proto/hold/v1/hold_pb.js";
-import { Direction, TransactionStatus, type LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import {
+  Direction,
+  TransactionStatus,
+  type LedgerService,
+} from "@ledger/proto/ledger/v1/ledger_pb.js";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { CreateTransactionRequestSchema, CreateTransactionsItemSchema } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import type { NotificationService } from "@ledger/proto/notification/v1/notification_pb.js";
 import {
   amountField,
   arrayField,
   asObject,
+  booleanField,
   limitParam,
+  onlyKnown,
+  metadataField,
   objectField,
   optionalParam,
   requiredParam,
@@ -38,6 +48,8 @@ export interface Route {
   path: string;
   query?: readonly string[];
   body?: readonly string[];
+  /** Takes bodies up to the batch limit (GATEWAY_BATCH_BODY_LIMIT_BYTES) instead of the usual one. */
+  largeBody?: boolean;
   handle(req: RouteRequest, clients: Clients): Promise<Record<string, unknown>>;
 }
 
@@ -102,20 +114,74 @@ function transactionForm(body: Fields) {
   return { case: "transfer" as const, value: { fromEntityId: from, toEntityId: to, amount: amountField(body, "amount") } };
 }
 
-/** Every REST path of the ledger (SPEC.md 4.1, 4.2, 4.4 and DESIGN.md section 4). */
+const TRANSACTION_BODY = ["description", "status", "metadata", "amount", "account", "entries"] as const;
+
+/** The RPC form of a POST /transaction body; throws the 400 the single call answers. */
+function transactionRequest(body: Fields, programId: string): MessageInitShape<typeof CreateTransactionRequestSchema> {
+  const metadata = metadataField(body);
+  return {
+    programId,
+    description: stringField(body, "description"),
+    status: createStatus(body),
+    ...(metadata ? { metadata } : {}),
+    form: transactionForm(body),
+  };
+}
+
+/** Most items in one batch (docs/api.md#batches); the ledger checks the same bound. */
+const MAX_BATCH_ITEMS = 1000;
+
+/**
+ * The items of POST /transaction/batch. The batch itself malformed is a 400 for the whole call.
+ * An item malformed as JSON (an unknown field, a float amount) is that item's own refusal: it
+ * goes to the ledger empty, which refuses it in its place in the order, and its answer carries
+ * the gateway's message instead, so it reads exactly as the single call would have.
+ */
+function batchItems(body: Fields): { items: Array<MessageInitShape<typeof CreateTransactionsItemSchema>>; malformed: Map<number, ConnectError> } {
+  const raw = body["transactions"];
+  if (raw === undefined || raw === null) throw invalidArgument("transactions is required: an array of 1 to 1000 transactions", { field: "transactions" });
+  if (!Array.isArray(raw)) throw invalidArgument("transactions must be an array", { field: "transactions" });
+  if (raw.length === 0 || raw.length > MAX_BATCH_ITEMS) {
+    throw invalidArgument(`transactions must hold 1 to ${MAX_BATCH_ITEMS} items; got ${raw.length}`, { field: "transactions" });
+  }
+  const malformed = new Map<number, ConnectError>();
+  const items = raw.map((entry, index) => {
+    try {
+      const item = asObject(entry);
+      onlyKnown(item, [...TRANSACTION_BODY, "idempotency_key"], "body");
+      const key = item["idempotency_key"];
+      if (key !== undefined && (typeof key !== "string" || key.length < 1 || key.length > 255)) {
+        throw invalidArgument("idempotency_key must be a string of 1 to 255 characters", { field: "idempotency_key" });
+      }
+      return { transaction: transactionRequest(item, ""), idempotencyKey: key ?? "" };
+    } catch (err) {
+      malformed.set(index, ConnectError.from(err));
+      return {};
+    }
+  });
+  return { items, malformed };
+}
+
+/** The REST form of one item's error. */
+function renderItemError(error: { code: string; message: string; details?: unknown }) {
+  return { code: error.code, message: error.message, ...(error.details ? { details: error.details } : {}) };
+}
+
+/** Every REST path of the ledger (docs/api.md#endpoints; each is described in gateway/openapi.yaml). */
 export const ledgerRoutes: Route[] = [
   {
     method: "POST",
     path: "/entity",
     body: ["entity_name", "entity_type", "metadata", "currency_code"],
     async handle({ body, programId, call }, { ledger }) {
+      const metadata = metadataField(body);
       const res = await ledger.createEntity(
         {
           programId,
           entityName: stringField(body, "entity_name"),
           entityType: stringField(body, "entity_type"),
           currencyCode: stringField(body, "currency_code"),
-          ...(objectField(body, "metadata") ? { metadata: objectField(body, "metadata")! } : {}),
+          ...(metadata ? { metadata } : {}),
         },
         call,
       );
@@ -170,21 +236,51 @@ export const ledgerRoutes: Route[] = [
   {
     method: "POST",
     path: "/transaction",
-    body: ["description", "status", "metadata", "amount", "account", "entries"],
+    body: TRANSACTION_BODY,
     async handle({ body, programId, call }, { ledger }) {
-      const metadata = objectField(body, "metadata");
-      const res = await ledger.createTransaction(
-        {
-          programId,
-          description: stringField(body, "description"),
-          status: createStatus(body),
-          ...(metadata ? { metadata } : {}),
-          form: transactionForm(body),
-        },
-        call,
-      );
+      const res = await ledger.createTransaction(transactionRequest(body, programId), call);
       const group = res.transactionGroup!;
       return { transactions: group.legs.map(renderLeg), transaction_group_id: group.transactionGroupId };
+    },
+  },
+  {
+    method: "POST",
+    path: "/transaction/batch",
+    body: ["transactions", "atomic"],
+    largeBody: true,
+    async handle({ body, programId, call }, { ledger }) {
+      const atomic = booleanField(body, "atomic") ?? false;
+      const { items, malformed } = batchItems(body);
+      let res;
+      try {
+        res = await ledger.createTransactions({ programId, atomic, transactions: items }, call);
+      } catch (err) {
+        const error = ConnectError.from(err);
+        const index = errorCodeOf(error).details?.["index"];
+        const own = typeof index === "number" ? malformed.get(index) : undefined;
+        if (!own || typeof index !== "number") throw err;
+        const { code, details } = errorCodeOf(own);
+        throw appError(own.code, code, `transactions[${index}]: ${own.rawMessage}`, { ...details, index });
+      }
+      return {
+        succeeded: res.succeeded,
+        failed: res.failed,
+        results: res.results.map((result, index) => {
+          const own = malformed.get(index);
+          if (own) {
+            const { code, details } = errorCodeOf(own);
+            return { status: "error", error: renderItemError({ code, message: own.rawMessage, details }) };
+          }
+          if (result.result.case === "error") return { status: "error", error: renderItemError(result.result.value) };
+          const group = result.result.value!;
+          return {
+            status: "success",
+            transaction_group_id: group.transactionGroupId,
+            transactions: group.legs.map(renderLeg),
+            replayed: result.replayed,
+          };
+        }),
+      };
     },
   },
   {

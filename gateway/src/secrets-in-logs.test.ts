@@ -8,7 +8,7 @@ import { afterAll, beforeAll, expect, it } from "vitest";
 import { inject } from "vitest";
 import { eventually, freePort, restClient, startWebhookReceiver, type WebhookReceiver } from "@ledger/testing";
 
-// No secret ever reaches a log line (issue 6): the whole system runs as `pnpm start` does, at
+// No secret ever reaches a log line (SECURITY.md): the whole system runs as `pnpm start` does, at
 // debug level, with its output captured; the API key (seeded through LEDGER_DEV_API_KEY, which
 // this also tests), the service token and every webhook secret are then searched for in it.
 
@@ -23,7 +23,7 @@ let tempDir: string | undefined;
 
 beforeAll(async () => {
   receiver = await startWebhookReceiver();
-  const ports = { gateway: await freePort(), ledger: await freePort(), hold: await freePort(), notification: await freePort() };
+  const ports = { gateway: await freePort(), gatewayOps: await freePort(), ledger: await freePort(), hold: await freePort(), notification: await freePort() };
   const tag = randomBytes(4).toString("hex");
   tempDir = mkdtempSync(join(tmpdir(), "ledger-logs-"));
   const caFile = join(tempDir, "receiver-ca.pem");
@@ -40,6 +40,7 @@ beforeAll(async () => {
       LEDGER_DEV_API_KEY: devKey,
       SERVICE_TOKEN: serviceToken,
       PORT: String(ports.gateway),
+      GATEWAY_OPS_PORT: String(ports.gatewayOps),
       GATEWAY_HOST: "127.0.0.1",
       LEDGER_PORT: String(ports.ledger),
       HOLD_PORT: String(ports.hold),
@@ -52,7 +53,7 @@ beforeAll(async () => {
   child.stdout!.on("data", (chunk: Buffer) => (output += chunk.toString("utf8")));
   child.stderr!.on("data", (chunk: Buffer) => (output += chunk.toString("utf8")));
   base = `http://127.0.0.1:${ports.gateway}/v1`;
-  const up = await eventually(async () => (await fetch(`http://127.0.0.1:${ports.gateway}/readyz`).catch(() => null))?.ok === true, 30_000, 200);
+  const up = await eventually(async () => (await fetch(`http://127.0.0.1:${ports.gatewayOps}/readyz`).catch(() => null))?.ok === true, 30_000, 200);
   if (!up) throw new Error(`the system did not start:\n${output.slice(-2_000)}`);
 }, 60_000);
 

@@ -1,26 +1,32 @@
 import { randomUUID } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import type { CallOptions } from "@connectrpc/connect";
+import { ConnectError, type CallOptions } from "@connectrpc/connect";
 import { Histogram } from "prom-client";
 import {
   continueTrace,
   IDEMPOTENCY_KEY_HEADER,
   IDEMPOTENT_REPLAYED_HEADER,
   incomingTrace,
+  invalidArgument,
   metricsRegistry,
+  rateKeyOf,
+  rateLimited,
   recordFailure,
   REQUEST_ID_HEADER,
+  requestUrl,
   SpanKind,
   startSpan,
   type Logger,
+  type RateLimiter,
+  type TraceLink,
   type TracedSpan,
   type Tracing,
+  withActiveSpan,
 } from "@ledger/common";
 import { errorEnvelope } from "./errors.js";
 import { parseJsonBody, PayloadTooLarge, readBody } from "./http.js";
 import { asObject, onlyKnown, parseQuery, type Fields } from "./input.js";
 import { toJson } from "./json.js";
-import { rateKeyOf, type RateLimiter } from "./rate-limit.js";
 import type { Clients, Route } from "./routes.js";
 
 const httpDuration = new Histogram({
@@ -31,7 +37,7 @@ const httpDuration = new Histogram({
   registers: [metricsRegistry],
 });
 
-/** The version segment every REST path starts with (SPEC.md section 9). */
+/** The version segment every REST path starts with (docs/api.md#endpoints). */
 export const API_PREFIX = "/v1";
 
 function send(res: ServerResponse, status: number, body: object, headers: Record<string, string> = {}) {
@@ -54,37 +60,36 @@ function header(req: IncomingMessage, name: string): string | undefined {
 export function createRestHandler(
   routes: Route[],
   clients: Clients,
-  options: { bodyLimitBytes: number; log: Logger; rateLimiter?: RateLimiter; tracing?: Tracing | undefined },
+  options: { bodyLimitBytes: number; batchBodyLimitBytes?: number; log: Logger; rateLimiter?: RateLimiter; tracing?: Tracing | undefined },
 ) {
   const table = new Map(routes.map((route) => [`${route.method} ${route.path}`, route]));
   const methodsByPath = new Map<string, string[]>();
   for (const route of routes) methodsByPath.set(route.path, [...(methodsByPath.get(route.path) ?? []), route.method]);
 
   return async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    const started = performance.now();
-    const incomingId = header(req, REQUEST_ID_HEADER);
-    const requestId = incomingId && /^[\w.:-]{1,128}$/.test(incomingId) ? incomingId : randomUUID();
-    const url = new URL(req.url ?? "/", "http://gateway");
-    const path = url.pathname.startsWith(API_PREFIX + "/") ? url.pathname.slice(API_PREFIX.length).replace(/\/+$/, "") : undefined;
-    const method = req.method ?? "GET";
     const incomingContext = incomingTrace((name) => header(req, name));
     // Named by route once it is known; a client's path (ids, typos) would make every name unique.
     const traced: TracedSpan | undefined = options.tracing
-      ? startSpan(options.tracing, method, SpanKind.SERVER, incomingContext, { "http.request.method": method })
+      ? startSpan(options.tracing, req.method ?? "GET", SpanKind.SERVER, incomingContext, { "http.request.method": req.method ?? "GET" })
       : undefined;
+    // Under the span, the request's log lines carry its trace_id and span_id.
+    return traced ? withActiveSpan(traced.span, () => handle(req, res, incomingContext, traced)) : handle(req, res, incomingContext, undefined);
+  };
+
+  async function handle(req: IncomingMessage, res: ServerResponse, incomingContext: TraceLink, traced: TracedSpan | undefined): Promise<void> {
+    const started = performance.now();
+    const incomingId = header(req, REQUEST_ID_HEADER);
+    const requestId = incomingId && /^[\w.:-]{1,128}$/.test(incomingId) ? incomingId : randomUUID();
+    const url = requestUrl(req);
+    const path = url?.pathname.startsWith(API_PREFIX + "/") ? url.pathname.slice(API_PREFIX.length).replace(/\/+$/, "") : undefined;
+    const method = req.method ?? "GET";
     let status = 200;
     try {
       // Budgets are checked before anything else is read: an over-eager client costs almost nothing.
-      const decision = options.rateLimiter?.take(rateKeyOf(header(req, "authorization"), req.socket.remoteAddress));
-      if (decision && !decision.ok) {
-        status = 429;
-        const message = `too many requests for this API key; retry in ${decision.retryAfterSeconds} s`;
-        send(res, 429, { status: "error", error: { code: "rate_limited", message, details: { retry_after_seconds: decision.retryAfterSeconds } } }, {
-          [REQUEST_ID_HEADER]: requestId,
-          "retry-after": String(decision.retryAfterSeconds),
-        });
-        return;
-      }
+      const rateKey = rateKeyOf(header(req, "authorization"), req.socket.remoteAddress);
+      const decision = options.rateLimiter?.take(rateKey);
+      if (decision && !decision.ok) throw rateLimited(rateKey, decision.retryAfterSeconds);
+      if (!url) throw invalidArgument("the request target or its Host header is not valid");
       const route = path === undefined ? undefined : table.get(`${method} ${path}`);
       if (!route) {
         const allowed = path === undefined ? undefined : methodsByPath.get(path);
@@ -102,7 +107,8 @@ export function createRestHandler(
       onlyKnown(query, route.query ?? [], "query");
       let body: Fields = {};
       if (method === "POST" || method === "PUT") {
-        body = asObject(parseJsonBody(await readBody(req, options.bodyLimitBytes)));
+        const limit = route.largeBody ? Math.max(options.bodyLimitBytes, options.batchBodyLimitBytes ?? 0) : options.bodyLimitBytes;
+        body = asObject(parseJsonBody(await readBody(req, limit)));
         onlyKnown(body, route.body ?? [], "body");
       }
       const headers: Record<string, string> = { [REQUEST_ID_HEADER]: requestId };
@@ -133,7 +139,9 @@ export function createRestHandler(
       const envelope = errorEnvelope(err, requestId);
       status = envelope.status;
       if (status >= 500) options.log.error({ request_id: requestId, err }, "request failed");
-      send(res, envelope.status, envelope.body, { [REQUEST_ID_HEADER]: requestId });
+      // A budget spent here or on the RPC port behind says when to come back.
+      const retryAfter = ConnectError.from(err).metadata.get("retry-after");
+      send(res, envelope.status, envelope.body, { [REQUEST_ID_HEADER]: requestId, ...(status === 429 && retryAfter ? { "retry-after": retryAfter } : {}) });
     } finally {
       const seconds = (performance.now() - started) / 1000;
       const route = path !== undefined && table.has(`${method} ${path}`) ? path : "unmatched";
@@ -147,7 +155,7 @@ export function createRestHandler(
         if (status >= 500) recordFailure(traced.span, String(status));
         traced.span.end();
       }
-      options.log.info({ request_id: requestId, method, path: url.pathname, status, ms: Math.round(seconds * 1000) }, "request");
+      options.log.info({ request_id: requestId, method, path: url?.pathname, status, ms: Math.round(seconds * 1000) }, "request");
     }
-  };
+  }
 }
