@@ -9,10 +9,11 @@ import { afterAll, expect, inject, it } from "vitest";
 import { createAccount } from "@ledger/ledger-service";
 import { eventually, freePort, ledgerViolations, ownNats, restClient, startWebhookReceiver, type OwnNats, type WebhookReceiver } from "./index.js";
 
-// A bank workload under faults (issue 6), Jepsen style. Clients run transfers, pending
+// A bank workload under faults, Jepsen style. Clients run transfers, pending
 // transactions settled or canceled, holds captured or released, each with an Idempotency-Key and
 // retried on failure, while the test SIGKILLs and restarts each service, stops NATS, and (with
-// FAULTS_POSTGRES=1) restarts Postgres. Then it checks every promise and names any it finds broken.
+// FAULTS_POSTGRES=1) stops and restarts Postgres. A service that exits without the test killing it
+// is a broken promise too. Then it checks every promise and names any it finds broken.
 
 const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
 const SECONDS = Number(process.env["FAULTS_SECONDS"] ?? 30);
@@ -26,6 +27,9 @@ const ENTRY: Record<Service, string> = {
 };
 
 const children = new Map<Service, ChildProcess>();
+// Exits the test did not cause: a service must outlive any fault of its dependencies.
+const unexpectedExits: string[] = [];
+const killing = new Set<ChildProcess>();
 let nats: OwnNats | undefined;
 let receiver: WebhookReceiver | undefined;
 let tempDir: string | undefined;
@@ -42,13 +46,32 @@ async function kill(name: Service) {
   if (!child || child.exitCode !== null || child.signalCode !== null) return;
   await new Promise<void>((resolve) => {
     child.once("exit", () => resolve());
+    killing.add(child);
     child.kill("SIGKILL");
   });
 }
 
-function restartPostgres() {
-  const version = readdirSync("/etc/postgresql")[0]!;
-  execFileSync("pg_ctlcluster", ["--skip-systemctl-redirect", version, "main", "restart"], { stdio: "ignore" });
+/**
+ * The local cluster (postgresql-common) that serves `databaseUrl`: FAULTS_PG_CLUSTER names it
+ * ("15/main", or "main" for the only version), else the one listening on the URL's port.
+ */
+function postgresCluster(databaseUrl: string): { version: string; name: string } {
+  const named = process.env["FAULTS_PG_CLUSTER"];
+  if (named) {
+    const [version, name] = named.includes("/") ? named.split("/") : [readdirSync("/etc/postgresql")[0]!, named];
+    return { version: version!, name: name! };
+  }
+  const port = new URL(databaseUrl).port || "5432";
+  for (const line of execFileSync("pg_lsclusters", ["--no-header"], { encoding: "utf8" }).split("\n")) {
+    const [version, name, clusterPort] = line.trim().split(/\s+/);
+    if (clusterPort === port) return { version: version!, name: name! };
+  }
+  throw new Error(`FAULTS_POSTGRES=1: no local cluster listens on port ${port} of DATABASE_URL; set FAULTS_PG_CLUSTER`);
+}
+
+function pgCtlCluster(cluster: { version: string; name: string }, action: "start" | "stop" | "restart") {
+  const mode = action === "start" ? [] : ["-m", "fast"];
+  execFileSync("pg_ctlcluster", ["--skip-systemctl-redirect", ...mode, cluster.version, cluster.name, action], { stdio: "ignore" });
 }
 
 it(`keeps every promise through ${SECONDS} s of faults`, async () => {
@@ -73,6 +96,7 @@ it(`keeps every promise through ${SECONDS} s of faults`, async () => {
     HOLD_PORT: String(ports.hold),
     NOTIFICATION_PORT: String(ports.notification),
     PORT: String(ports.gateway),
+    GATEWAY_OPS_PORT: String(await freePort()),
     GATEWAY_HOST: "127.0.0.1",
     LEDGER_URL: `http://127.0.0.1:${ports.ledger}`,
     HOLD_URL: `http://127.0.0.1:${ports.hold}`,
@@ -84,7 +108,12 @@ it(`keeps every promise through ${SECONDS} s of faults`, async () => {
     NODE_EXTRA_CA_CERTS: caFile,
   };
   const start = async (name: Service) => {
-    const child = spawn(process.execPath, ["--import", "tsx", ENTRY[name]], { cwd: ROOT, env, stdio: "ignore" });
+    const child = spawn(process.execPath, ["--import", "tsx", ENTRY[name]], { cwd: ROOT, env, stdio: ["ignore", "ignore", "pipe"] });
+    let stderr = "";
+    child.stderr!.on("data", (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-2_000)));
+    child.once("exit", (code, signal) => {
+      if (!killing.has(child)) unexpectedExits.push(`${name} exited by itself (${signal ?? `status ${code}`}): ${stderr.trim().split("\n").slice(-5).join(" | ")}`);
+    });
     children.set(name, child);
     const up = await eventually(async () => (await fetch(`http://127.0.0.1:${ports[name]}/healthz`).catch(() => null))?.ok === true, 30_000, 100);
     if (!up) throw new Error(`${name} did not start`);
@@ -155,6 +184,8 @@ it(`keeps every promise through ${SECONDS} s of faults`, async () => {
       }
     }
   };
+  const cluster = process.env["FAULTS_POSTGRES"] === "1" && existsSync("/etc/postgresql") ? postgresCluster(databaseUrl) : undefined;
+  const outage: string[] = [];
   const faults = async () => {
     const plan: Array<() => Promise<void>> = [
       ...SERVICES.map((name) => async () => {
@@ -167,7 +198,23 @@ it(`keeps every promise through ${SECONDS} s of faults`, async () => {
         await new Promise((resolve) => setTimeout(resolve, 2_000));
         await nats!.start();
       },
-      ...(process.env["FAULTS_POSTGRES"] === "1" && existsSync("/etc/postgresql") ? [async () => restartPostgres()] : []),
+      ...(cluster
+        ? [
+            // While Postgres is away the services stay up, say so on /readyz, and answer 503 unavailable.
+            async () => {
+              pgCtlCluster(cluster, "stop");
+              try {
+                const notReady = await eventually(async () => (await fetch(`http://127.0.0.1:${ports.ledger}/readyz`).catch(() => null))?.status === 503, 10_000, 100);
+                if (!notReady) outage.push("the ledger's /readyz did not answer 503 while Postgres was stopped");
+                const res = await api.post("/transaction", { amount: 1, status: "posted", description: "outage", account: { from: entities[0], to: entities[1] } }, { "idempotency-key": `outage-${randomBytes(6).toString("hex")}` }).catch((err: unknown) => ({ status: 0, body: { error: { code: String(err) } } }));
+                if (res.status !== 503 || res.body?.error?.code !== "unavailable") outage.push(`a transfer while Postgres was stopped answered ${res.status} ${JSON.stringify(res.body?.error ?? res.body)}`);
+              } finally {
+                pgCtlCluster(cluster, "start");
+              }
+            },
+            async () => pgCtlCluster(cluster, "restart"),
+          ]
+        : []),
     ];
     let i = 0;
     while (running) {
@@ -200,7 +247,7 @@ it(`keeps every promise through ${SECONDS} s of faults`, async () => {
     return Number(l!["n"]) === 0 && Number(h!["n"]) === 0 && Number(d!["n"]) === 0 && consumerPending === 0;
   }, 120_000, 500);
 
-  const violations: string[] = [];
+  const violations: string[] = [...unexpectedExits, ...outage];
   if (!settled) violations.push("the system did not settle within 120 s after the faults stopped");
   violations.push(...(await ledgerViolations(sql as never, account.account_id)));
 

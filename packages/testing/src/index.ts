@@ -4,10 +4,10 @@ import { createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
-import type { TracingConfig } from "@ledger/common";
+import { DEFAULT_RPC_BODY_LIMIT_BYTES, type RateLimitConfig, type TracingConfig } from "@ledger/common";
 import { startGateway, type GatewayConfig, type GatewayHandle } from "@ledger/gateway";
 import { startHold, type HoldConfig, type HoldHandle } from "@ledger/hold-service";
-import { createAccount, startLedger, type LedgerHandle, type NewAccount } from "@ledger/ledger-service";
+import { createAccount, startLedger, type LedgerConfig, type LedgerHandle, type NewAccount } from "@ledger/ledger-service";
 import { startNotification, type NotificationConfig, type NotificationHandle } from "@ledger/notification-service";
 import { EventSchema, type Event } from "@ledger/proto/events/v1/events_pb.js";
 import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
@@ -119,6 +119,27 @@ export interface StackOptions {
   notification?: Partial<NotificationConfig>;
   /** OpenTelemetry tracing for every process of the stack (off when absent, as in production). */
   tracing?: TracingConfig;
+  /** Request budgets of the RPC ports (ledger, hold, notification); off unless given, like the gateway's. */
+  rpcRateLimit?: RateLimitConfig;
+  /** Ledger settings to override, for example how often key usage is written. */
+  ledger?: Partial<LedgerConfig>;
+  /**
+   * How the gateway and the services call each other: over HTTP/2 on their ports, as when deployed
+   * apart, or in memory, as `npm start` runs them. The default is `setDefaultWiring`'s, HTTP/2 unless
+   * a test file changed it: how one file runs another's whole suite in memory (*.in-memory.test.ts).
+   */
+  wiring?: "http" | "memory";
+}
+
+let defaultWiring: "http" | "memory" = "http";
+
+/**
+ * Sets how this test file's stacks are wired unless a `startStack` call says otherwise. A file
+ * that sets "memory" and then imports another test file runs that file's tests against stacks
+ * wired as `npm start` wires them (stacks start in hooks, after every import has run).
+ */
+export function setDefaultWiring(wiring: "http" | "memory"): void {
+  defaultWiring = wiring;
 }
 
 /**
@@ -132,7 +153,11 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   const stream = `TEST_${tag}`;
   const subjectPrefix = `test${tag}`;
   const logLevel = process.env["TEST_LOG_LEVEL"] ?? "silent";
+  const inMemory = (options.wiring ?? defaultWiring) === "memory";
+  // What every RPC port of the stack accepts: the production body limit, and no rate limit unless asked.
+  const rpcLimits = { rpcBodyLimitBytes: DEFAULT_RPC_BODY_LIMIT_BYTES, ...(options.rpcRateLimit ?? { rateLimitPerSecond: 0, rateLimitBurst: 1 }) };
   const ledger = await startLedger({
+    ...rpcLimits,
     databaseUrl,
     natsUrl,
     natsStream: stream,
@@ -146,8 +171,10 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     batchLingerMs: 2,
     serviceToken: TEST_SERVICE_TOKEN,
     tracing: options.tracing,
+    ...options.ledger,
   });
-  const infra = { natsUrl, natsStream: stream, natsSubjectPrefix: subjectPrefix, logLevel, tracing: options.tracing };
+  const ledgerPeer = inMemory ? ledger.server.inProcess : undefined;
+  const infra = { ...rpcLimits, natsUrl, natsStream: stream, natsSubjectPrefix: subjectPrefix, logLevel, tracing: options.tracing };
   // The hold and notification services get databases of their own per stack: their background
   // workers (expiry, recovery, deliveries) take any due row in their database, and must not pick
   // up another test file's rows with this stack's settings.
@@ -162,10 +189,13 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     expiryIntervalMs: 200,
     databasePoolSize: 10,
     recoveryAfterMs: options.recoveryAfterMs ?? 1_000,
+    batchMax: 64,
+    batchConcurrency: 4,
+    batchLingerMs: 1,
   };
   const holdReplicas: HoldHandle[] = [];
   const startHoldReplica = async () => {
-    const handle = await startHold(holdConfig);
+    const handle = await startHold(holdConfig, { ledger: ledgerPeer });
     holdReplicas.push(handle);
     return handle;
   };
@@ -178,12 +208,12 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
         host: "127.0.0.1",
         port: 0,
         ledgerUrl: ledger.server.url,
+        serviceToken: TEST_SERVICE_TOKEN,
         databasePoolSize: 5,
         webhookAllowHttp: false,
         webhookAllowPrivateNetworks: true,
         webhookTimeoutMs: 2_000,
         webhookRetryScheduleMs: [300, 300],
-        webhookConcurrencyPerEndpoint: 4,
         webhookConcurrency: 32,
         secretKey: randomBytes(32),
         ...options.notification,
@@ -192,7 +222,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   const replicas: NotificationHandle[] = [];
   const startReplica = async () => {
     if (!notificationConfig) throw new Error("startStack was called without the notification option");
-    const handle = await startNotification(notificationConfig);
+    const handle = await startNotification(notificationConfig, { ledger: ledgerPeer });
     replicas.push(handle);
     return handle;
   };
@@ -204,17 +234,19 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   const gateway = await startGateway({
     host: "127.0.0.1",
     port: 0,
+    opsPort: 0,
     ledgerUrl: ledger.server.url,
     holdUrl: options.externalHoldUrl ?? hold!.server.url,
     // Without a notification service the webhook paths answer 503, as in production when it is down.
     notificationUrl: notification?.server.url ?? "http://127.0.0.1:9",
     bodyLimitBytes: 64 * 1024,
+    batchBodyLimitBytes: 4 * 1024 * 1024,
     logLevel,
     rateLimitPerSecond: 0,
     rateLimitBurst: 1,
     tracing: options.tracing,
     ...options.gateway,
-  });
+  }, inMemory ? { ledger: ledgerPeer, hold: options.externalHoldUrl ? undefined : hold!.server.inProcess, notification: notification?.server.inProcess } : {});
   const sql = postgres(databaseUrl, { max: 4, types: { bigint: postgres.BigInt }, onnotice: () => {}, connection: { search_path: "ledger" } }) as unknown as postgres.Sql<{ bigint: bigint }>;
   const restUrl = `${gateway.server.url}/v1`;
   const transport = createConnectTransport({ baseUrl: ledger.server.url, httpVersion: "2", useBinaryFormat: true });

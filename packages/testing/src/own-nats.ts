@@ -27,8 +27,8 @@ export async function freePort(): Promise<number> {
   });
 }
 
-/** Prepares (does not start) a JetStream-enabled nats-server with a store of its own. */
-export async function ownNats(): Promise<OwnNats> {
+/** Prepares (does not start) a JetStream-enabled nats-server with a store of its own; `extraArgs` go to nats-server (auth, TLS). */
+export async function ownNats(extraArgs: string[] = []): Promise<OwnNats> {
   if (!NATS_SERVER_BIN) throw new Error("no nats-server binary; set NATS_SERVER_BIN");
   const port = await freePort();
   const storeDir = mkdtempSync(join(tmpdir(), "ledger-nats-"));
@@ -44,7 +44,7 @@ export async function ownNats(): Promise<OwnNats> {
   return {
     url: `nats://127.0.0.1:${port}`,
     async start() {
-      child = spawn(NATS_SERVER_BIN!, ["-a", "127.0.0.1", "-p", String(port), "-js", "-sd", storeDir], { stdio: "ignore" });
+      child = spawn(NATS_SERVER_BIN!, ["-a", "127.0.0.1", "-p", String(port), "-js", "-sd", storeDir, ...extraArgs], { stdio: "ignore" });
       const deadline = Date.now() + 10_000;
       while (Date.now() < deadline) {
         const up = await new Promise<boolean>((resolve) => {

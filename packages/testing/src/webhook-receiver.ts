@@ -39,8 +39,8 @@ export interface ReceivedWebhook {
   at: number;
 }
 
-/** What a path answers; "hang" never answers. */
-export type Reply = { status: number; body?: string; headers?: Record<string, string> } | "hang";
+/** What a path answers, after `delayMs` when given (a slow receiver); "hang" never answers. */
+export type Reply = { status: number; body?: string; headers?: Record<string, string>; delayMs?: number } | "hang";
 
 /** A real HTTPS server on 127.0.0.1, port 0, recording every request per path. */
 export interface WebhookReceiver {
@@ -70,8 +70,12 @@ export async function startWebhookReceiver(): Promise<WebhookReceiver> {
       log.set(path, list);
       const reply: Reply = (replies.get(path) ?? ((): Reply => ({ status: 200, body: "ok" })))(list.length, got);
       if (reply === "hang") return;
-      res.writeHead(reply.status, { "content-type": "text/plain", ...(reply.headers ?? {}) });
-      res.end(reply.body ?? "");
+      const answer = () => {
+        res.writeHead(reply.status, { "content-type": "text/plain", ...(reply.headers ?? {}) });
+        res.end(reply.body ?? "");
+      };
+      if (reply.delayMs) setTimeout(answer, reply.delayMs);
+      else answer();
     });
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", () => resolve()));

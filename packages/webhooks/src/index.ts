@@ -8,10 +8,13 @@ export interface VerifyOptions {
   now?: number;
 }
 
+/** Why a delivery was refused, as a stable code to branch on or log. */
+export type WebhookVerificationReason = "malformed_header" | "timestamp_out_of_tolerance" | "no_matching_signature" | "no_secret";
+
 /** Why a delivery was refused; `verifyWebhook` throws it. */
 export class WebhookVerificationError extends Error {
   constructor(
-    readonly reason: "malformed_header" | "timestamp_out_of_tolerance" | "no_matching_signature" | "no_secret",
+    readonly reason: WebhookVerificationReason,
     message: string,
   ) {
     super(message);
@@ -20,7 +23,7 @@ export class WebhookVerificationError extends Error {
 }
 
 /**
- * Verifies a delivery as its receiver should (SPEC.md section 5): recomputes
+ * Verifies a delivery as its receiver should: recomputes
  * HMAC-SHA256(secret, `<t>.<rawBody>`) for each secret (several during a secret roll), compares it
  * in constant time with every `v1=` of the `X-Service-Signature` header, and refuses a timestamp
  * older or further in the future than the tolerance, which stops replays.
