@@ -14,6 +14,8 @@ export interface Backlog {
 /** Reads the backlog of one bench installation. */
 export interface BacklogProbe {
   read(): Promise<Backlog>;
+  /** Events in the notification service's event log so far. */
+  storedEvents(): Promise<number>;
   /** Waits until both are empty, at most `capMs`; answers how long it waited and what was left. */
   settle(capMs: number): Promise<{ waitedMs: number; left: Backlog }>;
   natsVersion(): string;
@@ -31,6 +33,10 @@ export async function backlogProbe(sql: postgres.Sql, natsUrl: string, stream: s
   };
   return {
     read,
+    async storedEvents() {
+      const [row] = await sql<{ n: number }[]>`select count(*)::int as n from notification.events`;
+      return row?.n ?? 0;
+    },
     async settle(capMs) {
       const start = Date.now();
       let left = await read();

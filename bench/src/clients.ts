@@ -20,6 +20,8 @@ export class CallError extends Error {
 /** A JSON client of the gateway bound to one API key. */
 export interface Rest {
   post<T = Record<string, unknown>>(path: string, body: unknown): Promise<T>;
+  /** The same with another method, for example PUT. */
+  send<T = Record<string, unknown>>(method: string, path: string, body: unknown): Promise<T>;
   close(): void;
 }
 
@@ -30,42 +32,44 @@ export interface Rest {
 export function restClient(restUrl: string, apiKey: string, maxSockets: number): Rest {
   const url = new URL(restUrl);
   const agent = new Agent({ keepAlive: true, maxSockets, maxFreeSockets: maxSockets });
+  const send = <T>(method: string, path: string, body: unknown) => {
+    const payload = Buffer.from(JSON.stringify(body));
+    return new Promise<T>((resolve, reject) => {
+      const req = request(
+        {
+          agent,
+          host: url.hostname,
+          port: url.port,
+          method,
+          path: url.pathname + path,
+          timeout: REQUEST_TIMEOUT_MS,
+          headers: { authorization: apiKey, "content-type": "application/json", "content-length": payload.length },
+        },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on("data", (c: Buffer) => chunks.push(c));
+          res.on("error", reject);
+          res.on("end", () => {
+            const text = Buffer.concat(chunks).toString("utf8");
+            let parsed: { error?: { code?: string } } | undefined;
+            try {
+              parsed = JSON.parse(text) as { error?: { code?: string } };
+            } catch {
+              parsed = undefined;
+            }
+            if (res.statusCode !== undefined && res.statusCode < 300 && parsed) resolve(parsed as T);
+            else reject(new CallError(parsed?.error?.code ?? `http_${res.statusCode}`));
+          });
+        },
+      );
+      req.on("timeout", () => req.destroy(new CallError("timeout")));
+      req.on("error", (err: NodeJS.ErrnoException) => reject(err instanceof CallError ? err : new CallError(err.code ?? "network")));
+      req.end(payload);
+    });
+  };
   return {
-    post<T>(path: string, body: unknown) {
-      const payload = Buffer.from(JSON.stringify(body));
-      return new Promise<T>((resolve, reject) => {
-        const req = request(
-          {
-            agent,
-            host: url.hostname,
-            port: url.port,
-            method: "POST",
-            path: url.pathname + path,
-            timeout: REQUEST_TIMEOUT_MS,
-            headers: { authorization: apiKey, "content-type": "application/json", "content-length": payload.length },
-          },
-          (res) => {
-            const chunks: Buffer[] = [];
-            res.on("data", (c: Buffer) => chunks.push(c));
-            res.on("error", reject);
-            res.on("end", () => {
-              const text = Buffer.concat(chunks).toString("utf8");
-              let parsed: { error?: { code?: string } } | undefined;
-              try {
-                parsed = JSON.parse(text) as { error?: { code?: string } };
-              } catch {
-                parsed = undefined;
-              }
-              if (res.statusCode !== undefined && res.statusCode < 300 && parsed) resolve(parsed as T);
-              else reject(new CallError(parsed?.error?.code ?? `http_${res.statusCode}`));
-            });
-          },
-        );
-        req.on("timeout", () => req.destroy(new CallError("timeout")));
-        req.on("error", (err: NodeJS.ErrnoException) => reject(err instanceof CallError ? err : new CallError(err.code ?? "network")));
-        req.end(payload);
-      });
-    },
+    post: (path, body) => send("POST", path, body),
+    send,
     close: () => agent.destroy(),
   };
 }

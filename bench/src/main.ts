@@ -1,5 +1,6 @@
-// `pnpm bench`: pgbench as the reference, then the ledger's workloads through REST and RPC, then
-// webhooks; checks the invariants and writes bench/results/{latest,smoke}.{json,md}.
+// `pnpm bench`: pgbench as the reference, then, in each layout (four processes, one process), the
+// ledger's workloads through REST and RPC and webhooks; checks the invariants and writes
+// bench/results/{latest,smoke}.{json,md}.
 import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -13,17 +14,24 @@ import { runClosedLoop } from "./closed-loop.js";
 import { deliveryViolations, moneyViolations } from "./invariants.js";
 import { runPgbench, type PgbenchResult } from "./pgbench.js";
 import { cellsTable, machineInfo, toJson, toMarkdown, type Cell, type Report } from "./report.js";
-import { cpuPercent, cpuSnapshot, peakRssMb, resetPeakRss, SERVICES, startSystem, type ServiceName } from "./system.js";
-import { drain, DeliveryTracker, HOOK_PATH, pacedLatency, type DrainResult, type WebhookLatency } from "./webhooks.js";
+import { cpuPercent, cpuSnapshot, LAYOUTS, peakRssMb, resetPeakRss, SERVICES, startSystem, type Layout, type ServiceName } from "./system.js";
+import { drain, DeliveryTracker, HOOK_PATH, pacedLatency, slowBeside, type DrainResult, type SlowBeside, type WebhookLatency } from "./webhooks.js";
+import { BATCH_CONCURRENCY, BATCH_ITEMS, BATCH_WORKLOADS, batchOperation, isBatchWorkload, type BatchWorkloadName } from "./batch-workloads.js";
 import { createFixtures, operation, WORKLOADS, type Transport, type WorkloadName } from "./workloads.js";
 
-const USAGE = `usage: pnpm bench [--duration S] [--warmup S] [--concurrency 1,16,64] [--only LIST] [--transport rest,rpc] [--smoke]
+const ALL_WORKLOADS = [...WORKLOADS, ...BATCH_WORKLOADS];
+
+const USAGE = `usage: pnpm bench [--duration S] [--warmup S] [--concurrency 1,16,64] [--only LIST] [--transport rest,rpc] [--layout L] [--smoke]
 
   --duration S       measured seconds per workload, transport and concurrency (default 10)
   --warmup S         seconds before each measurement (default 2)
   --concurrency L    closed-loop workers, comma-separated (default 1,16,64)
-  --only LIST        any of pgbench,${WORKLOADS.join(",")},webhooks (default all)
+  --only LIST        any of pgbench,${ALL_WORKLOADS.join(",")},webhooks (default all)
+                     (batch and batch-hot run at concurrency 1,4,16 whatever --concurrency says)
   --transport L      rest, rpc or both (default rest,rpc)
+  --layout L         processes (four, as deployed), one-process (as npm start runs it), or both
+                     (default processes,one-process; the drains and the webhook targets run in
+                     the processes layout only)
   --pgbench-time S   pgbench -T (default the --duration, at least 5)
   --smoke            everything briefly, for CI: a few seconds in all; numbers mean nothing
 Environment: BENCH_DATABASE_URL (default postgres://root@127.0.0.1:5432/ledger_bench, recreated
@@ -37,14 +45,17 @@ interface Settings {
   durationS: number;
   warmupS: number;
   concurrency: number[];
-  workloads: WorkloadName[];
+  workloads: Array<WorkloadName | BatchWorkloadName>;
   transports: Transport[];
+  layouts: Layout[];
   pgbench: boolean;
   pgbenchScale: number;
   pgbenchSeconds: number;
   webhooks: boolean;
   webhookRates: number[];
   webhookSeconds: number;
+  /** Seconds of the steady run at half pgbench's TPS (once alone, once beside a slow destination). */
+  webhookSteadySeconds: number;
   drainEvents: number;
   entities: number;
   /** How long to let the previous cell's events flow out before the next cell starts. */
@@ -60,6 +71,7 @@ function readSettings(argv: string[]): Settings {
       concurrency: { type: "string" },
       only: { type: "string" },
       transport: { type: "string" },
+      layout: { type: "string" },
       "pgbench-time": { type: "string" },
       smoke: { type: "boolean", default: false },
       help: { type: "boolean", short: "h" },
@@ -77,28 +89,32 @@ function readSettings(argv: string[]): Settings {
     return n;
   };
   const list = (raw: string | undefined, fallback: string[]) => (raw === undefined ? fallback : raw.split(",").map((s) => s.trim()).filter(Boolean));
-  const only = list(values.only, ["pgbench", ...WORKLOADS, "webhooks"]);
-  const known = new Set<string>(["pgbench", ...WORKLOADS, "webhooks"]);
+  const only = list(values.only, ["pgbench", ...ALL_WORKLOADS, "webhooks"]);
+  const known = new Set<string>(["pgbench", ...ALL_WORKLOADS, "webhooks"]);
   const unknown = only.filter((o) => !known.has(o));
   if (unknown.length) throw new Error(`--only: unknown ${unknown.join(", ")}\n\n${USAGE}`);
   const concurrency = list(values.concurrency, smoke ? ["16"] : ["1", "16", "64"]).map(Number);
   if (concurrency.some((c) => !Number.isInteger(c) || c < 1 || c > 1024)) throw new Error(`--concurrency must list integers 1 to 1024\n\n${USAGE}`);
   const transports = list(values.transport, ["rest", "rpc"]);
   if (transports.some((t) => t !== "rest" && t !== "rpc")) throw new Error(`--transport takes rest and/or rpc\n\n${USAGE}`);
+  const layouts = list(values.layout, [...LAYOUTS]);
+  if (layouts.length === 0 || layouts.some((l) => !(LAYOUTS as readonly string[]).includes(l))) throw new Error(`--layout takes ${LAYOUTS.join(" and/or ")}\n\n${USAGE}`);
   const durationS = number(values.duration, smoke ? 0.4 : 10, "duration");
   return {
     smoke,
     durationS,
     warmupS: number(values.warmup, smoke ? 0.1 : 2, "warmup"),
     concurrency,
-    workloads: WORKLOADS.filter((w) => only.includes(w)),
+    workloads: ALL_WORKLOADS.filter((w) => only.includes(w)),
     transports: transports as Transport[],
+    layouts: LAYOUTS.filter((l) => layouts.includes(l)),
     pgbench: only.includes("pgbench"),
     pgbenchScale: smoke ? 1 : 10,
     pgbenchSeconds: Math.round(number(values["pgbench-time"], smoke ? 1 : Math.max(5, durationS), "pgbench-time")),
     webhooks: only.includes("webhooks"),
-    webhookRates: [200, 1000],
+    webhookRates: [200],
     webhookSeconds: smoke ? 0.5 : 5,
+    webhookSteadySeconds: smoke ? 0.5 : 20,
     drainEvents: smoke ? 100 : 3000,
     entities: smoke ? 64 : 1000,
     settleMs: smoke ? 1_000 : 10_000,
@@ -138,139 +154,195 @@ async function main(): Promise<number> {
   }
   const ratioOf = (perSecond: number) => (pgbench ? perSecond / pgbench.tps : 0);
 
-  // 2. A fresh database and stream, and the system as four processes.
-  await admin.unsafe(`drop database if exists "${databaseName.replace(/"/g, '""')}" with (force)`);
+  // 2. The webhook receiver, shared by every layout; then each layout on a fresh database and stream.
   const receiver = await startWebhookReceiver();
   const caFile = join(repoRoot, "bench", "results", `.receiver-ca-${process.pid}.pem`);
   mkdirSync(resultsDir, { recursive: true });
   writeFileSync(caFile, receiver.ca);
-  progress("starting ledger, hold, notification and gateway");
-  const system = await startSystem({ databaseUrl, natsUrl, repoRoot, caFile });
-  endProgress();
-  console.log(`system up (logs in ${system.logDir})`);
-  const sql = postgres(databaseUrl, {
-    max: 4,
-    types: { bigint: postgres.BigInt },
-    onnotice: () => {},
-    connection: { search_path: "ledger" },
-  }) as unknown as postgres.Sql<{ bigint: bigint }>;
-  const probe = await backlogProbe(sql as unknown as postgres.Sql, natsUrl, system.stream);
-
   const cells: Cell[] = [];
   const webhooks: WebhookLatency[] = [];
-  let drained: DrainResult | undefined;
+  const drains: DrainResult[] = [];
+  let beside: SlowBeside | undefined;
   const unexpectedErrors: string[] = [];
   const violations: string[] = [];
-  const overallPeak = Object.fromEntries(SERVICES.map((s) => [s, 0])) as Record<ServiceName, number>;
+  const peaks = {} as Partial<Record<Layout, Record<ServiceName, number>>>;
   let perCellPeakRss = true;
-  const notePeaks = () => {
-    const now = {} as Record<ServiceName, number>;
-    for (const s of SERVICES) {
-      now[s] = peakRssMb(system.pids[s]) ?? 0;
-      overallPeak[s] = Math.max(overallPeak[s], now[s]);
-    }
-    return now;
-  };
+  let machine: Report["machine"] | undefined;
   try {
-    const [versionRow] = await sql<{ v: string }[]>`select split_part(version(), ' on ', 1) as v`;
-    // createAccount takes the ledger's own Sql type; this client is the same postgres.js client.
-    const mainAccount = await createAccount(sql as never, "bench");
-    const hookAccount = await createAccount(sql as never, "bench webhooks");
-    const rpc = rpcClients(system.urls.ledger, system.urls.hold, mainAccount.api_key);
-    const maxConcurrency = Math.max(...settings.concurrency);
-    const rest = restClient(system.restUrl, mainAccount.api_key, maxConcurrency);
-
-    // 3. The closed-loop workloads.
-    if (settings.workloads.length) {
-      progress(`creating and funding ${settings.entities} entities`);
-      const fixtures = await createFixtures(rpc, settings.entities);
+    for (const layout of settings.layouts) {
+      await admin.unsafe(`drop database if exists "${databaseName.replace(/"/g, '""')}" with (force)`);
+      progress(layout === "processes" ? "starting ledger, hold, notification and gateway as four processes" : "starting everything in one process (dist/start-all.js)");
+      const system = await startSystem({ databaseUrl, natsUrl, repoRoot, caFile, layout });
       endProgress();
-      console.log(`\n${cellsTable([]).split("\n").join("\n")}`);
-      for (const workload of settings.workloads) {
-        for (const transport of settings.transports) {
-          for (const concurrency of settings.concurrency) {
-            const label = `${workload} ${transport} c=${concurrency}`;
-            const settled = await probe.settle(settings.settleMs);
-            if (settled.waitedMs > 1_000) progress(`${label}: waited ${(settled.waitedMs / 1000).toFixed(1)} s for the previous events to flow out`);
-            for (const s of SERVICES) if (!resetPeakRss(system.pids[s])) perCellPeakRss = false;
-            let windowCpu = cpuSnapshot(system.pids);
-            const cpuTimer = setTimeout(() => (windowCpu = cpuSnapshot(system.pids)), settings.warmupS * 1000);
-            const total = settings.warmupS + settings.durationS;
-            const result = await runClosedLoop({
-              concurrency,
-              warmupMs: settings.warmupS * 1000,
-              durationMs: settings.durationS * 1000,
-              operation: operation(workload, transport, { rest, rpc }, fixtures),
-              onProgress: (ms, ok, failed) => progress(`${label}: ${(ms / 1000).toFixed(0)}/${total} s, ${ok} ok in window, ${failed} errors`),
-            });
-            clearTimeout(cpuTimer);
-            const cpu = cpuPercent(windowCpu, cpuSnapshot(system.pids));
-            const left = await probe.read();
-            const cell: Cell = {
-              workload,
-              transport,
-              concurrency,
-              ...result,
-              ratio: ratioOf(result.perSecond),
-              rssMb: notePeaks(),
-              cpu,
-              backlogAfter: left.outbox + left.consumer,
-            };
-            cells.push(cell);
-            for (const [code, n] of Object.entries(result.errors)) unexpectedErrors.push(`${label}: ${n} × ${code}`);
+      console.log(`\n${layout}: system up (logs in ${system.logDir})`);
+      const sql = postgres(databaseUrl, {
+        max: 4,
+        types: { bigint: postgres.BigInt },
+        onnotice: () => {},
+        connection: { search_path: "ledger" },
+      }) as unknown as postgres.Sql<{ bigint: bigint }>;
+      const probe = await backlogProbe(sql as unknown as postgres.Sql, natsUrl, system.stream);
+      const overallPeak = Object.fromEntries(SERVICES.map((s) => [s, 0])) as Record<ServiceName, number>;
+      peaks[layout] = overallPeak;
+      const notePeaks = () => {
+        const now = {} as Record<ServiceName, number>;
+        for (const s of SERVICES) {
+          now[s] = peakRssMb(system.pids[s]) ?? 0;
+          overallPeak[s] = Math.max(overallPeak[s], now[s]);
+        }
+        return now;
+      };
+      try {
+        const [versionRow] = await sql<{ v: string }[]>`select split_part(version(), ' on ', 1) as v`;
+        machine ??= machineInfo(versionRow?.v ?? "unknown", probe.natsVersion());
+        // createAccount takes the ledger's own Sql type; this client is the same postgres.js client.
+        const mainAccount = await createAccount(sql as never, "bench");
+        const hookAccount = await createAccount(sql as never, "bench webhooks");
+        const rpc = rpcClients(system.urls.ledger, system.urls.hold, mainAccount.api_key);
+        const maxConcurrency = Math.max(...settings.concurrency, ...(settings.workloads.some(isBatchWorkload) ? BATCH_CONCURRENCY : []));
+        const rest = restClient(system.restUrl, mainAccount.api_key, maxConcurrency);
+
+        // 3. The closed-loop workloads.
+        if (settings.workloads.length) {
+          progress(`creating and funding ${settings.entities} entities`);
+          const fixtures = await createFixtures(rpc, settings.entities);
+          endProgress();
+          console.log(`\n${cellsTable([]).split("\n").join("\n")}`);
+          for (const workload of settings.workloads) {
+            for (const transport of settings.transports) {
+              // A batch call is 100 transfers: its cells are concurrency 1, 4 and 16 (4 in a smoke run).
+              const batch = isBatchWorkload(workload);
+              const levels = batch ? (settings.smoke ? [4] : BATCH_CONCURRENCY) : settings.concurrency;
+              for (const concurrency of levels) {
+                const label = `${workload} ${transport} c=${concurrency}`;
+                const settled = await probe.settle(settings.settleMs);
+                if (settled.waitedMs > 1_000) progress(`${label}: waited ${(settled.waitedMs / 1000).toFixed(1)} s for the previous events to flow out`);
+                for (const s of SERVICES) if (!resetPeakRss(system.pids[s])) perCellPeakRss = false;
+                let windowCpu = cpuSnapshot(system.pids);
+                const cpuTimer = setTimeout(() => (windowCpu = cpuSnapshot(system.pids)), settings.warmupS * 1000);
+                const total = settings.warmupS + settings.durationS;
+                const storedBefore = await probe.storedEvents();
+                const cellStarted = performance.now();
+                const result = await runClosedLoop({
+                  concurrency,
+                  warmupMs: settings.warmupS * 1000,
+                  durationMs: settings.durationS * 1000,
+                  operation: batch ? batchOperation(workload, transport, { rest, rpc }, fixtures) : operation(workload, transport, { rest, rpc }, fixtures),
+                  onProgress: (ms, ok, failed) => progress(`${label}: ${(ms / 1000).toFixed(0)}/${total} s, ${ok} ok in window, ${failed} errors`),
+                });
+                clearTimeout(cpuTimer);
+                const cpu = cpuPercent(windowCpu, cpuSnapshot(system.pids));
+                const left = await probe.read();
+                // Throughput of a batch workload is in transfers (items), latencies are per call.
+                const itemsPerCall = batch ? BATCH_ITEMS : 1;
+                const storedDuring = (await probe.storedEvents()) - storedBefore;
+                const cellSeconds = (performance.now() - cellStarted) / 1000;
+                // The cell's own backlog, waited for here rather than before the next cell, so its time is this cell's.
+                const drained = await probe.settle(settings.settleMs);
+                const cell: Cell = {
+                  layout,
+                  workload,
+                  transport,
+                  concurrency,
+                  ...result,
+                  itemsPerCall,
+                  perSecond: result.perSecond * itemsPerCall,
+                  ratio: ratioOf(result.perSecond * itemsPerCall),
+                  rssMb: notePeaks(),
+                  cpu,
+                  backlogAfter: left.outbox + left.consumer,
+                  eventsStoredPerSecond: storedDuring / cellSeconds,
+                  drainedMs: drained.waitedMs,
+                };
+                cells.push(cell);
+                for (const [code, n] of Object.entries(result.errors)) unexpectedErrors.push(`${layout} ${label}: ${n} × ${code}`);
+                endProgress();
+                console.log(cellsTable([cell]).split("\n")[2]);
+              }
+            }
+          }
+          rest.close();
+        }
+
+        // 4. Webhooks, in an account of their own so the workloads above queue no deliveries.
+        let tracker: DeliveryTracker | undefined;
+        let hookEndpoint: string | undefined;
+        if (settings.webhooks) {
+          tracker = new DeliveryTracker(receiver);
+          const hookApi = restClient(system.restUrl, hookAccount.api_key, 4);
+          try {
+            const hook = await hookApi.post<{ endpoint: { endpoint_id: string } }>("/webhooks", { url: receiver.endpoint(HOOK_PATH), name: `bench receiver (${layout})` });
+            hookEndpoint = hook.endpoint.endpoint_id;
+            const hookRpc = rpcClients(system.urls.ledger, system.urls.hold, hookAccount.api_key);
+            const hookFixtures = await createFixtures(hookRpc, 50);
+            progress("webhooks: waiting for the workloads' events to be consumed first");
+            const settled = await probe.settle(180_000);
             endProgress();
-            console.log(cellsTable([cell]).split("\n")[2]);
+            console.log(`\nwebhooks (waited ${(settled.waitedMs / 1000).toFixed(1)} s for the earlier backlog to clear; left ${settled.left.outbox + settled.left.consumer})`);
+            const label = (result: WebhookLatency) => `${result.rate}/s: sent ${result.sent} (committed at ${Math.round(result.achievedPerSecond)}/s), commit-to-receipt p50 ${Math.round(result.p50)} ms, p99 ${Math.round(result.p99)} ms, max ${Math.round(result.max)} ms, missing ${result.missing}`;
+            const latency = (result: WebhookLatency, what: string) => {
+              webhooks.push({ ...result, layout });
+              for (const [code, n] of Object.entries(result.errors)) unexpectedErrors.push(`${layout} webhooks ${what}: ${n} × ${code}`);
+              if (result.missing) unexpectedErrors.push(`${layout} webhooks ${what}: ${result.missing} events not received within 60 s`);
+              endProgress();
+              console.log(`  ${what} ${label(result)}`);
+            };
+            for (const rate of settings.webhookRates) latency(await pacedLatency(hookRpc, hookFixtures, tracker, rate, settings.webhookSeconds, progress), "");
+            // The targets pause notification processes and start a second one, which only the
+            // processes layout has: one process drains, then runs the steady rate alone and beside
+            // a slow destination; then a second process joins for the last drain.
+            if (layout === "processes") {
+              const drainWith = async (processes: number) => {
+                const result = await drain(system, probe, hookRpc, hookFixtures, tracker!, settings.drainEvents, processes, progress);
+                drains.push(result);
+                endProgress();
+                console.log(`  drain: ${result.events} events in ${result.seconds.toFixed(2)} s = ${Math.round(result.perSecond)} deliveries/s by ${processes} notification process${processes > 1 ? "es" : ""}`);
+                if (result.missing) unexpectedErrors.push(`drain (${processes}): ${result.missing} events not received within 120 s`);
+              };
+              await drainWith(1);
+              // Half of pgbench's TPS, steady, alone and then beside a destination that answers after 2 s.
+              const steadyRate = Math.max(1, Math.round((pgbench?.tps ?? 2_000) / 2));
+              beside = await slowBeside(hookRpc, hookFixtures, tracker, receiver, async (url) => {
+                const created = await hookApi.post<{ endpoint: { endpoint_id: string } }>("/webhooks", { url, name: "bench slow receiver", event_types: ["transaction.created"] });
+                // Disabled, not deleted (the bench client sends bodies, not queries): its backlog ends `endpoint_disabled`.
+                return async () => void (await hookApi.send("PUT", "/webhooks", { endpoint_id: created.endpoint.endpoint_id, enabled: false }));
+              }, steadyRate, settings.webhookSteadySeconds, progress);
+              latency(beside.alone, "steady, alone:");
+              latency(beside.beside, "steady, beside a slow destination:");
+              await probe.settle(60_000);
+              await system.startNotificationReplica();
+              await drainWith(2);
+            }
+          } finally {
+            hookApi.close();
           }
         }
-      }
-      rest.close();
-    }
 
-    // 4. Webhooks, in an account of their own so the workloads above queue no deliveries.
-    let tracker: DeliveryTracker | undefined;
-    if (settings.webhooks) {
-      tracker = new DeliveryTracker(receiver);
-      const hookRest = restClient(system.restUrl, hookAccount.api_key, 4);
-      await hookRest.post("/webhooks", { url: receiver.endpoint(HOOK_PATH), name: "bench receiver" });
-      hookRest.close();
-      const hookRpc = rpcClients(system.urls.ledger, system.urls.hold, hookAccount.api_key);
-      const hookFixtures = await createFixtures(hookRpc, 50);
-      progress("webhooks: waiting for the workloads' events to be consumed first");
-      const settled = await probe.settle(180_000);
-      endProgress();
-      console.log(`\nwebhooks (waited ${(settled.waitedMs / 1000).toFixed(1)} s for the earlier backlog to clear; left ${settled.left.outbox + settled.left.consumer})`);
-      for (const rate of settings.webhookRates) {
-        const result = await pacedLatency(hookRpc, hookFixtures, tracker, rate, settings.webhookSeconds, progress);
-        webhooks.push(result);
-        for (const [code, n] of Object.entries(result.errors)) unexpectedErrors.push(`webhooks ${rate}/s: ${n} × ${code}`);
-        if (result.missing) unexpectedErrors.push(`webhooks ${rate}/s: ${result.missing} events not received within 60 s`);
+        // 5. Invariants, once everything owed has flowed out.
+        progress("checking invariants");
+        await probe.settle(60_000);
+        violations.push(...(await moneyViolations(sql, [mainAccount.account_id, hookAccount.account_id])).map((v) => `${layout}: ${v}`));
+        if (tracker) violations.push(...(await deliveryViolations(sql, hookAccount.account_id, tracker, hookEndpoint)).map((v) => `${layout}: ${v}`));
         endProgress();
-        console.log(`  ${rate}/s: sent ${result.sent} (committed at ${Math.round(result.achievedPerSecond)}/s), commit-to-receipt p50 ${Math.round(result.p50)} ms, p99 ${Math.round(result.p99)} ms, max ${Math.round(result.max)} ms, missing ${result.missing}`);
+        notePeaks();
+      } finally {
+        await system.stop();
+        await probe.close();
+        await sql.end({ timeout: 5 });
       }
-      drained = await drain(system, probe, hookRpc, hookFixtures, tracker, settings.drainEvents, progress);
-      endProgress();
-      console.log(`  drain: ${drained.events} events in ${drained.seconds.toFixed(2)} s = ${Math.round(drained.perSecond)} deliveries/s by one notification process`);
-      if (drained.missing) unexpectedErrors.push(`drain: ${drained.missing} events not received within 120 s`);
     }
-
-    // 5. Invariants, once everything owed has flowed out.
-    progress("checking invariants");
-    await probe.settle(60_000);
-    violations.push(...(await moneyViolations(sql, [mainAccount.account_id, hookAccount.account_id])));
-    if (tracker) violations.push(...(await deliveryViolations(sql, hookAccount.account_id, tracker)));
-    endProgress();
-    notePeaks();
 
     const report: Report = {
       date: new Date(runStarted).toISOString(),
       smoke: settings.smoke,
-      machine: machineInfo(versionRow?.v ?? "unknown", probe.natsVersion()),
-      settings: { warmupS: settings.warmupS, durationS: settings.durationS, concurrency: settings.concurrency, entities: settings.entities, perCellPeakRss },
+      machine: machine!,
+      settings: { warmupS: settings.warmupS, durationS: settings.durationS, concurrency: settings.concurrency, entities: settings.entities, perCellPeakRss, layouts: settings.layouts },
       ...(pgbench ? { pgbench } : {}),
       cells,
       webhooks,
-      ...(drained ? { drain: drained } : {}),
-      peakRssMb: overallPeak,
+      drains,
+      ...(beside ? { slowBeside: beside } : {}),
+      peakRssMb: peaks,
       invariants: { ok: violations.length === 0, violations },
       unexpectedErrors,
       ok: violations.length === 0 && unexpectedErrors.length === 0,
@@ -283,10 +355,7 @@ async function main(): Promise<number> {
     console.log(`written: bench/results/${name}.json and ${name}.md (${((Date.now() - runStarted) / 1000).toFixed(0)} s in all)`);
     return report.ok ? 0 : 1;
   } finally {
-    await system.stop();
-    await probe.close();
     await receiver.close();
-    await sql.end({ timeout: 5 });
     await admin.end({ timeout: 5 });
     rmSync(caFile, { force: true });
   }

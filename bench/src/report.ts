@@ -1,15 +1,22 @@
 // The results, as one JSON document and the same thing as Markdown tables.
 import { cpus, release, totalmem } from "node:os";
 import type { PgbenchResult } from "./pgbench.js";
-import type { CpuSource, ServiceName } from "./system.js";
-import type { DrainResult, WebhookLatency } from "./webhooks.js";
+import type { CpuSource, Layout, ServiceName } from "./system.js";
+import type { DrainResult, SlowBeside, WebhookLatency } from "./webhooks.js";
+import type { BatchWorkloadName } from "./batch-workloads.js";
 import type { Transport, WorkloadName } from "./workloads.js";
 
 export interface Cell {
-  workload: WorkloadName;
+  /** Four processes, or the one of `npm start` (whose RSS and CPU then appear once, as "all"). */
+  layout: Layout;
+  workload: WorkloadName | BatchWorkloadName;
   transport: Transport;
   concurrency: number;
+  /** Calls that succeeded within the window. */
   ok: number;
+  /** Transfers (items) per call: 1, or the batch size of a batch workload. */
+  itemsPerCall: number;
+  /** Transfers per second: calls per second times `itemsPerCall`. */
   perSecond: number;
   /** perSecond / pgbench TPS. */
   ratio: number;
@@ -18,12 +25,16 @@ export interface Cell {
   p99: number;
   max: number;
   errors: Record<string, number>;
-  /** Peak RSS of each process during this cell (MB). */
+  /** Peak RSS of each process during this cell (MB); in one process, the same figure four times. */
   rssMb: Record<ServiceName, number>;
   /** Share of one core each process used during the measured window (%). */
   cpu: Record<CpuSource, number>;
   /** Outbox and consumer backlog left when the cell ended (events). */
   backlogAfter: number;
+  /** Events the notification service stored per second over the cell (warm-up included). */
+  eventsStoredPerSecond: number;
+  /** How long after the cell ended its backlog took to empty (ms; the cap, 10 s, when it did not). */
+  drainedMs: number;
 }
 
 export interface Machine {
@@ -40,13 +51,16 @@ export interface Report {
   date: string;
   smoke: boolean;
   machine: Machine;
-  settings: { warmupS: number; durationS: number; concurrency: number[]; entities: number; perCellPeakRss: boolean };
+  settings: { warmupS: number; durationS: number; concurrency: number[]; entities: number; perCellPeakRss: boolean; layouts: Layout[] };
   pgbench?: PgbenchResult;
   cells: Cell[];
   webhooks: WebhookLatency[];
-  drain?: DrainResult;
-  /** Peak RSS of each process over the whole run (MB). */
-  peakRssMb: Record<ServiceName, number>;
+  /** Backlog drains by one notification process, then by two (processes layout only). */
+  drains: DrainResult[];
+  /** The steady rate alone and beside a slow destination (processes layout only). */
+  slowBeside?: SlowBeside;
+  /** Peak RSS of each process over each layout's run (MB). */
+  peakRssMb: Partial<Record<Layout, Record<ServiceName, number>>>;
   invariants: { ok: boolean; violations: string[] };
   unexpectedErrors: string[];
   ok: boolean;
@@ -77,14 +91,16 @@ function errorsText(errors: Record<string, number>): string {
 /** The header row and one row per cell: the table the terminal and latest.md show. */
 export function cellsTable(cells: Cell[]): string {
   const lines = [
-    "| workload | via | conc | ok | tx/s | x pgbench | p50 ms | p95 ms | p99 ms | errors | RSS MB ledger/hold/notif/gw | CPU % ledger/hold/notif/gw/pg/nats/bench | backlog after |",
-    "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|",
+    "| layout | workload | via | conc | ok calls | tx/s | x pgbench | p50 ms | p95 ms | p99 ms | errors | RSS MB ledger/hold/notif/gw | CPU % ledger/hold/notif/gw/pg/nats/bench | backlog after | events stored/s | drained in s |",
+    "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|---:|---:|",
   ];
   for (const c of cells) {
+    const one = c.layout === "one-process";
+    const rss = one ? `all ${f0(c.rssMb.ledger)}` : `${f0(c.rssMb.ledger)}/${f0(c.rssMb.hold)}/${f0(c.rssMb.notification)}/${f0(c.rssMb.gateway)}`;
+    const cpu = one ? `all ${c.cpu.ledger}` : `${c.cpu.ledger}/${c.cpu.hold}/${c.cpu.notification}/${c.cpu.gateway}`;
     lines.push(
-      `| ${c.workload} | ${c.transport} | ${c.concurrency} | ${c.ok} | ${f0(c.perSecond)} | ${f2(c.ratio)} | ${f1(c.p50)} | ${f1(c.p95)} | ${f1(c.p99)} | ${errorsText(c.errors)} | ` +
-        `${f0(c.rssMb.ledger)}/${f0(c.rssMb.hold)}/${f0(c.rssMb.notification)}/${f0(c.rssMb.gateway)} | ` +
-        `${c.cpu.ledger}/${c.cpu.hold}/${c.cpu.notification}/${c.cpu.gateway}/${c.cpu.postgres}/${c.cpu.nats}/${c.cpu.bench} | ${c.backlogAfter} |`,
+      `| ${c.layout} | ${c.itemsPerCall > 1 ? `${c.workload} (${c.itemsPerCall}/call)` : c.workload} | ${c.transport} | ${c.concurrency} | ${c.ok} | ${f0(c.perSecond)} | ${f2(c.ratio)} | ${f1(c.p50)} | ${f1(c.p95)} | ${f1(c.p99)} | ${errorsText(c.errors)} | ` +
+        `${rss} | ${cpu}/${c.cpu.postgres}/${c.cpu.nats}/${c.cpu.bench} | ${c.backlogAfter} | ${f0(c.eventsStoredPerSecond)} | ${f1(c.drainedMs / 1000)} |`,
     );
   }
   return lines.join("\n");
@@ -107,18 +123,26 @@ export function toMarkdown(report: Report): string {
   if (report.cells.length) out.push(cellsTable(report.cells), "");
   if (report.webhooks.length) {
     out.push("**Webhooks** (one HTTPS receiver; commit = the transaction's RPC response, receipt = the receiver got its `transaction.created`):", "");
-    out.push("| rate asked | sent | achieved/s | p50 ms | p99 ms | max ms | missing | errors |", "|---:|---:|---:|---:|---:|---:|---:|---|");
+    out.push("| layout | rate asked | sent | achieved/s | p50 ms | p99 ms | max ms | missing | errors |", "|---|---:|---:|---:|---:|---:|---:|---:|---|");
     for (const w of report.webhooks) {
-      out.push(`| ${w.rate}/s | ${w.sent} | ${f0(w.achievedPerSecond)} | ${f0(w.p50)} | ${f0(w.p99)} | ${f0(w.max)} | ${w.missing} | ${errorsText(w.errors)} |`);
+      out.push(`| ${w.layout ?? ""} | ${w.rate}/s | ${w.sent} | ${f0(w.achievedPerSecond)} | ${f0(w.p50)} | ${f0(w.p99)} | ${f0(w.max)} | ${w.missing} | ${errorsText(w.errors)} |`);
     }
     out.push("");
   }
-  if (report.drain) {
-    const d = report.drain;
-    out.push(`**Drain**: one notification process delivered a backlog of ${d.events} events in ${f2(d.seconds)} s: **${f0(d.perSecond)} deliveries/s**${d.missing ? `, ${d.missing} missing` : ""}.`, "");
+  for (const d of report.drains) {
+    out.push(`**Drain**: ${d.processes === 1 ? "one notification process" : `${d.processes} notification processes`} delivered a backlog of ${d.events} events in ${f2(d.seconds)} s: **${f0(d.perSecond)} deliveries/s**${d.missing ? `, ${d.missing} missing` : ""}.`, "");
   }
-  const peak = report.peakRssMb;
-  out.push(`**Peak RSS over the run** (MB): ledger ${f0(peak.ledger)}, hold ${f0(peak.hold)}, notification ${f0(peak.notification)}, gateway ${f0(peak.gateway)}.`, "");
+  const targets = webhookTargets(report);
+  if (targets.length) {
+    out.push("**Webhook targets** (four processes, default settings; one HTTPS receiver on 127.0.0.1 answering 200 at once):", "");
+    out.push("| target | measured | goal | met |", "|---|---|---|---|");
+    for (const t of targets) out.push(`| ${t.target} | ${t.measured} | ${t.goal} | ${t.met ? "yes" : "**no**"} |`);
+    out.push("");
+  }
+  const processes = report.peakRssMb.processes;
+  const one = report.peakRssMb["one-process"];
+  if (processes) out.push(`**Peak RSS over the run, four processes** (MB): ledger ${f0(processes.ledger)}, hold ${f0(processes.hold)}, notification ${f0(processes.notification)}, gateway ${f0(processes.gateway)}.`, "");
+  if (one) out.push(`**Peak RSS over the run, one process** (\`npm start\`, MB): ${f0(one.ledger)}.`, "");
   out.push(
     report.invariants.ok
       ? "**Invariants**: hold (posted sums zero per program and currency, no negative available, stored balances match legs, `held` matches active holds, every event delivered exactly once)."
@@ -127,6 +151,38 @@ export function toMarkdown(report: Report): string {
   if (report.unexpectedErrors.length) out.push("", `**Unexpected errors**:\n${report.unexpectedErrors.map((v) => `- ${v}`).join("\n")}`);
   out.push("", report.ok ? "Run: **passed**." : "Run: **FAILED**.");
   return out.join("\n") + "\n";
+}
+
+/** Each webhook target against what this run measured. */
+export function webhookTargets(report: Report): Array<{ target: string; measured: string; goal: string; met: boolean }> {
+  const rows: Array<{ target: string; measured: string; goal: string; met: boolean }> = [];
+  const tps = report.pgbench?.tps;
+  const [one, two] = report.drains;
+  if (one) {
+    const ratio = tps ? one.perSecond / tps : undefined;
+    rows.push({ target: `one process drains ${one.events} events`, measured: `${f0(one.perSecond)}/s${ratio !== undefined ? ` (${f2(ratio)}x pgbench)` : ""}`, goal: "≥ 1x pgbench TPS", met: ratio !== undefined && ratio >= 1 && one.missing === 0 });
+  }
+  const beside = report.slowBeside;
+  if (beside) {
+    rows.push({ target: `commit-to-receipt p99 at ${beside.rate}/s (half pgbench) for ${f0(beside.alone.sent / beside.rate)} s`, measured: `${f0(beside.alone.p99)} ms (committed at ${f0(beside.alone.achievedPerSecond)}/s)`, goal: "< 1000 ms", met: beside.alone.p99 < 1000 && beside.alone.missing === 0 });
+  }
+  if (one && two) {
+    const ratio = two.perSecond / Math.max(one.perSecond, 1e-9);
+    const twice = report.invariants.violations.some((v) => v.includes("more than once"));
+    rows.push({ target: "two processes drain", measured: `${f0(two.perSecond)}/s = ${f2(ratio)}x one${twice ? ", some events twice" : ", no event twice"}`, goal: "≥ 1.6x one, no attempt twice", met: ratio >= 1.6 && !twice && two.missing === 0 });
+  }
+  if (beside) {
+    // "Does not move": within 20% or 50 ms of the p99 alone, whichever is larger (the machine is shared).
+    const limit = Math.max(beside.alone.p99 * 1.2, beside.alone.p99 + 50);
+    rows.push({ target: `fast destination's p99 beside one answering after 2 s (${beside.slowReceived} slow requests)`, measured: `${f0(beside.beside.p99)} ms vs ${f0(beside.alone.p99)} ms alone`, goal: "does not move (≤ max(1.2x, +50 ms))", met: beside.beside.p99 <= limit && beside.beside.missing === 0 });
+  }
+  // The targets run in the processes layout: its peaks are the ones they are measured against.
+  const processes = report.peakRssMb.processes;
+  if (rows.length && processes) {
+    const peak = Math.max(...Object.values(processes));
+    rows.push({ target: "peak RSS of any of the four processes over the run", measured: `${f0(peak)} MB`, goal: "≤ 250 MB", met: peak <= 250 });
+  }
+  return rows;
 }
 
 /** JSON.stringify that never meets a bigint (money is bigint inside, numbers in the report). */

@@ -1,35 +1,51 @@
-// The system under test, started as separate child processes (as deployed), so each one's CPU and
-// peak memory can be read from /proc and attributed to it.
+// The system under test, compiled (scripts/build.mjs) and started in one of two layouts: as four
+// child processes, as deployed, so each one's CPU and peak memory can be read from /proc and
+// attributed to it; or as the one process `npm start` runs (dist/start-all.js), where the gateway
+// and the services call each other in memory and every reading is that process's.
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { freePort } from "@ledger/testing";
+import { buildAll, isCurrent } from "../../scripts/build.mjs";
 
 /** The four processes, in start order. */
 export const SERVICES = ["ledger", "hold", "notification", "gateway"] as const;
 export type ServiceName = (typeof SERVICES)[number];
 
+/** Separate processes, as deployed, or the one process of `npm start`. */
+export const LAYOUTS = ["processes", "one-process"] as const;
+export type Layout = (typeof LAYOUTS)[number];
+
+/** The compiled entry points (dist/, from scripts/build.mjs), as the image and `npm start` run them. */
 const ENTRY: Record<ServiceName, string> = {
-  ledger: "services/ledger/src/main.ts",
-  hold: "services/hold/src/main.ts",
-  notification: "services/notification/src/main.ts",
-  gateway: "gateway/src/main.ts",
+  ledger: "dist/ledger.js",
+  hold: "dist/hold.js",
+  notification: "dist/notification.js",
+  gateway: "dist/gateway.js",
 };
+const ONE_PROCESS_ENTRY = "dist/start-all.js";
 
 /** The running system: where each process listens, and its pid. */
 export interface System {
+  layout: Layout;
   databaseUrl: string;
   natsUrl: string;
   stream: string;
   urls: Record<ServiceName, string>;
   /** REST base, ending in /v1. */
   restUrl: string;
+  /** Each service's process: the same pid for all four in the one-process layout. */
   pids: Record<ServiceName, number>;
   logDir: string;
-  /** Pauses (SIGSTOP) or resumes (SIGCONT) one process: how a backlog is built for the drain test. */
+  /**
+   * Pauses (SIGSTOP) or resumes (SIGCONT) one process, and its replicas: how a backlog is built for
+   * the drain test. Processes layout only: in one process it would pause everything.
+   */
   signal(name: ServiceName, signal: "SIGSTOP" | "SIGCONT"): void;
+  /** Starts one more notification process on the same database and stream; answers its pid. Processes layout only. */
+  startNotificationReplica(): Promise<number>;
   stop(): Promise<void>;
 }
 
@@ -39,13 +55,19 @@ export interface SystemOptions {
   repoRoot: string;
   /** PEM file the notification process trusts (NODE_EXTRA_CA_CERTS), for the HTTPS receiver. */
   caFile: string;
+  layout: Layout;
 }
 
-/** Starts ledger, then hold and notification, then the gateway, each waiting for /readyz. */
+/**
+ * Compiles what changed, then starts the system: in the processes layout the ledger, then hold and
+ * notification, then the gateway, each waiting for /readyz; in one process, `dist/start-all.js`
+ * until the gateway and the ledger are ready.
+ */
 export async function startSystem(options: SystemOptions): Promise<System> {
+  if (!isCurrent()) await buildAll();
   const tag = randomBytes(3).toString("hex");
   const stream = `BENCH_${tag}`;
-  const ports = { ledger: await freePort(), hold: await freePort(), notification: await freePort(), gateway: await freePort() };
+  const ports = { ledger: await freePort(), hold: await freePort(), notification: await freePort(), gateway: await freePort(), gatewayOps: await freePort() };
   const urls: Record<ServiceName, string> = {
     ledger: `http://127.0.0.1:${ports.ledger}`,
     hold: `http://127.0.0.1:${ports.hold}`,
@@ -64,35 +86,57 @@ export async function startSystem(options: SystemOptions): Promise<System> {
     HOLD_PORT: String(ports.hold),
     NOTIFICATION_PORT: String(ports.notification),
     PORT: String(ports.gateway),
+    GATEWAY_OPS_PORT: String(ports.gatewayOps),
     // The benchmark is one API key at full speed: the per-key limit would measure itself.
     GATEWAY_RATE_LIMIT_PER_SECOND: "0",
     GATEWAY_HOST: "127.0.0.1",
-    LEDGER_URL: urls.ledger,
-    HOLD_URL: urls.hold,
-    NOTIFICATION_URL: urls.notification,
+    // Apart, each process finds the others at these; in one process, unset, so that the gateway and
+    // the services call each other in memory as `npm start` does (LEDGER_INTERNAL_CALLS=http in the
+    // bench's environment measures the same process over loopback HTTP/2 instead).
+    ...(options.layout === "processes" ? { LEDGER_URL: urls.ledger, HOLD_URL: urls.hold, NOTIFICATION_URL: urls.notification } : {}),
     NOTIFICATION_SECRET_KEY: randomBytes(32).toString("base64"),
     WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
   };
   // A bench that inherits NODE_ENV=production would refuse the generated development defaults.
   delete env["NODE_ENV"];
+  if (options.layout === "one-process") for (const name of ["LEDGER_URL", "HOLD_URL", "NOTIFICATION_URL"]) delete env[name];
   const logDir = join(tmpdir(), `ledger-bench-${tag}`);
   mkdirSync(logDir, { recursive: true });
 
   // Extra node flags for every service, for profiling: BENCH_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof".
   const nodeArgs = (process.env["BENCH_NODE_ARGS"] ?? "").split(/\s+/).filter(Boolean);
   const children = new Map<ServiceName, ChildProcess>();
-  const start = async (name: ServiceName) => {
-    const log = openSync(join(logDir, `${name}.log`), "a");
-    const childEnv = name === "notification" ? { ...env, NODE_EXTRA_CA_CERTS: options.caFile } : env;
-    const child = spawn(process.execPath, [...nodeArgs, "--import", "tsx", ENTRY[name]], { cwd: options.repoRoot, env: childEnv, stdio: ["ignore", log, log] });
+  const replicas: ChildProcess[] = [];
+  // Starts `entry` with its output in <logName>.log and waits until each of `readyPorts` answers /readyz.
+  const spawnReady = async (entry: string, logName: string, childEnv: Record<string, string>, readyPorts: number[]) => {
+    const logFile = join(logDir, `${logName}.log`);
+    const log = openSync(logFile, "a");
+    const child = spawn(process.execPath, [...nodeArgs, entry], { cwd: options.repoRoot, env: childEnv, stdio: ["ignore", log, log] });
     closeSync(log);
-    children.set(name, child);
-    await waitReady(name, urls[name], child, join(logDir, `${name}.log`));
+    try {
+      for (const port of readyPorts) await waitReady(logName, `http://127.0.0.1:${port}`, child, logFile);
+    } catch (err) {
+      child.kill("SIGKILL");
+      throw err;
+    }
+    return child;
+  };
+  // The gateway answers /readyz on its ops port only.
+  const launch = (name: ServiceName, logName: string, port: number) =>
+    spawnReady(ENTRY[name], logName, name === "notification" ? { ...env, NODE_EXTRA_CA_CERTS: options.caFile, NOTIFICATION_PORT: String(port) } : env, [
+      name === "gateway" ? ports.gatewayOps : port,
+    ]);
+  const start = async (name: ServiceName) => {
+    children.set(name, await launch(name, name, Number(new URL(urls[name]).port)));
+  };
+  const startOneProcess = async () => {
+    const child = await spawnReady(ONE_PROCESS_ENTRY, "all", { ...env, NODE_EXTRA_CA_CERTS: options.caFile }, [ports.ledger, ports.gatewayOps]);
+    for (const name of SERVICES) children.set(name, child);
   };
   const stop = async () => {
     // Reverse order: the gateway stops taking requests before the services behind it go.
-    for (const name of [...SERVICES].reverse()) {
-      const child = children.get(name);
+    for (const child of [...replicas, ...[...SERVICES].reverse().map((name) => children.get(name))]) {
+      // In one process, the four names share one child: stopped at the first, skipped after.
       if (!child || child.exitCode !== null || child.signalCode !== null) continue;
       child.kill("SIGCONT");
       await new Promise<void>((resolve) => {
@@ -108,16 +152,24 @@ export async function startSystem(options: SystemOptions): Promise<System> {
     }
   };
   try {
-    // The ledger creates the database and its schema; the others add theirs beside it.
-    await start("ledger");
-    await Promise.all([start("hold"), start("notification")]);
-    await start("gateway");
+    if (options.layout === "one-process") {
+      await startOneProcess();
+    } else {
+      // The ledger creates the database and its schema; the others add theirs beside it.
+      await start("ledger");
+      await Promise.all([start("hold"), start("notification")]);
+      await start("gateway");
+    }
   } catch (err) {
     await stop();
     throw err;
   }
   const pid = (name: ServiceName) => children.get(name)!.pid!;
+  const processesOnly = (what: string) => {
+    if (options.layout === "one-process") throw new Error(`${what}: one process runs every service, so this would affect them all`);
+  };
   return {
+    layout: options.layout,
     databaseUrl: options.databaseUrl,
     natsUrl: options.natsUrl,
     stream,
@@ -126,7 +178,15 @@ export async function startSystem(options: SystemOptions): Promise<System> {
     pids: { ledger: pid("ledger"), hold: pid("hold"), notification: pid("notification"), gateway: pid("gateway") },
     logDir,
     signal: (name, signal) => {
+      processesOnly("signal");
       children.get(name)?.kill(signal);
+      if (name === "notification") for (const replica of replicas) replica.kill(signal);
+    },
+    async startNotificationReplica() {
+      processesOnly("startNotificationReplica");
+      const child = await launch("notification", `notification-${replicas.length + 2}`, await freePort());
+      replicas.push(child);
+      return child.pid!;
     },
     stop,
   };

@@ -5,7 +5,7 @@ import { TransactionStatus } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import type { BacklogProbe } from "./backlog.js";
 import { errorCode, REQUEST_TIMEOUT_MS, type Rpc } from "./clients.js";
 import { percentile } from "./closed-loop.js";
-import type { System } from "./system.js";
+import type { Layout, System } from "./system.js";
 import type { Fixtures } from "./workloads.js";
 
 /** The receiver path the bench's destination points at. */
@@ -19,7 +19,10 @@ export class DeliveryTracker {
   /** Deliveries per event id: exactly-once means every count is 1. */
   readonly counts = new Map<string, number>();
 
-  constructor(private readonly receiver: WebhookReceiver) {}
+  /** Counts only what arrives from now on: a receiver shared by several layouts has the earlier ones' deliveries. */
+  constructor(private readonly receiver: WebhookReceiver) {
+    this.seen = receiver.received(HOOK_PATH).length;
+  }
 
   update(): void {
     const list = this.receiver.received(HOOK_PATH);
@@ -48,6 +51,8 @@ export class DeliveryTracker {
 }
 
 export interface WebhookLatency {
+  /** The system's layout, once the report has it. */
+  layout?: Layout;
   /** Transactions per second asked for. */
   rate: number;
   sent: number;
@@ -64,6 +69,8 @@ export interface WebhookLatency {
 
 export interface DrainResult {
   events: number;
+  /** Notification processes sharing the work. */
+  processes: number;
   seconds: number;
   perSecond: number;
   missing: number;
@@ -151,8 +158,8 @@ export async function pacedLatency(
 }
 
 /**
- * Deliveries per second of one notification process: pause it (SIGSTOP), commit `events`
- * transactions and let the ledger publish them, resume it, and time until the receiver has all.
+ * Deliveries per second of the notification processes: pause them (SIGSTOP), commit `events`
+ * transactions and let the ledger publish them, resume them, and time until the receiver has all.
  */
 export async function drain(
   system: System,
@@ -161,6 +168,7 @@ export async function drain(
   fixtures: Fixtures,
   tracker: DeliveryTracker,
   events: number,
+  processes: number,
   onProgress: (line: string) => void,
 ): Promise<DrainResult> {
   const send = sender(rpc, fixtures);
@@ -176,7 +184,7 @@ export async function drain(
         }
       }),
     );
-    onProgress(`drain: ${groups.length} committed while notification is paused; waiting for the outbox`);
+    onProgress(`drain (${processes} process${processes > 1 ? "es" : ""}): ${groups.length} committed while notification is paused; waiting for the outbox`);
     // The consumer cannot empty while paused, so wait for the outbox alone.
     const deadline = Date.now() + 60_000;
     while ((await probe.read()).outbox > 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50));
@@ -184,13 +192,52 @@ export async function drain(
     system.signal("notification", "SIGCONT");
   }
   const resumed = Date.now();
-  const progress = setInterval(() => onProgress(`drain: ${groups.filter((g) => tracker.arrivals.has(g)).length}/${groups.length} delivered`), 1_000);
+  const progress = setInterval(() => onProgress(`drain (${processes}): ${groups.filter((g) => tracker.arrivals.has(g)).length}/${groups.length} delivered`), 1_000);
   try {
     const missing = await tracker.waitFor(groups, 120_000);
     const last = Math.max(resumed, ...groups.map((g) => tracker.arrivals.get(g) ?? 0));
     const seconds = (last - resumed) / 1000;
-    return { events: groups.length, seconds, perSecond: seconds > 0 ? (groups.length - missing.length) / seconds : 0, missing: missing.length };
+    return { events: groups.length, processes, seconds, perSecond: seconds > 0 ? (groups.length - missing.length) / seconds : 0, missing: missing.length };
   } finally {
     clearInterval(progress);
+  }
+}
+
+/** The fast destination's commit-to-receipt at one rate, alone and then beside a destination that answers after 2 s. */
+export interface SlowBeside {
+  rate: number;
+  alone: WebhookLatency;
+  beside: WebhookLatency;
+  /** Requests the slow destination got meanwhile. */
+  slowReceived: number;
+}
+
+/** The receiver path of the slow destination. */
+export const SLOW_PATH = "/slow";
+
+/**
+ * Runs the paced load twice at `rate`: alone, then with a second destination of the same account
+ * that answers every delivery after 2 s (deleted afterwards, which ends its backlog
+ * `endpoint_deleted`: only the fast destination's deliveries count in the invariants).
+ */
+export async function slowBeside(
+  rpc: Rpc,
+  fixtures: Fixtures,
+  tracker: DeliveryTracker,
+  receiver: WebhookReceiver,
+  addSlow: (url: string) => Promise<() => Promise<void>>,
+  rate: number,
+  seconds: number,
+  onProgress: (line: string) => void,
+): Promise<SlowBeside> {
+  const alone = await pacedLatency(rpc, fixtures, tracker, rate, seconds, onProgress);
+  // The receiver may be shared with an earlier run: count this run's slow requests only.
+  const slowBefore = receiver.received(SLOW_PATH).length;
+  const removeSlow = await addSlow(receiver.endpoint(SLOW_PATH, () => ({ status: 200, delayMs: 2_000 })));
+  try {
+    const beside = await pacedLatency(rpc, fixtures, tracker, rate, seconds, (line) => onProgress(`beside a slow destination: ${line}`));
+    return { rate, alone, beside, slowReceived: receiver.received(SLOW_PATH).length - slowBefore };
+  } finally {
+    await removeSlow();
   }
 }

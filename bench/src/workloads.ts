@@ -1,4 +1,4 @@
-// The five workloads of issue 5, each with a REST form (through the gateway) and an RPC form
+// The five single-call workloads of bench/README.md, each with a REST form (through the gateway) and an RPC form
 // (straight to the service), doing the same money movement so the two can be compared.
 import { Direction, TransactionStatus } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import type { Rest, Rpc } from "./clients.js";
