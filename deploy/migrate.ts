@@ -13,7 +13,7 @@
 import { fileURLToPath } from "node:url";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
-import { createLogger, ensureEventStream, envInt, openDatabase, readDatabaseUrl, readInfraConfig } from "@ledger/common";
+import { createLogger, ensureEventStream, envInt, natsConnectionOptions, openDatabase, readDatabaseUrl, readInfraConfig } from "@ledger/common";
 
 const env = process.env;
 const log = createLogger("migrate", env["LOG_LEVEL"] ?? "info");
@@ -42,7 +42,7 @@ async function main(): Promise<void> {
   const infra = readInfraConfig(env);
   // 3 on the three-node cluster of deploy/base/nats.yaml; set 1 against a single NATS server.
   const replicas = envInt(env, "NATS_STREAM_REPLICAS", 3, 1, 5);
-  const nc = await connect({ servers: infra.natsUrl, timeout: 10_000 });
+  const nc = await connect({ ...natsConnectionOptions(infra), timeout: 10_000 });
   try {
     await ensureEventStream(nc, { name: infra.natsStream, subjectPrefix: infra.natsSubjectPrefix });
     const jsm = await jetstreamManager(nc);

@@ -1,7 +1,7 @@
 /**
  * CI for deploy/: every manifest parses, validates against the Kubernetes schemas
  * (kubernetes-models validates on construction), and names only things that exist in the code:
- * the image the Dockerfile builds, entry points that are files, env variables the config readers
+ * the image the Dockerfile builds, compiled entry points built from source files that exist, env variables the config readers
  * read, probe paths the servers answer and container ports equal to the ports set by env.
  * When kubectl is on the machine, the overlays are also rendered with its kustomize and checked
  * the same way; without it, each overlay's own files are checked as they are.
@@ -12,6 +12,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { parseAllDocuments } from "yaml";
+import { ENTRIES } from "../scripts/build.mjs";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
 const DEPLOY = join(ROOT, "deploy");
@@ -39,8 +40,18 @@ function yamlFiles(dir: string): string[] {
   );
 }
 
-/** Custom resources kubernetes-models does not know; their required fields are checked by hand. */
-const CUSTOM = new Set(["postgresql.cnpg.io/v1/Cluster", "kustomize.config.k8s.io/v1beta1/Kustomization"]);
+/** Custom resources kubernetes-models does not know; their required fields are checked by hand (checkOperations). */
+const CUSTOM = new Set([
+  "postgresql.cnpg.io/v1/Cluster",
+  "postgresql.cnpg.io/v1/ScheduledBackup",
+  "barmancloud.cnpg.io/v1/ObjectStore",
+  "monitoring.coreos.com/v1/ServiceMonitor",
+  "monitoring.coreos.com/v1/PodMonitor",
+  "cert-manager.io/v1/Certificate",
+  "cert-manager.io/v1/Issuer",
+  "kustomize.config.k8s.io/v1beta1/Kustomization",
+  "kustomize.config.k8s.io/v1alpha1/Component",
+]);
 
 /** Constructs and validates an object with its kubernetes-models class, found by apiVersion and kind. */
 async function validateAgainstSchema(obj: Obj, patch: boolean): Promise<void> {
@@ -78,11 +89,12 @@ function codeEnvNames(): Set<string> {
 }
 
 /** The variable that sets each entry point's listening port, and the host variable that must be 0.0.0.0. */
-const PORT_ENV: Record<string, { port: string; host: string }> = {
+const PORT_ENV: Record<string, { port: string; host: string; ops?: string }> = {
   "services/ledger/src/main.ts": { port: "LEDGER_PORT", host: "LEDGER_HOST" },
   "services/hold/src/main.ts": { port: "HOLD_PORT", host: "HOLD_HOST" },
   "services/notification/src/main.ts": { port: "NOTIFICATION_PORT", host: "NOTIFICATION_HOST" },
-  "gateway/src/main.ts": { port: "PORT", host: "GATEWAY_HOST" },
+  // The gateway's probes and metrics are on its ops port, which the Ingress never routes to.
+  "gateway/src/main.ts": { port: "PORT", host: "GATEWAY_HOST", ops: "GATEWAY_OPS_PORT" },
 };
 
 /** Checks that a workload of ours names only what exists in the code. */
@@ -94,13 +106,17 @@ function checkAgainstCode(obj: Obj, envNames: Set<string>, imageName: string | u
     const ours = c.command?.[0] === "node";
     if (!ours) continue;
     if (imageName !== undefined) expect(c.image, `${where}: image`).toBe(imageName);
-    expect(c.command?.slice(0, 3), `${where}: command`).toEqual(["node", "--import", "tsx"]);
-    const entry = c.command![3]!;
+    // Compiled JavaScript on plain node: `node dist/<name>.js`, a bundle scripts/build.mjs makes
+    // from a source entry point that exists; no TypeScript loader.
+    expect(c.command, `${where}: command`).toHaveLength(2);
+    const compiled = /^dist\/([\w-]+)\.js$/.exec(c.command![1]!)?.[1];
+    expect(compiled && ENTRIES[compiled], `${where}: ${c.command![1]} is one of scripts/build.mjs's outputs`).toBeTruthy();
+    const entry = ENTRIES[compiled!]!;
     expect(existsSync(join(ROOT, entry)), `${where}: entry point ${entry} exists`).toBe(true);
     const env = new Map((c.env ?? []).map((e) => [e.name, e]));
     for (const name of env.keys()) expect(envNames.has(name), `${where}: env ${name} is read by the code`).toBe(true);
     // Secrets are referenced, never inlined.
-    for (const secret of ["DATABASE_URL", "SERVICE_TOKEN", "NOTIFICATION_SECRET_KEY", "LEDGER_DATABASE_URL", "HOLD_DATABASE_URL", "NOTIFICATION_DATABASE_URL"]) {
+    for (const secret of ["DATABASE_URL", "SERVICE_TOKEN", "NOTIFICATION_SECRET_KEY", "LEDGER_DATABASE_URL", "HOLD_DATABASE_URL", "NOTIFICATION_DATABASE_URL", "NATS_PASSWORD"]) {
       const e = env.get(secret);
       if (e) expect((e.valueFrom as { secretKeyRef?: unknown } | undefined)?.secretKeyRef, `${where}: ${secret} from a secretKeyRef`).toBeDefined();
       if (e) expect(e.value, `${where}: ${secret} has no inline value`).toBeUndefined();
@@ -109,15 +125,17 @@ function checkAgainstCode(obj: Obj, envNames: Set<string>, imageName: string | u
     if (portEnv) {
       expect(env.get(portEnv.host)?.value, `${where}: ${portEnv.host}`).toBe("0.0.0.0");
       const port = Number(env.get(portEnv.port)?.value);
+      const opsPort = portEnv.ops ? Number(env.get(portEnv.ops)?.value) : undefined;
+      const probedPort = opsPort ?? port;
       const ports = c.ports ?? [];
-      expect(ports.map((p) => p.containerPort), `${where}: containerPort equals ${portEnv.port}`).toEqual([port]);
+      expect(ports.map((p) => p.containerPort), `${where}: containerPorts equal ${portEnv.port}${portEnv.ops ? ` and ${portEnv.ops}` : ""}`).toEqual(opsPort ? [port, opsPort] : [port]);
       for (const probe of ["readinessProbe", "livenessProbe", "startupProbe"] as const) {
         const get = (c[probe] as { httpGet?: { path: string; port: string | number } } | undefined)?.httpGet;
         if (probe !== "startupProbe") expect(get, `${where}: ${probe}`).toBeDefined();
         if (!get) continue;
         expect(get.path, `${where}: ${probe} path`).toBe(probe === "readinessProbe" ? "/readyz" : "/healthz");
         const probePort = typeof get.port === "number" ? get.port : ports.find((p) => p.name === get.port)?.containerPort;
-        expect(probePort, `${where}: ${probe} port`).toBe(port);
+        expect(probePort, `${where}: ${probe} port`).toBe(probedPort);
       }
       expect(c["resources"], `${where}: resources`).toMatchObject({ requests: { cpu: expect.anything(), memory: expect.anything() }, limits: { memory: expect.anything() } });
     }
@@ -135,6 +153,140 @@ function checkCnpgCluster(obj: Obj): void {
   if (spec["minSyncReplicas"] !== undefined) expect(spec["minSyncReplicas"]).toBeLessThan(spec["instances"]);
 }
 
+type Spec = Record<string, any>;
+const specOf = (o: Obj) => (o["spec"] ?? {}) as Spec;
+const labelsMatch = (selector: Record<string, string>, labels: Record<string, string> | undefined) => Object.entries(selector).every(([k, v]) => labels?.[k] === v);
+
+/**
+ * What the operations pieces need to agree on, checked by hand where kubernetes-models has no
+ * schema (CNPG, Prometheus Operator, cert-manager): HPA-managed Deployments carry no replicas,
+ * Postgres is pinned, NATS takes a password and TLS from the Secrets the clients use, and
+ * (when present) every backup and monitoring object names a Cluster, Secret, Service, port or
+ * pod that exists.
+ */
+function checkOperations(objects: Obj[], exampleSecrets: Obj[]): void {
+  const named = (kind: string, name: string) => objects.find((o) => o.kind === kind && o.metadata.name === name);
+  // An HPA owns its Deployment's count: a `replicas` would reset it at every apply.
+  for (const hpa of objects.filter((o) => o.kind === "HorizontalPodAutoscaler")) {
+    const target = specOf(hpa)["scaleTargetRef"] as { kind: string; name: string };
+    const deployment = named(target.kind, target.name);
+    expect(deployment, `HPA ${hpa.metadata.name} targets an object`).toBeDefined();
+    expect(specOf(deployment!)["replicas"], `Deployment ${target.name} has no replicas: its HPA decides`).toBeUndefined();
+  }
+
+  const cluster = objects.find((o) => o.kind === "Cluster")!;
+  expect(specOf(cluster)["imageName"], "Postgres image pinned to a minor version or a digest").toMatch(/^[\w./-]+(:\d+\.\d+[\w.-]*)?(@sha256:[0-9a-f]{64})?$/);
+  expect(specOf(cluster)["imageName"]).toMatch(/:\d+\.\d+|@sha256:/);
+
+  // NATS: a password from the Secret the clients read, and TLS from the Secret cert-manager writes.
+  const conf = (named("ConfigMap", "nats-config")!["data"] as Record<string, string>)["nats.conf"]!;
+  expect(conf).toMatch(/authorization\s*\{[^}]*user:\s*ledger[^}]*password:\s*\$NATS_PASSWORD/);
+  expect(conf).toMatch(/^\s*tls\s*\{[^}]*cert_file:\s*\/etc\/nats-tls\/tls\.crt/m);
+  const sts = named("StatefulSet", "nats")!;
+  const natsPod = specOf(sts)["template"]["spec"] as { containers: Container[]; volumes: Spec[] };
+  const natsContainer = natsPod.containers.find((c) => c.name === "nats")!;
+  const serverPassword = natsContainer.env?.find((e) => e.name === "NATS_PASSWORD")?.valueFrom as Spec | undefined;
+  expect(serverPassword?.["secretKeyRef"], "the NATS server reads its password from a Secret").toBeDefined();
+  expect(natsPod.volumes.find((v) => v["name"] === "tls")?.["secret"]?.["secretName"]).toBe("nats-tls");
+  const certificate = named("Certificate", "nats-tls");
+  expect(specOf(certificate!)["secretName"]).toBe("nats-tls");
+  expect(specOf(certificate!)["dnsNames"]).toEqual(expect.arrayContaining(["nats", "nats-0.nats-headless", "nats-1.nats-headless", "nats-2.nats-headless"]));
+  for (const cert of objects.filter((o) => o.kind === "Certificate")) {
+    expect(named("Issuer", specOf(cert)["issuerRef"]["name"]), `Certificate ${cert.metadata.name}'s Issuer`).toBeDefined();
+  }
+  for (const workload of objects) {
+    const pod = podSpecOf(workload);
+    for (const c of pod?.containers ?? []) {
+      const env = new Map((c.env ?? []).map((e) => [e.name, e]));
+      if (!env.has("NATS_URL")) continue;
+      const where = `${workload.kind}/${workload.metadata.name}`;
+      expect(env.get("NATS_USER")?.value, `${where}: NATS_USER`).toBe("ledger");
+      expect((env.get("NATS_PASSWORD")?.valueFrom as Spec | undefined)?.["secretKeyRef"], `${where}: NATS_PASSWORD as the server's`).toEqual(serverPassword!["secretKeyRef"]);
+      const ca = env.get("NATS_TLS_CA")?.value ?? "";
+      const mount = ((c as Spec)["volumeMounts"] as Spec[] | undefined)?.find((m) => ca.startsWith(`${m["mountPath"]}/`));
+      expect(mount, `${where}: NATS_TLS_CA ${ca} is in a mounted volume`).toBeDefined();
+      const volume = (pod!.volumes as Spec[] | undefined)?.find((v) => v["name"] === mount!["name"]);
+      expect(volume?.["secret"]?.["secretName"], `${where}: the CA comes from nats-tls`).toBe("nats-tls");
+    }
+  }
+
+  // Monitoring: each ServiceMonitor selects a Service whose port it names; together they cover the four processes.
+  const monitoredWorkloads = new Set<string>();
+  for (const monitor of objects.filter((o) => o.kind === "ServiceMonitor")) {
+    const selector = specOf(monitor)["selector"]["matchLabels"] as Record<string, string>;
+    const services = objects.filter((o) => o.kind === "Service" && labelsMatch(selector, (o.metadata as Spec)["labels"]));
+    expect(services.map((s) => s.metadata.name), `ServiceMonitor ${monitor.metadata.name} selects one Service`).toHaveLength(1);
+    const service = specOf(services[0]!);
+    for (const endpoint of specOf(monitor)["endpoints"] as Spec[]) {
+      expect((service["ports"] as Spec[]).map((p) => p["name"]), `ServiceMonitor ${monitor.metadata.name} port`).toContain(endpoint["port"]);
+      expect(endpoint["path"]).toBe("/metrics");
+    }
+    for (const o of objects) if (podSpecOf(o) && labelsMatch(service["selector"], specOf(o)["template"]?.["metadata"]?.["labels"])) monitoredWorkloads.add(o.metadata.name);
+    // The public Service is never a metrics target: its port is the one the Ingress exposes.
+    expect(services[0]!.metadata.name, "metrics are not scraped through the public gateway Service").not.toBe("gateway");
+  }
+  if (objects.some((o) => o.kind === "ServiceMonitor")) expect([...monitoredWorkloads].sort()).toEqual(["gateway", "hold", "ledger", "notification"]);
+  for (const monitor of objects.filter((o) => o.kind === "PodMonitor")) {
+    const selector = specOf(monitor)["selector"]["matchLabels"] as Record<string, string>;
+    const ports = (specOf(monitor)["podMetricsEndpoints"] as Spec[]).map((e) => e["port"]);
+    if (selector["cnpg.io/cluster"] !== undefined) {
+      // CNPG labels its instance pods with the Cluster's name and names their metrics port `metrics`.
+      expect(selector["cnpg.io/cluster"]).toBe(cluster.metadata.name);
+      expect(ports).toEqual(["metrics"]);
+      continue;
+    }
+    const workload = objects.find((o) => podSpecOf(o) && labelsMatch(selector, specOf(o)["template"]?.["metadata"]?.["labels"]));
+    expect(workload, `PodMonitor ${monitor.metadata.name} selects pods`).toBeDefined();
+    const podPorts = podSpecOf(workload!)!.containers.flatMap((c) => (c.ports ?? []).map((p) => p.name));
+    for (const port of ports) expect(podPorts, `PodMonitor ${monitor.metadata.name} port`).toContain(port);
+  }
+  if (objects.some((o) => o.kind === "PodMonitor")) {
+    expect(objects.filter((o) => o.kind === "PodMonitor").map((o) => o.metadata.name).sort()).toEqual(["ledger-postgres", "nats"]);
+  }
+
+  // Backups: the Cluster archives through the plugin to the ObjectStore, whose credentials are the documented Secret.
+  const scheduled = objects.filter((o) => o.kind === "ScheduledBackup");
+  const stores = objects.filter((o) => o.kind === "ObjectStore");
+  if (scheduled.length === 0 && stores.length === 0) return;
+  const plugin = (specOf(cluster)["plugins"] as Spec[] | undefined)?.find((p) => p["isWALArchiver"] === true);
+  expect(plugin, "the Cluster archives WAL through a plugin").toBeDefined();
+  expect(stores.map((s) => s.metadata.name)).toEqual([plugin!["parameters"]["barmanObjectName"]]);
+  const configuration = specOf(stores[0]!)["configuration"] as Spec;
+  expect(configuration["destinationPath"]).toMatch(/^(s3|gs):\/\/|^https:\/\//);
+  const example = exampleSecrets.find((s) => s.metadata.name === configuration["s3Credentials"]["accessKeyId"]["name"]);
+  expect(example, "the object store's Secret has a documented example").toBeDefined();
+  for (const ref of Object.values(configuration["s3Credentials"] as Record<string, { name: string; key: string }>)) {
+    expect(ref.name).toBe(example!.metadata.name);
+    expect(Object.keys(example!["stringData"] as object)).toContain(ref.key);
+  }
+  expect(scheduled).toHaveLength(1);
+  const backup = specOf(scheduled[0]!);
+  expect(backup["cluster"]["name"]).toBe(cluster.metadata.name);
+  expect(backup["schedule"].split(" "), "CNPG schedules have six fields, seconds first").toHaveLength(6);
+  expect(backup["method"]).toBe("plugin");
+  expect(backup["pluginConfiguration"]["name"]).toBe(plugin!["name"]);
+}
+
+/** Every `*.example.yaml` under deploy/: Secrets shown, never applied. */
+const exampleSecrets = yamlFiles(DEPLOY).filter((f) => f.endsWith(".example.yaml")).flatMap(parseFile);
+
+/** A component's own objects and the patches it applies to Clusters, merged by hand (no kubectl needed). */
+function withComponents(base: Obj[], components: string[]): Obj[] {
+  const objects = base.map((o) => structuredClone(o));
+  for (const dir of components) {
+    const component = parseFile(join(DEPLOY, "components", dir, "kustomization.yaml"))[0] as unknown as { resources?: string[]; patches?: { path: string }[] };
+    objects.push(...(component.resources ?? []).flatMap((r) => parseFile(join(DEPLOY, "components", dir, r))));
+    for (const { path } of component.patches ?? []) {
+      for (const patch of parseFile(join(DEPLOY, "components", dir, path))) {
+        const target = objects.find((o) => o.kind === patch.kind && o.metadata.name === patch.metadata.name);
+        expect(target, `${dir}/${path} patches an object of base`).toBeDefined();
+        Object.assign(specOf(target!), specOf(patch));
+      }
+    }
+  }
+  return objects;
+}
+
 const envNames = codeEnvNames();
 
 describe("deploy/base", () => {
@@ -143,7 +295,11 @@ describe("deploy/base", () => {
 
   it("lists every manifest file except the secret example", () => {
     const files = readdirSync(join(DEPLOY, "base")).filter((f) => f.endsWith(".yaml") && f !== "kustomization.yaml");
-    expect(new Set(kustomization.resources)).toEqual(new Set(files.filter((f) => f !== "secret.example.yaml")));
+    expect(new Set(kustomization.resources)).toEqual(new Set(files.filter((f) => !f.endsWith(".example.yaml"))));
+  });
+
+  it("runs without replicas on HPA-managed Deployments, a pinned Postgres, and NATS with a password and TLS", () => {
+    checkOperations(objects, exampleSecrets);
   });
 
   it("validates every object against the Kubernetes schemas", async () => {
@@ -175,20 +331,35 @@ describe("deploy/base", () => {
     }
   });
 
-  it("references secrets and ships only an example, with no real value", () => {
-    const example = parseFile(join(DEPLOY, "base/secret.example.yaml"))[0]!;
-    expect(example.kind).toBe("Secret");
-    for (const v of Object.values(example["stringData"] as Record<string, string>)) expect(v).toMatch(/^REPLACE_WITH_/);
+  it("references secrets and ships only examples, with no real value", () => {
+    expect(exampleSecrets.map((s) => s.metadata.name).sort()).toEqual(["ledger-backup-s3", "ledger-secrets"]);
+    for (const example of exampleSecrets) {
+      expect(example.kind).toBe("Secret");
+      for (const v of Object.values(example["stringData"] as Record<string, string>)) expect(v).toMatch(/^REPLACE_WITH_/);
+    }
     expect(objects.some((o) => o.kind === "Secret")).toBe(false);
+    // Every key a workload reads from ledger-secrets is in its example.
+    const keys = Object.keys(exampleSecrets.find((s) => s.metadata.name === "ledger-secrets")!["stringData"] as object);
+    for (const o of objects) {
+      for (const c of podSpecOf(o)?.containers ?? []) {
+        for (const e of c.env ?? []) {
+          const ref = (e.valueFrom as { secretKeyRef?: { name: string; key: string } } | undefined)?.secretKeyRef;
+          if (ref?.name === "ledger-secrets") expect(keys, `${o.metadata.name} ${e.name}`).toContain(ref.key);
+        }
+      }
+    }
   });
 
-  it("lets only the gateway take traffic from outside", () => {
+  it("lets only the gateway's public port take traffic from outside", () => {
     const policies = objects.filter((o) => o.kind === "NetworkPolicy");
     expect(policies.some((p) => p.metadata.name === "default-deny")).toBe(true);
     for (const p of policies) {
-      const ingress = ((p["spec"] as any).ingress ?? []) as { from?: unknown[] }[];
-      const open = ingress.some((rule) => !rule.from || rule.from.length === 0);
-      if (open) expect(p.metadata.name, "only the gateway policy has an ingress rule without `from`").toBe("gateway");
+      const ingress = ((p["spec"] as any).ingress ?? []) as { from?: unknown[]; ports?: { port: number }[] }[];
+      for (const rule of ingress.filter((r) => !r.from || r.from.length === 0)) {
+        expect(p.metadata.name, "only the gateway policy has an ingress rule without `from`").toBe("gateway");
+        // The ops port (/metrics, /readyz) is not among the open ones.
+        expect(rule.ports?.map((port) => port.port)).toEqual([8080]);
+      }
     }
   });
 
@@ -201,12 +372,36 @@ describe("deploy/base", () => {
   });
 });
 
+describe("deploy/components", () => {
+  const base = (parseFile(join(DEPLOY, "base/kustomization.yaml"))[0] as unknown as { resources: string[] }).resources.flatMap((r) => parseFile(join(DEPLOY, "base", r)));
+
+  it("lists every manifest file of each component except the secret example", () => {
+    for (const dir of readdirSync(join(DEPLOY, "components"))) {
+      const component = parseFile(join(DEPLOY, "components", dir, "kustomization.yaml"))[0] as unknown as { kind: string; resources?: string[]; patches?: { path: string }[] };
+      expect(component.kind).toBe("Component");
+      const listed = [...(component.resources ?? []), ...(component.patches ?? []).map((p) => p.path)];
+      const files = readdirSync(join(DEPLOY, "components", dir)).filter((f) => f.endsWith(".yaml") && f !== "kustomization.yaml" && !f.endsWith(".example.yaml"));
+      expect(new Set(listed), dir).toEqual(new Set(files));
+    }
+  });
+
+  it("backup and monitoring name only Clusters, Secrets, Services, ports and pods that exist", async () => {
+    const objects = withComponents(base, ["backup", "monitoring"]);
+    for (const obj of objects) await validateAgainstSchema(obj, false);
+    checkOperations(objects, exampleSecrets);
+    expect(objects.filter((o) => o.kind === "ServiceMonitor")).toHaveLength(4);
+    expect(objects.filter((o) => o.kind === "ScheduledBackup")).toHaveLength(1);
+  });
+});
+
 describe("deploy/overlays", () => {
   for (const overlay of ["dev", "prod"]) {
     it(`${overlay}: every file parses and validates as a patch`, async () => {
       for (const file of yamlFiles(join(DEPLOY, "overlays", overlay))) {
         for (const obj of parseFile(file)) {
           await validateAgainstSchema(obj, true);
+          // A Deployment an HPA manages takes its count from the HPA, in overlays too.
+          if (obj.kind === "Deployment") expect(specOf(obj)["replicas"], `${file}: Deployment ${obj.metadata.name} replicas`).toBeUndefined();
           for (const c of podSpecOf(obj)?.containers ?? []) {
             for (const e of c.env ?? []) expect(envNames.has(e.name), `${file}: env ${e.name}`).toBe(true);
           }
@@ -228,7 +423,12 @@ describe("deploy/overlays", () => {
       for (const obj of objects) await validateAgainstSchema(obj, false);
       for (const obj of objects.filter((o) => o.kind === "Cluster")) checkCnpgCluster(obj);
       for (const obj of objects) checkAgainstCode(obj, envNames, undefined);
+      checkOperations(objects, exampleSecrets);
       expect(objects.filter((o) => o.kind === "Deployment")).toHaveLength(4);
+      if (overlay === "prod") {
+        expect(objects.filter((o) => o.kind === "ServiceMonitor")).toHaveLength(4);
+        expect(objects.filter((o) => o.kind === "ScheduledBackup")).toHaveLength(1);
+      }
     });
   }
 });
@@ -251,5 +451,16 @@ describe("Dockerfile", () => {
     expect(dockerfile).toMatch(/npm install --global [^\n]*pnpm@10\./);
     expect(dockerfile).toContain("pnpm install --frozen-lockfile --prod=false");
     expect(dockerfile).toMatch(/^USER [1-9]\d*:[1-9]\d*$/m);
+  });
+
+  it("runs compiled JavaScript on production dependencies only, with no TypeScript loader", () => {
+    expect(dockerfile).toContain("node scripts/build.mjs");
+    expect(dockerfile).toMatch(/^RUN pnpm install --frozen-lockfile --prod --filter "@ledger\/gateway\.\.\." /m);
+    const runtime = dockerfile.slice(dockerfile.lastIndexOf("\nFROM "));
+    // The runtime stage takes node_modules from the production install, never from the full one.
+    expect(runtime).toMatch(/COPY --from=prod-deps [^\n]* \/app \/app/);
+    expect(runtime).not.toMatch(/COPY --from=(deps|build) [^\n]* \/app \/app\n/);
+    expect(runtime).not.toMatch(/tsx|--import/);
+    expect(runtime).toMatch(/^CMD \["node", "dist\/ledger\.js"\]$/m);
   });
 });

@@ -5,6 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PNPM_VERSION=10.34.9
+# Installed and current: done, without starting pnpm (a node program: a second of `npm start` on a
+# busy machine just to print its version).
+if [[ -f node_modules/.modules.yaml && ! pnpm-lock.yaml -nt node_modules/.modules.yaml ]]; then
+  exit 0
+fi
 if ! command -v pnpm >/dev/null 2>&1 || [[ "$(pnpm --version 2>/dev/null)" != 10.* ]]; then
   echo "bootstrap: installing pnpm ${PNPM_VERSION} with npm" >&2
   npm install --global --no-audit --no-fund "pnpm@${PNPM_VERSION}" >&2

@@ -17,7 +17,7 @@ function hostAndPort(url: string): { host: string; port: number } {
 }
 
 /**
- * Decides which database `pnpm start` uses (README "Quick start"):
+ * Decides which database `pnpm start` uses (docs/operations.md#without-servers-the-embedded-database-and-a-local-nats):
  * - DATABASE_URL set: that server, or a stop with a message naming the variable when nothing answers
  *   there; never a silent fallback, which would hide the data the user meant to use.
  * - LEDGER_EMBEDDED_POSTGRES=true: the embedded database, whatever answers on 5432.

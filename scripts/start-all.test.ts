@@ -1,6 +1,7 @@
 import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { builtinModules } from "node:module";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -9,21 +10,27 @@ import { promisify } from "node:util";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { restClient } from "@ledger/testing";
-import { afterAll, expect, inject, it } from "vitest";
+import { afterAll, beforeAll, expect, inject, it } from "vitest";
+import { buildAll } from "./build.mjs";
 
-// `pnpm start` on a machine without PostgreSQL: the whole system on the embedded database, as a
-// child process, through REST; then a stop with SIGTERM and a start on the same folder. NATS is
-// the run's real server, on a stream of this test's own.
+// `npm start` on a machine without PostgreSQL: the whole system on the embedded database, as a
+// child process running the compiled start script exactly as `npm start` does, through REST; then
+// a stop with SIGTERM and a start on the same folder. NATS is the run's real server, on a stream of
+// this test's own.
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
-const TSX = join(ROOT, "node_modules/.bin/tsx");
-const START_ALL = join(ROOT, "scripts/start-all.ts");
-const CLI = join(ROOT, "services/ledger/src/cli.ts");
+const START_ALL = join(ROOT, "dist/start-all.js");
+const CLI = join(ROOT, "dist/ledger-cli.js");
 const run = promisify(execFile);
 
 const dataRoot = mkdtempSync(join(tmpdir(), "start-all-"));
 const tag = randomBytes(4).toString("hex");
 const children: ChildProcess[] = [];
+
+// What `npm start` runs after its build step; compiled here so the test runs today's code.
+beforeAll(async () => {
+  await buildAll();
+}, 120_000);
 
 async function freePort(): Promise<number> {
   const server = createServer();
@@ -45,6 +52,7 @@ async function laptopEnv(extra: Record<string, string>): Promise<NodeJS.ProcessE
     NATS_SUBJECT_PREFIX: `test${tag}`,
     GATEWAY_HOST: "127.0.0.1",
     PORT: String(await freePort()),
+    GATEWAY_OPS_PORT: String(await freePort()),
     LEDGER_PORT: String(await freePort()),
     HOLD_PORT: String(await freePort()),
     NOTIFICATION_PORT: String(await freePort()),
@@ -62,7 +70,7 @@ interface Running {
 
 /** Starts `scripts/start-all.ts` and waits for its "Ledger is up" line. */
 async function startAll(env: NodeJS.ProcessEnv): Promise<Running> {
-  const child = spawn(TSX, [START_ALL], { cwd: ROOT, env, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, [START_ALL], { cwd: ROOT, env, stdio: ["ignore", "pipe", "pipe"] });
   children.push(child);
   let output = "";
   child.stdout!.on("data", (d: Buffer) => (output += d.toString()));
@@ -97,9 +105,10 @@ afterAll(async () => {
 it("runs everything on the embedded database, and keeps the data across a restart", async () => {
   const env = await laptopEnv({ LEDGER_EMBEDDED_POSTGRES: "true" });
   const first = await startAll(env);
+  expectNoTypeScriptLoader(first.child.pid!);
 
   // The CLI, in another process, reaches the embedded database through the URL the start printed.
-  const { stdout } = await run(TSX, [CLI, "accounts", "create", "--name", "Laptop", "--json"], {
+  const { stdout } = await run(process.execPath, [CLI, "accounts", "create", "--name", "Laptop", "--json"], {
     cwd: ROOT,
     env: { ...env, DATABASE_URL: first.databaseUrl },
   });
@@ -142,7 +151,7 @@ it("runs everything on the embedded database, and keeps the data across a restar
 it("stops with a message naming DATABASE_URL when the database it names does not answer", async () => {
   const port = await freePort();
   const env = await laptopEnv({ DATABASE_URL: `postgres://127.0.0.1:${port}/ledger` });
-  const failed = await run(TSX, [START_ALL], { cwd: ROOT, env }).then(
+  const failed = await run(process.execPath, [START_ALL], { cwd: ROOT, env }).then(
     () => undefined,
     (err: { code: number; stderr: string }) => err,
   );
@@ -150,3 +159,32 @@ it("stops with a message naming DATABASE_URL when the database it names does not
   expect(failed?.stderr).toMatch(/DATABASE_URL names a server at 127\.0\.0\.1:\d+ and nothing answers there/);
   expect(failed?.stderr).not.toMatch(/Database: embedded/);
 }, 60_000);
+
+it("is what `npm start` runs: the compiled script on plain node, no TypeScript loader in its command or its code", () => {
+  const pkg = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { scripts: Record<string, string> };
+  const steps = pkg.scripts["start"]!.split("&&").map((step) => step.trim());
+  expect(steps.at(-2)).toBe("node scripts/build.mjs --if-changed");
+  expect(steps.at(-1)).toBe("node dist/start-all.js");
+  expect(pkg.scripts["start"]).not.toMatch(/tsx|ts-node|--import|--loader|--require|NODE_OPTIONS/);
+  // The bundle imports no TypeScript source and no loader: every import left in it is node's or PGlite's.
+  const bundle = readFileSync(START_ALL, "utf8");
+  const imports = [...bundle.matchAll(/^\s*import\b[^"']*["']([^"']+)["']|\bimport\(\s*["']([^"']+)["']\s*\)/gm)].map((m) => m[1] ?? m[2]!);
+  expect(imports.length).toBeGreaterThan(0);
+  for (const specifier of imports) {
+    const ok = specifier.startsWith("node:") || builtinModules.includes(specifier) || specifier.startsWith("@electric-sql/pglite");
+    expect(ok, `dist/start-all.js imports ${specifier}`).toBe(true);
+  }
+});
+
+/**
+ * The running process is node on the compiled script with no flags, has no loader in its
+ * environment, and started no child (tsx runs a script in a child node process).
+ */
+function expectNoTypeScriptLoader(pid: number): void {
+  const argv = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").filter(Boolean);
+  expect(argv).toEqual([process.execPath, START_ALL]);
+  const environ = readFileSync(`/proc/${pid}/environ`, "utf8").split("\0");
+  expect(environ.find((v) => v.startsWith("NODE_OPTIONS="))?.slice("NODE_OPTIONS=".length) ?? "").not.toMatch(/tsx|loader|--import|--require/);
+  const children = readdirSync(`/proc/${pid}/task`).flatMap((task) => readFileSync(`/proc/${pid}/task/${task}/children`, "utf8").trim().split(/\s+/).filter(Boolean));
+  expect(children, "child processes of start-all").toEqual([]);
+}

@@ -1,0 +1,162 @@
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, relative, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { describe, expect, it } from "vitest";
+
+// The repository explains itself: every relative link in its Markdown reaches a file (and, with a
+// `#fragment`, a heading of that file), and no comment sends a reader to a document a clone does
+// not have (design notes kept outside the repository, issue numbers of a tracker). Comments point
+// into docs/ instead, or state the rule.
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+
+/** Tracked files, so build output and node_modules never count. */
+function trackedFiles(): string[] {
+  return execFileSync("git", ["ls-files", "-z"], { cwd: ROOT, encoding: "utf8" })
+    .split("\0")
+    .filter((file) => file !== "" && existsSync(join(ROOT, file)));
+}
+
+/** The text outside fenced code blocks, line by line (a link inside a code sample is not a link). */
+function proseLines(markdown: string): string[] {
+  const lines: string[] = [];
+  let fence: string | undefined;
+  for (const line of markdown.split("\n")) {
+    const opener = /^\s*(```|~~~)/.exec(line)?.[1];
+    if (opener && (fence === undefined || fence === opener)) {
+      fence = fence === undefined ? opener : undefined;
+      continue;
+    }
+    if (fence === undefined) lines.push(line);
+  }
+  return lines;
+}
+
+/** A heading's anchor as GitHub makes it: lower case, punctuation dropped, spaces to hyphens. */
+export function headingSlug(heading: string): string {
+  return heading
+    .replace(/\[([^\]]*)\]\([^)]*\)/g, "$1")
+    .replace(/`/g, "")
+    .trim()
+    .toLowerCase()
+    .replace(/[^\p{L}\p{N}\s_-]/gu, "")
+    .replace(/\s/g, "-");
+}
+
+/** Every anchor a Markdown file offers; a repeated heading gets `-1`, `-2`, ... as on GitHub. */
+function anchorsOf(markdown: string): Set<string> {
+  const seen = new Map<string, number>();
+  const anchors = new Set<string>();
+  for (const line of proseLines(markdown)) {
+    const heading = /^#{1,6}\s+(.*?)\s*#*\s*$/.exec(line)?.[1];
+    if (heading === undefined) continue;
+    const slug = headingSlug(heading);
+    const count = seen.get(slug) ?? 0;
+    seen.set(slug, count + 1);
+    anchors.add(count === 0 ? slug : `${slug}-${count}`);
+  }
+  return anchors;
+}
+
+/** The relative link targets of a Markdown file (`path`, `path#anchor` or `#anchor`). */
+function relativeLinks(markdown: string): string[] {
+  const targets: string[] = [];
+  for (const line of proseLines(markdown)) {
+    const text = line.replace(/`[^`]*`/g, "");
+    for (const match of text.matchAll(/\]\(\s*<?([^)\s>]+)>?(?:\s+"[^"]*")?\s*\)/g)) {
+      const target = match[1]!;
+      if (/^[a-z][a-z0-9+.-]*:/i.test(target)) continue; // https:, mailto: and other schemes
+      targets.push(target);
+    }
+  }
+  return targets;
+}
+
+/** What is wrong with each relative link of `file`, as `file: target (why)`. */
+export function brokenLinks(root: string, file: string): string[] {
+  const problems: string[] = [];
+  const markdown = readFileSync(join(root, file), "utf8");
+  for (const target of relativeLinks(markdown)) {
+    const [pathPart, anchor] = target.split("#", 2) as [string, string | undefined];
+    const path = pathPart === "" ? join(root, file) : resolve(dirname(join(root, file)), decodeURIComponent(pathPart));
+    if (!existsSync(path)) {
+      problems.push(`${file}: ${target} (no such file)`);
+      continue;
+    }
+    if (anchor === undefined || anchor === "") continue;
+    if (statSync(path).isDirectory() || !path.endsWith(".md")) {
+      problems.push(`${file}: ${target} (an anchor into something that is not a Markdown file)`);
+      continue;
+    }
+    if (!anchorsOf(readFileSync(path, "utf8")).has(decodeURIComponent(anchor))) {
+      problems.push(`${file}: ${target} (no heading with that anchor in ${relative(root, path)})`);
+    }
+  }
+  return problems;
+}
+
+// Built from pieces so that this file does not match itself.
+const OUTSIDE_DOCUMENTS = [
+  new RegExp(["\\b(SPEC", "DESIGN", "STYLE)\\.md\\b"].join("|")),
+  new RegExp("\\.\\./" + "shared\\b"),
+  new RegExp("\\b[Ii]ssues? #?" + "[0-9]+"),
+];
+// Names of particular machines have no place in docs others read.
+const MACHINE_NAMES = [new RegExp("\\bnode" + "-svc\\b")];
+
+const SOURCE = /\.(ts|mts|cts|js|mjs|cjs|sh|sql|ya?ml|proto|css|html)$|(^|\/)(Dockerfile|run)$/;
+
+describe("documentation", () => {
+  const files = trackedFiles();
+  const markdown = files.filter((file) => file.endsWith(".md"));
+
+  it("has the docs every comment and the README point to", () => {
+    for (const doc of ["architecture", "api", "webhooks", "configuration", "operations"]) {
+      expect(markdown, `docs/${doc}.md`).toContain(`docs/${doc}.md`);
+    }
+  });
+
+  it("has no relative link in its Markdown that misses its file or heading", () => {
+    const problems = markdown.flatMap((file) => brokenLinks(ROOT, file));
+    expect(problems).toEqual([]);
+  });
+
+  it("cites no document outside the repository and no issue number, in code or Markdown", () => {
+    const problems: string[] = [];
+    for (const file of files) {
+      if (file.startsWith("proto/gen/") || file === "pnpm-lock.yaml" || !(SOURCE.test(file) || file.endsWith(".md"))) continue;
+      readFileSync(join(ROOT, file), "utf8")
+        .split("\n")
+        .forEach((line, i) => {
+          const patterns = file.endsWith(".md") ? [...OUTSIDE_DOCUMENTS, ...MACHINE_NAMES] : OUTSIDE_DOCUMENTS;
+          if (patterns.some((pattern) => pattern.test(line))) problems.push(`${file}:${i + 1}: ${line.trim()}`);
+        });
+    }
+    expect(problems).toEqual([]);
+  });
+
+  it("finds a broken link, a missing anchor and a citation when there is one", () => {
+    // The checks themselves, on this repository's own files: a test that cannot fail proves nothing.
+    expect(headingSlug("Tracing (OpenTelemetry)")).toBe("tracing-opentelemetry");
+    expect(headingSlug("The `@ledger/webhooks` package")).toBe("the-ledgerwebhooks-package");
+    expect(anchorsOf("# A\n## B\n## B\n```\n# not a heading\n```\n")).toEqual(new Set(["a", "b", "b-1"]));
+    expect(relativeLinks("[a](docs/api.md#ids) `[b](x.md)` [c](https://example.com)\n```\n[d](y.md)\n```\n")).toEqual(["docs/api.md#ids"]);
+    expect(OUTSIDE_DOCUMENTS.some((p) => p.test("// see " + "DESIGN" + ".md section 5"))).toBe(true);
+    expect(OUTSIDE_DOCUMENTS.some((p) => p.test("// (" + "issue" + " 6)"))).toBe(true);
+    expect(OUTSIDE_DOCUMENTS.some((p) => p.test("// docs/api.md#idempotency"))).toBe(false);
+    const dir = mkdtempSync(join(tmpdir(), "docs-links-"));
+    try {
+      writeFileSync(join(dir, "a.md"), "# Top\n[ok](b.md#there) [self](#top) [gone](c.md) [no anchor](b.md#nowhere) [dir anchor](./#x)\n");
+      writeFileSync(join(dir, "b.md"), "## There\n");
+      expect(brokenLinks(dir, "a.md")).toEqual([
+        "a.md: c.md (no such file)",
+        "a.md: b.md#nowhere (no heading with that anchor in b.md)",
+        "a.md: ./#x (an anchor into something that is not a Markdown file)",
+      ]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
