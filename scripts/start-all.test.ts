@@ -11,6 +11,7 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { restClient } from "@ledger/testing";
 import { afterAll, beforeAll, expect, inject, it } from "vitest";
+import { loadOpenApi } from "../gateway/src/docs.js";
 import { buildAll } from "./build.mjs";
 
 // `npm start` on a machine without PostgreSQL: the whole system on the embedded database, as a
@@ -136,6 +137,10 @@ it("runs everything on the embedded database, and keeps the data across a restar
   // Posted balances of the program sum to zero: the external entity holds minus the deposits.
   const external = (await api.get("/program")).body.program.external_entity_id as string;
   expect((await balances(api, external)).posted).toBe(-(10_000 + 8 * 50));
+
+  // The compiled gateway serves the OpenAPI document the build parsed from openapi.yaml.
+  const served = await fetch(new URL("/v1/openapi.json", first.restUrl));
+  expect(await served.json()).toEqual(loadOpenApi());
 
   expect(await stop(first)).toBe(0);
   expect(first.output()).not.toMatch(/shutdown failed/);
