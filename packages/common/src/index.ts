@@ -1,4 +1,5 @@
 // The public surface of @ledger/common: only what two or more services share.
+export * from "./amounts.js";
 export * from "./config.js";
 export * from "./db.js";
 export * from "./errors.js";

@@ -6,6 +6,7 @@ import {
   invalidArgument,
   isId,
   notFound,
+  parseAmount,
   parsePageRequest,
   parseText,
   principalOf,
@@ -19,12 +20,6 @@ import { holdToProto, parseExpiry, type Answer, type createHolds, type Idempoten
 import type { LedgerClients } from "./ledger-client.js";
 
 const HOLD_STATUSES = ["held", "partially_captured", "captured", "released"];
-
-function parseAmount(amount: bigint): bigint {
-  if (amount <= 0n) throw invalidArgument("amount must be a positive integer in minor units");
-  if (amount > BigInt(Number.MAX_SAFE_INTEGER)) throw invalidArgument(`amount must be at most ${Number.MAX_SAFE_INTEGER}`);
-  return amount;
-}
 
 
 function idempotencyOf<I extends DescMessage>(ctx: HandlerContext, schema: I, request: MessageShape<I>): Idempotency | undefined {
