@@ -276,7 +276,7 @@ export class Book {
  * written: left to the database, the overflow would fail the whole batch. External entities are
  * checked against their cached balance plus the batch's deltas; the cache follows this process's
  * own writes, so another process's writes can still surprise it, and then Postgres refuses the
- * write and the same error comes back without the entity's name (request-context.ts).
+ * write and the same error comes back without the entity's name (`clientSafeError` in packages/common/src/database-errors.ts).
  */
 function checkBalanceRange(state: EntityState): void {
   const base = state.row.is_external ? state.row : { posted: 0n, pending_debits: 0n, pending_credits: 0n, held: 0n };
