@@ -8,6 +8,7 @@ import {
   ReleaseReservationResponseSchema,
   ReserveRequestSchema,
   ReserveResponseSchema,
+  ReservationStatus,
   type ReservationSchema,
   type ReservationService,
 } from "@ledger/proto/ledger/v1/reservation_pb.js";
@@ -26,7 +27,7 @@ function reservationToProto(row: ReservationRow): MessageInitShape<typeof Reserv
     entityId: row.entity_id,
     amount: row.amount,
     capturedAmount: row.captured_amount,
-    status: row.status,
+    status: row.status === "active" ? ReservationStatus.ACTIVE : ReservationStatus.RELEASED,
     currencyCode: row.currency_code,
   };
 }
