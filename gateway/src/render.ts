@@ -16,10 +16,17 @@ import {
 // Proto messages to the JSON shapes of gateway/openapi.yaml. Field names are snake_case, enums
 // are lowercase words, timestamps are ISO 8601 UTC, and amounts stay bigint until written.
 
+const wordsOf = new WeakMap<DescEnum, Map<number, string>>();
+
 /** The word of each value of a proto enum: its name without the enum's prefix, in lowercase. */
 function words(schema: DescEnum): Map<number, string> {
-  const prefix = schema.sharedPrefix ?? "";
-  return new Map(schema.values.map((value) => [value.number, value.name.toLowerCase().slice(prefix.length)]));
+  let found = wordsOf.get(schema);
+  if (!found) {
+    const prefix = schema.sharedPrefix ?? "";
+    found = new Map(schema.values.map((value) => [value.number, value.name.toLowerCase().slice(prefix.length)]));
+    wordsOf.set(schema, found);
+  }
+  return found;
 }
 
 /**
