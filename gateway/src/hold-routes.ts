@@ -1,8 +1,8 @@
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { invalidArgument } from "@ledger/common";
-import type { Hold } from "@ledger/proto/hold/v1/hold_pb.js";
+import { HoldStatusSchema, type Hold } from "@ledger/proto/hold/v1/hold_pb.js";
 import { amountField, limitParam, optionalParam, requiredParam, stringField, type Fields } from "./input.js";
-import { renderPage } from "./render.js";
+import { enumParam, enumWord, renderPage } from "./render.js";
 import type { Route } from "./routes.js";
 
 /** A hold as the REST API shows it (gateway/openapi.yaml, schema Hold). */
@@ -12,7 +12,7 @@ export function renderHold(hold: Hold) {
     entity_id: hold.entityId,
     amount: hold.amount,
     captured_amount: hold.capturedAmount,
-    status: hold.status,
+    status: enumWord(HoldStatusSchema, hold.status),
     expires_at: hold.expiresAt ? timestampDate(hold.expiresAt).toISOString() : null,
     description: hold.description,
     release_reason: hold.releaseReason || null,
@@ -89,7 +89,7 @@ export const holdRoutes: Route[] = [
     query: ["entity_id", "status", "limit", "cursor"],
     async handle({ query, programId, call }, { hold }) {
       const res = await hold.listHolds(
-        { programId, entityId: requiredParam(query, "entity_id"), status: optionalParam(query, "status"), limit: limitParam(query), cursor: optionalParam(query, "cursor") },
+        { programId, entityId: requiredParam(query, "entity_id"), status: enumParam(HoldStatusSchema, optionalParam(query, "status"), "status"), limit: limitParam(query), cursor: optionalParam(query, "cursor") },
         call,
       );
       return { holds: res.holds.map(renderHold), pagination: renderPage(res.page) };

@@ -1,10 +1,8 @@
 import type { JsonObject } from "@bufbuild/protobuf";
-import { invalidArgument, MAX_PAGE_SIZE, parseMetadata } from "@ledger/common";
+import { invalidArgument, MAX_AMOUNT, MAX_PAGE_SIZE, parseMetadata } from "@ledger/common";
 
 /** A parsed JSON body or query string, with the names it may contain. */
 export type Fields = Record<string, unknown>;
-
-const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
 
 /** Refuses names the endpoint does not know: a typo such as `ammount` must not pass silently. */
 export function onlyKnown(fields: Fields, known: readonly string[], where: "body" | "query"): void {
@@ -25,7 +23,7 @@ export function stringField(fields: Fields, name: string): string {
 }
 
 /**
- * An amount: a JSON integer in minor units, 1 to 2^53-1. Floats, strings, zero and negatives are
+ * An amount: a JSON integer in minor units, 1 to MAX_AMOUNT (2^53-1). Floats, strings, zero and negatives are
  * refused here with the field's name; an absent amount reads as 0 and the service says it is required.
  */
 export function amountField(fields: Fields, name: string): bigint {
@@ -35,7 +33,7 @@ export function amountField(fields: Fields, name: string): bigint {
   if (!Number.isInteger(value)) throw invalidArgument(`${name} must be an integer number of minor units`, { field: name });
   if (value <= 0) throw invalidArgument(`${name} must be greater than zero`, { field: name });
   const amount = BigInt(value);
-  if (amount > MAX_SAFE || !Number.isSafeInteger(value)) throw invalidArgument(`${name} must be at most ${MAX_SAFE}`, { field: name });
+  if (amount > MAX_AMOUNT || !Number.isSafeInteger(value)) throw invalidArgument(`${name} must be at most ${MAX_AMOUNT}`, { field: name });
   return amount;
 }
 

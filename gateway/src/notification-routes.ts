@@ -1,8 +1,8 @@
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { invalidArgument } from "@ledger/common";
-import { DeliveryStatus, type Delivery, type Endpoint, type Event } from "@ledger/proto/notification/v1/notification_pb.js";
+import { DeliveryStatusSchema, type Delivery, type Endpoint, type Event } from "@ledger/proto/notification/v1/notification_pb.js";
 import { arrayField, booleanField, limitParam, optionalParam, requiredParam, stringField, type Fields } from "./input.js";
-import { renderPage } from "./render.js";
+import { enumWord, renderPage } from "./render.js";
 import type { Route } from "./routes.js";
 
 // REST paths of webhook destinations and events (docs/webhooks.md#endpoints), mapped
@@ -14,13 +14,6 @@ const PAGE = ["limit", "cursor"] as const;
 function iso(ts: Timestamp | undefined): string | null {
   return ts ? timestampDate(ts).toISOString() : null;
 }
-
-const DELIVERY_STATUS: Record<DeliveryStatus, string> = {
-  [DeliveryStatus.UNSPECIFIED]: "unknown",
-  [DeliveryStatus.PENDING]: "pending",
-  [DeliveryStatus.SUCCEEDED]: "succeeded",
-  [DeliveryStatus.FAILED]: "failed",
-};
 
 /** A destination, never with its secret: only creation and roll add that. */
 export function renderEndpoint(endpoint: Endpoint) {
@@ -44,7 +37,7 @@ export function renderDelivery(delivery: Delivery) {
     endpoint_id: delivery.endpointId,
     event_id: delivery.eventId,
     event_type: delivery.eventType,
-    status: DELIVERY_STATUS[delivery.status],
+    status: enumWord(DeliveryStatusSchema, delivery.status),
     attempts: delivery.attempts,
     response_status: delivery.responseStatus || null,
     response_body: delivery.responseBody || null,

@@ -1,8 +1,12 @@
+import type { DescEnum } from "@bufbuild/protobuf";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
+import { invalidArgument } from "@ledger/common";
 import type { PageInfo } from "@ledger/proto/common/v1/common_pb.js";
 import {
-  Direction,
-  TransactionStatus,
+  DirectionSchema,
+  EntityStatusSchema,
+  TransactionStatusSchema,
+  type TransactionStatus,
   type Entity,
   type Leg,
   type Program,
@@ -12,24 +16,44 @@ import {
 // Proto messages to the JSON shapes of gateway/openapi.yaml. Field names are snake_case, enums
 // are lowercase words, timestamps are ISO 8601 UTC, and amounts stay bigint until written.
 
-const STATUS: Record<TransactionStatus, string> = {
-  [TransactionStatus.UNSPECIFIED]: "unknown",
-  [TransactionStatus.PENDING]: "pending",
-  [TransactionStatus.POSTED]: "posted",
-  [TransactionStatus.CANCELED]: "canceled",
-  [TransactionStatus.FAILED]: "failed",
-  [TransactionStatus.REVERSED]: "reversed",
-};
+const wordsOf = new WeakMap<DescEnum, Map<number, string>>();
+
+/** The word of each value of a proto enum: its name without the enum's prefix, in lowercase. */
+function words(schema: DescEnum): Map<number, string> {
+  let found = wordsOf.get(schema);
+  if (!found) {
+    const prefix = schema.sharedPrefix ?? "";
+    found = new Map(schema.values.map((value) => [value.number, value.name.toLowerCase().slice(prefix.length)]));
+    wordsOf.set(schema, found);
+  }
+  return found;
+}
+
+/**
+ * The REST spelling of a proto enum value, the one place the gateway turns enums into words:
+ * `HOLD_STATUS_PARTIALLY_CAPTURED` is `partially_captured`. The unset value (or one this gateway
+ * does not know) reads `unknown`.
+ */
+export function enumWord(schema: DescEnum, value: number): string {
+  const word = value === 0 ? undefined : words(schema).get(value);
+  return word ?? "unknown";
+}
+
+/**
+ * The proto enum value a query parameter names: unset for an absent or empty one, and 400
+ * `invalid_request` for a word that is not one of the enum's.
+ */
+export function enumParam<E extends number>(schema: DescEnum, word: string, parameter: string): E {
+  if (word === "") return 0 as E;
+  const known = [...words(schema)].filter(([number]) => number !== 0);
+  const found = known.find(([, each]) => each === word);
+  if (!found) throw invalidArgument(`${parameter} must be one of ${known.map(([, each]) => each).join(", ")}`, { parameter });
+  return found[0] as E;
+}
 
 /** The REST spelling of a transaction status. */
 export function statusName(status: TransactionStatus): string {
-  return STATUS[status];
-}
-
-/** The proto status of a REST spelling, or undefined for an unknown word. */
-export function statusFromName(name: string): TransactionStatus | undefined {
-  const entry = Object.entries(STATUS).find(([, word]) => word === name && word !== "unknown");
-  return entry ? (Number(entry[0]) as TransactionStatus) : undefined;
+  return enumWord(TransactionStatusSchema, status);
 }
 
 function iso(ts: Timestamp | undefined): string | null {
@@ -43,7 +67,7 @@ export function renderEntity(entity: Entity) {
     entity_id: entity.entityId,
     entity_name: entity.entityName,
     entity_type: entity.entityType,
-    status: entity.status,
+    status: enumWord(EntityStatusSchema, entity.status),
     currency_code: entity.currencyCode,
     metadata: entity.metadata ?? {},
     program_id: entity.programId,
@@ -65,7 +89,7 @@ export function renderLeg(leg: Leg) {
     transaction_id: leg.transactionId,
     transaction_group_id: leg.transactionGroupId,
     entity_id: leg.entityId,
-    direction: leg.direction === Direction.DEBIT ? "debit" : "credit",
+    direction: enumWord(DirectionSchema, leg.direction),
     amount: leg.amount,
     status: statusName(leg.status),
     created_at: iso(leg.createdAt),

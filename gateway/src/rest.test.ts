@@ -229,11 +229,14 @@ describe("bad input", () => {
   it("answers 413 for a body over the limit, 404 for unknown paths, 405 for a wrong method", async () => {
     const big = await api.request("POST", "/entity", { raw: JSON.stringify({ entity_name: "x".repeat(70 * 1024), entity_type: "x" }), headers: { "content-type": "application/json" } });
     expect(big.status).toBe(413);
-    expect(big.body.status).toBe("error");
-    expectError(await api.get("/nothing-here"), 404, "not_found");
+    expect(big.body).toEqual({ status: "error", error: { code: "payload_too_large", message: expect.stringMatching(/^the request body is larger than \d+ bytes$/) } });
+    const missing = await api.get("/nothing-here");
+    expectError(missing, 404, "not_found");
+    expect(missing.body.error).toEqual({ code: "not_found", message: "no endpoint GET /v1/nothing-here" });
     const wrong = await api.request("DELETE", "/entity");
     expect(wrong.status).toBe(405);
     expect(wrong.headers.get("allow")).toContain("POST");
+    expect(wrong.body).toEqual({ status: "error", error: { code: "method_not_allowed", message: expect.stringMatching(/^DELETE is not allowed on \/v1\/entity; use /) } });
   });
 
   it("answers 401 without a key or with a wrong one", async () => {

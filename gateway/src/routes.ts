@@ -5,6 +5,7 @@ import type { HoldService } from "@ledger/proto/hold/v1/hold_pb.js";
 import {
   Direction,
   TransactionStatus,
+  TransactionStatusSchema,
   type LedgerService,
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
@@ -24,7 +25,7 @@ import {
   stringField,
   type Fields,
 } from "./input.js";
-import { renderEntity, renderGroup, renderLeg, renderPage, renderProgram, renderRetrievedLeg, statusFromName } from "./render.js";
+import { renderEntity, renderGroup, renderLeg, renderPage, renderProgram, renderRetrievedLeg, enumParam } from "./render.js";
 
 /** The RPC clients routes call. */
 export interface Clients {
@@ -57,13 +58,7 @@ const PAGE = ["limit", "cursor"] as const;
 const GROUP_ACTION = ["transaction_group_id"] as const;
 
 function transactionStatusParam(query: Fields): TransactionStatus {
-  const word = optionalParam(query, "status");
-  if (word === "") return TransactionStatus.UNSPECIFIED;
-  const status = statusFromName(word);
-  if (status === undefined) {
-    throw invalidArgument("status must be one of pending, posted, canceled, failed, reversed", { parameter: "status" });
-  }
-  return status;
+  return enumParam(TransactionStatusSchema, optionalParam(query, "status"), "status");
 }
 
 function createStatus(body: Fields): TransactionStatus {

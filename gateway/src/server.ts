@@ -1,8 +1,9 @@
 import { randomUUID } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { ConnectError, type CallOptions } from "@connectrpc/connect";
+import { Code, type CallOptions } from "@connectrpc/connect";
 import { Histogram } from "prom-client";
 import {
+  appError,
   continueTrace,
   IDEMPOTENCY_KEY_HEADER,
   IDEMPOTENT_REPLAYED_HEADER,
@@ -24,7 +25,7 @@ import {
   withActiveSpan,
 } from "@ledger/common";
 import { errorEnvelope } from "./errors.js";
-import { parseJsonBody, PayloadTooLarge, readBody } from "./http.js";
+import { methodNotAllowed, parseJsonBody, readBody } from "./http.js";
 import { asObject, onlyKnown, parseQuery, type Fields } from "./input.js";
 import { toJson } from "./json.js";
 import type { Clients, Route } from "./routes.js";
@@ -93,15 +94,8 @@ export function createRestHandler(
       const route = path === undefined ? undefined : table.get(`${method} ${path}`);
       if (!route) {
         const allowed = path === undefined ? undefined : methodsByPath.get(path);
-        if (allowed) {
-          status = 405;
-          const message = `${method} is not allowed on ${url.pathname}; use ${allowed.join(" or ")}`;
-          send(res, 405, { status: "error", error: { code: "method_not_allowed", message } }, { [REQUEST_ID_HEADER]: requestId, allow: allowed.join(", ") });
-          return;
-        }
-        status = 404;
-        send(res, 404, { status: "error", error: { code: "not_found", message: `no endpoint ${method} ${url.pathname}` } }, { [REQUEST_ID_HEADER]: requestId });
-        return;
+        if (allowed) throw methodNotAllowed(method, url.pathname, allowed);
+        throw appError(Code.NotFound, "not_found", `no endpoint ${method} ${url.pathname}`);
       }
       const query = parseQuery(url.searchParams);
       onlyKnown(query, route.query ?? [], "query");
@@ -131,17 +125,10 @@ export function createRestHandler(
       if (replayed) extra["Idempotent-Replayed"] = "true";
       send(res, 200, { status: "success", ...result }, extra);
     } catch (err) {
-      if (err instanceof PayloadTooLarge) {
-        status = 413;
-        send(res, 413, { status: "error", error: { code: "payload_too_large", message: err.message } }, { [REQUEST_ID_HEADER]: requestId, connection: "close" });
-        return;
-      }
       const envelope = errorEnvelope(err, requestId);
       status = envelope.status;
       if (status >= 500) options.log.error({ request_id: requestId, err }, "request failed");
-      // A budget spent here or on the RPC port behind says when to come back.
-      const retryAfter = ConnectError.from(err).metadata.get("retry-after");
-      send(res, envelope.status, envelope.body, { [REQUEST_ID_HEADER]: requestId, ...(status === 429 && retryAfter ? { "retry-after": retryAfter } : {}) });
+      send(res, envelope.status, envelope.body, { [REQUEST_ID_HEADER]: requestId, ...envelope.headers });
     } finally {
       const seconds = (performance.now() - started) / 1000;
       const route = path !== undefined && table.has(`${method} ${path}`) ? path : "unmatched";

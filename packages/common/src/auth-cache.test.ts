@@ -1,5 +1,5 @@
 import { expect, it } from "vitest";
-import { AUTH_CACHE_TTL_MS, cachedAuthenticator, type Principal } from "./request-context.js";
+import { AUTH_CACHE_TTL_MS, cachedAuthenticator, type Principal } from "./auth.js";
 
 // The key cache every service puts in front of its look-ups: its TTL is the bound on how long a
 // revoked key keeps working (docs/operations.md#api-keys), and a burst of requests costs one look-up.

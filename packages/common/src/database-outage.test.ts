@@ -7,7 +7,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from "vi
 import { freePort } from "@ledger/testing";
 import { pipelinedTransaction, type Sql } from "./db.js";
 import { errorCodeOf } from "./errors.js";
-import { clientSafeError } from "./request-context.js";
+import { clientSafeError } from "./database-errors.js";
 
 // What the services see when Postgres goes away under them (a restart, a failover, an operator
 // terminating backends): every waiting query must reject with an error that maps to 503

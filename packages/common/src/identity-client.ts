@@ -1,6 +1,6 @@
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { rpcTransport, type ServiceTarget } from "./in-process.js";
-import type { Authenticator } from "./request-context.js";
+import type { Authenticator } from "./auth.js";
 import { IdentityService } from "@ledger/proto/ledger/v1/identity_pb.js";
 
 /**

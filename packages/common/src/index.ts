@@ -1,4 +1,5 @@
 // The public surface of @ledger/common: only what two or more services share.
+export * from "./amounts.js";
 export * from "./config.js";
 export * from "./db.js";
 export * from "./errors.js";
@@ -11,7 +12,9 @@ export * from "./nats.js";
 export * from "./outbox.js";
 export * from "./pagination.js";
 export * from "./rate-limit.js";
-export * from "./request-context.js";
+export * from "./auth.js";
+export * from "./database-errors.js";
+export * from "./request-id.js";
 export * from "./server.js";
 export * from "./discovery.js";
 export * from "./main.js";

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { apiKeyFromAuthorization } from "./request-context.js";
+import { apiKeyFromAuthorization } from "./auth.js";
 import { createRateLimiter, rateKeyOf } from "./rate-limit.js";
 
 describe("token bucket", () => {

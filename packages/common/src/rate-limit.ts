@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import { Code, type ConnectError, type Interceptor } from "@connectrpc/connect";
 import type { RateLimitConfig } from "./config.js";
 import { appError } from "./errors.js";
-import { apiKeyFromAuthorization, isServiceCall } from "./request-context.js";
+import { apiKeyFromAuthorization, isServiceCall } from "./auth.js";
 import { peerAddressOf } from "./server.js";
 
 /** The answer of a rate limiter: go ahead, or come back in `retryAfterSeconds`. */

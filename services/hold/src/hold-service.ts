@@ -6,6 +6,7 @@ import {
   invalidArgument,
   isId,
   notFound,
+  parseAmount,
   parsePageRequest,
   parseText,
   principalOf,
@@ -13,18 +14,10 @@ import {
   originOf,
   toPage,
 } from "@ledger/common";
-import { CaptureHoldRequestSchema, CreateHoldRequestSchema, ReleaseHoldRequestSchema, type HoldService } from "@ledger/proto/hold/v1/hold_pb.js";
+import { CaptureHoldRequestSchema, CreateHoldRequestSchema, HoldStatus, ReleaseHoldRequestSchema, type HoldService } from "@ledger/proto/hold/v1/hold_pb.js";
 import type { DescMessage, MessageShape } from "@bufbuild/protobuf";
-import { holdToProto, parseExpiry, type Answer, type createHolds, type Idempotency } from "./holds.js";
+import { HOLD_STATUS_OF, holdToProto, parseExpiry, type Answer, type createHolds, type Idempotency } from "./holds.js";
 import type { LedgerClients } from "./ledger-client.js";
-
-const HOLD_STATUSES = ["held", "partially_captured", "captured", "released"];
-
-function parseAmount(amount: bigint): bigint {
-  if (amount <= 0n) throw invalidArgument("amount must be a positive integer in minor units");
-  if (amount > BigInt(Number.MAX_SAFE_INTEGER)) throw invalidArgument(`amount must be at most ${Number.MAX_SAFE_INTEGER}`);
-  return amount;
-}
 
 
 function idempotencyOf<I extends DescMessage>(ctx: HandlerContext, schema: I, request: MessageShape<I>): Idempotency | undefined {
@@ -98,13 +91,14 @@ export function createHoldService(holds: ReturnType<typeof createHolds>, ledger:
     async listHolds(req, ctx) {
       const { accountId } = principalOf(ctx);
       if (req.entityId === "") throw invalidArgument("entity_id is required");
-      if (req.status !== "" && !HOLD_STATUSES.includes(req.status)) {
-        throw invalidArgument(`status must be one of ${HOLD_STATUSES.join(", ")}`);
+      const status = Object.keys(HOLD_STATUS_OF).find((word) => HOLD_STATUS_OF[word] === req.status);
+      if (req.status !== HoldStatus.UNSPECIFIED && status === undefined) {
+        throw invalidArgument(`status must be one of ${Object.keys(HOLD_STATUS_OF).join(", ")}`, { field: "status" });
       }
       // The ledger decides whether the entity is the caller's: another account's answers 404.
       await ledger.ledger.getEntity({ programId: req.programId, entityId: req.entityId }, ledger.asAccount(accountId, originOf(ctx)));
       const page = parsePageRequest(req.limit, req.cursor, (id) => isId("hold", id));
-      const rows = await holds.list(req.entityId, { ...page, status: req.status || undefined });
+      const rows = await holds.list(req.entityId, { ...page, status });
       const result = toPage(rows, page, (row) => row.id);
       return { holds: result.items.map(holdToProto), page: result.page };
     },

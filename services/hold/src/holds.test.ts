@@ -68,6 +68,10 @@ describe("holds", () => {
     expect(again.body.error.code).toBe("hold_not_active");
     const listed = await api.get("/holds", { entity_id: source, status: "captured" });
     expect(listed.body.holds.map((h: { hold_id: string }) => h.hold_id)).toContain(holdId);
+    expect((await api.get("/holds", { entity_id: source, status: "held" })).body.holds.map((h: { hold_id: string }) => h.hold_id)).not.toContain(holdId);
+    const unknown = await api.get("/holds", { entity_id: source, status: "expired" });
+    expect(unknown.status).toBe(400);
+    expect(unknown.body.error).toEqual({ code: "invalid_request", message: "status must be one of held, partially_captured, captured, released", details: { parameter: "status" } });
     await expectHeldMatchesHolds();
   });
 

@@ -22,6 +22,7 @@ import { EventSchema, type Event } from "@ledger/proto/events/v1/events_pb.js";
 import {
   CaptureHoldResponseSchema,
   CreateHoldResponseSchema,
+  HoldStatus,
   ReleaseHoldResponseSchema,
   type HoldSchema,
 } from "@ledger/proto/hold/v1/hold_pb.js";
@@ -58,6 +59,14 @@ export interface CaptureRow {
   created_at: Date;
 }
 
+/** The statuses a client sees, as stored and as the API's enum. */
+export const HOLD_STATUS_OF: Record<string, HoldStatus> = {
+  held: HoldStatus.HELD,
+  partially_captured: HoldStatus.PARTIALLY_CAPTURED,
+  captured: HoldStatus.CAPTURED,
+  released: HoldStatus.RELEASED,
+};
+
 /** The status a client sees: a release in flight still shows what the hold was. */
 export function visibleStatus(row: HoldRow): string {
   if (row.status === "releasing") return row.captured_amount > 0n ? "partially_captured" : "held";
@@ -83,7 +92,7 @@ function holdFields(row: HoldRow) {
 
 /** The API form of a hold. */
 export function holdToProto(row: HoldRow): MessageInitShape<typeof HoldSchema> {
-  return { ...holdFields(row), updatedAt: timestampFromDate(row.updated_at) };
+  return { ...holdFields(row), status: HOLD_STATUS_OF[visibleStatus(row)] ?? HoldStatus.UNSPECIFIED, updatedAt: timestampFromDate(row.updated_at) };
 }
 
 /** What a capture answers: the hold after it and the transfer it made. */

@@ -1,7 +1,7 @@
 import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { isId, newId, notFound, storedMetadata, type Sql, type Tx } from "@ledger/common";
-import type { EntitySchema } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import { EntityStatus, type EntitySchema } from "@ledger/proto/ledger/v1/ledger_pb.js";
 
 /** An entity row with its balances. */
 export interface EntityRow {
@@ -69,7 +69,7 @@ export function entityToProto(row: EntityRow): MessageInitShape<typeof EntitySch
     programId: row.program_id,
     entityName: row.name,
     entityType: row.type,
-    status: row.status,
+    status: row.status === "active" ? EntityStatus.ACTIVE : EntityStatus.UNSPECIFIED,
     currencyCode: row.currency_code,
     ...(row.metadata ? { metadata: storedMetadata(row.metadata) } : {}),
     isExternal: row.is_external,

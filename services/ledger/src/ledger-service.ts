@@ -7,15 +7,13 @@ import {
   IDEMPOTENT_REPLAYED_HEADER,
   requestFingerprint,
   invalidArgument,
+  parseAmount,
   parseMetadata,
   parseText,
   isId,
   parsePageRequest,
   principalOf,
-  requestIdOf,
-  traceOf,
   toPage,
-  type Principal,
   type Sql,
 } from "@ledger/common";
 import type { Outbox } from "@ledger/common";
@@ -55,8 +53,9 @@ import { AtomicRefusal, type Applied, type createBatcher, type ItemAnswer, type 
 import { createWritePath, groupOf } from "./write-path.js";
 import { entityToProto, findEntity, insertEntity, listEntities } from "./entities.js";
 import { findGroup, findLeg, groupToProto, legToProto, listLegs, statusFromProto } from "./groups.js";
-import { parseAmount, parseLegs, type LegSpec, type MoneyCommand } from "./money.js";
+import { parseLegs, type LegSpec, type MoneyCommand } from "./money.js";
 import {
+  commandScope,
   ensureExternalEntity,
   findProgram,
   insertProgram,
@@ -64,6 +63,8 @@ import {
   parseCurrencyCode,
   parseName,
   programToProto,
+  type CommandScope,
+  type ProgramResolver,
 } from "./programs.js";
 
 /** What the ledger's handlers need. */
@@ -71,7 +72,7 @@ export interface LedgerDeps {
   sql: Sql;
   outbox: Outbox;
   batcher: ReturnType<typeof createBatcher>;
-  resolveProgram: (principal: Principal, requested: string) => Promise<string>;
+  resolveProgram: ProgramResolver;
 }
 
 
@@ -132,24 +133,13 @@ function batchResponse(answers: ItemAnswer[]): MessageInitShape<typeof CreateTra
   return { succeeded: answers.length - failed, failed, results };
 }
 
-/** Who asks and where: what every command carries. */
-interface CommandScope {
-  accountId: string;
-  programId: string;
-  requestId: string;
-  traceparent: string;
-}
 
 /** The ledger's RPC handlers: each validates, builds a command or query, and maps the result. */
 export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof LedgerService> {
   const { sql } = deps;
   const { mutate, submit } = createWritePath(deps);
 
-  async function scope(ctx: HandlerContext, programId: string) {
-    const principal = principalOf(ctx);
-    const scoped: CommandScope = { accountId: principal.accountId, programId: await deps.resolveProgram(principal, programId), requestId: requestIdOf(ctx), traceparent: traceOf(ctx).traceparent };
-    return scoped;
-  }
+  const scope = (ctx: HandlerContext, programId: string) => commandScope(ctx, deps.resolveProgram, programId);
 
   async function settleCommand(ctx: HandlerContext, programId: string, groupId: string, to: "posted" | "canceled" | "failed", reason: string) {
     const base = await scope(ctx, programId);
@@ -226,7 +216,7 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
       const principal = principalOf(ctx);
       const wholeKey = idempotencyKeyOf(ctx);
       // Most batches name one program: resolve each program once, and let an unknown one refuse only its items.
-      const scopes = new Map<string, Promise<Awaited<ReturnType<typeof scope>>>>();
+      const scopes = new Map<string, Promise<CommandScope>>();
       const scopeOf = (programId: string) => {
         let found = scopes.get(programId);
         if (!found) {

@@ -2,13 +2,10 @@
 // money-load.ts, writing the result is money-persist.ts, and money.ts puts the three together.
 import type { JsonObject } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { invalidArgument, newId, notFound, ruleViolation } from "@ledger/common";
+import { invalidArgument, MAX_AMOUNT, newId, notFound, parseAmount, ruleViolation } from "@ledger/common";
 import { availableOf, type EntityRow } from "./entities.js";
 import { encodeTransactionEvent, type EncodedEvent } from "./events.js";
 import type { GroupRow, LegDirection, LegRow } from "./groups.js";
-
-/** The largest amount JSON carries exactly (docs/api.md#amounts-and-text). */
-export const MAX_AMOUNT = 9007199254740991n;
 
 /** The range of a balance: Postgres bigint and proto int64. */
 const MIN_BALANCE = -(2n ** 63n);
@@ -86,13 +83,6 @@ export function inAccount(accountId: string, id: string): string {
 export type Outcome =
   | { ok: true; group?: GroupRow; reversal?: GroupRow; reservation?: ReservationRow }
   | { ok: false; error: ConnectError };
-
-/** Checks an amount: a positive integer that JSON carries exactly. */
-export function parseAmount(amount: bigint, field = "amount"): bigint {
-  if (amount <= 0n) throw invalidArgument(`${field} must be a positive integer in minor units`, { [field]: Number(amount) });
-  if (amount > MAX_AMOUNT) throw invalidArgument(`${field} must be at most ${MAX_AMOUNT}`);
-  return amount;
-}
 
 /**
  * Checks the legs of a new group: at least two, each on a named entity with a direction and a
@@ -286,7 +276,7 @@ export class Book {
  * written: left to the database, the overflow would fail the whole batch. External entities are
  * checked against their cached balance plus the batch's deltas; the cache follows this process's
  * own writes, so another process's writes can still surprise it, and then Postgres refuses the
- * write and the same error comes back without the entity's name (request-context.ts).
+ * write and the same error comes back without the entity's name (`clientSafeError` in packages/common/src/database-errors.ts).
  */
 function checkBalanceRange(state: EntityState): void {
   const base = state.row.is_external ? state.row : { posted: 0n, pending_debits: 0n, pending_credits: 0n, held: 0n };

@@ -11,8 +11,6 @@ export type { OutboxRow } from "./money-persist.js";
 export {
   Book,
   expectOk,
-  MAX_AMOUNT,
-  parseAmount,
   parseLegs,
   type LegSpec,
   type MoneyCommand,

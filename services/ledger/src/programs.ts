@@ -1,5 +1,6 @@
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { invalidArgument, isId, newId, notFound, parseText, type Principal, type Sql, type Tx } from "@ledger/common";
+import type { HandlerContext } from "@connectrpc/connect";
+import { invalidArgument, isId, newId, notFound, parseText, principalOf, requestIdOf, traceOf, type Principal, type Sql, type Tx } from "@ledger/common";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { ProgramSchema } from "@ledger/proto/ledger/v1/ledger_pb.js";
 
@@ -59,7 +60,7 @@ export async function ensureExternalEntity(tx: Tx, accountId: string, programId:
  */
 export function createProgramResolver(sql: Sql) {
   const owners = new Map<string, string>();
-  return async function resolveProgram(principal: Principal, requested: string): Promise<string> {
+  return async function resolveProgram(principal: Principal, requested: string): ReturnType<ProgramResolver> {
     if (requested === "") return principal.defaultProgramId;
     let owner = owners.get(requested);
     if (owner === undefined && isId("program", requested)) {
@@ -73,6 +74,24 @@ export function createProgramResolver(sql: Sql) {
     if (owner !== principal.accountId) throw notFound("program", requested);
     return requested;
   };
+}
+
+/** Finds the program a request acts in for a caller; `createProgramResolver` makes one. */
+export type ProgramResolver = (principal: Principal, requested: string) => Promise<string>;
+
+/** Who asks and where: what every command carries. */
+export interface CommandScope {
+  accountId: string;
+  programId: string;
+  requestId: string;
+  /** W3C traceparent of the call's span, stored on the events the command causes. */
+  traceparent: string;
+}
+
+/** The scope of a call: its caller's account, the program it acts in, its request id and trace. */
+export async function commandScope(ctx: HandlerContext, resolveProgram: ProgramResolver, programId: string): Promise<CommandScope> {
+  const principal = principalOf(ctx);
+  return { accountId: principal.accountId, programId: await resolveProgram(principal, programId), requestId: requestIdOf(ctx), traceparent: traceOf(ctx).traceparent };
 }
 
 /** Reads one program of an account. */

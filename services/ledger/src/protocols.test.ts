@@ -2,7 +2,7 @@ import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { startStack, type Stack } from "@ledger/testing";
-import { createLedgerClients } from "@ledger/client";
+import { createLedgerClients, holdV1, ledgerV1 } from "@ledger/client";
 import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
 
 // Internal callers may speak gRPC or gRPC-Web as well as Connect: one port serves all three.
@@ -35,7 +35,11 @@ it("serves the published client package over Connect and gRPC alike", async () =
     const { entity } = await ledger.createEntity({ entityName: protocol, entityType: "w" });
     await ledger.fundEntity({ entityId: entity!.entityId, amount: 10n }, { headers: { "idempotency-key": `fund-${protocol}` } });
     const created = await hold!.createHold({ entityId: entity!.entityId, amount: 4n });
-    expect(created.hold).toMatchObject({ status: "held", amount: 4n });
+    expect(created.hold).toMatchObject({ status: holdV1.HoldStatus.HELD, amount: 4n });
+    expect((await ledger.getEntity({ entityId: entity!.entityId })).entity!.status).toBe(ledgerV1.EntityStatus.ACTIVE);
+    const listed = await hold!.listHolds({ entityId: entity!.entityId, status: holdV1.HoldStatus.HELD });
+    expect(listed.holds.map((h) => h.holdId)).toEqual([created.hold!.holdId]);
+    expect((await hold!.listHolds({ entityId: entity!.entityId, status: holdV1.HoldStatus.CAPTURED })).holds).toEqual([]);
     expect((await ledger.getEntity({ entityId: entity!.entityId })).entity!.balances).toMatchObject({ posted: 10n, held: 4n, available: 6n });
   }
 });

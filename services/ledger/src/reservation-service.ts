@@ -1,6 +1,6 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import { invalidArgument, notFound, principalOf, requestIdOf, sqlState, traceOf, type Principal, type Sql } from "@ledger/common";
+import { invalidArgument, notFound, parseAmount, sqlState, type Sql } from "@ledger/common";
 import {
   CaptureReservationRequestSchema,
   CaptureReservationResponseSchema,
@@ -8,11 +8,13 @@ import {
   ReleaseReservationResponseSchema,
   ReserveRequestSchema,
   ReserveResponseSchema,
+  ReservationStatus,
   type ReservationSchema,
   type ReservationService,
 } from "@ledger/proto/ledger/v1/reservation_pb.js";
 import { groupToProto } from "./groups.js";
-import { parseAmount, type ReservationRow } from "./money.js";
+import { commandScope, type ProgramResolver } from "./programs.js";
+import type { ReservationRow } from "./money.js";
 import type { createBatcher } from "./batcher.js";
 import { createWritePath } from "./write-path.js";
 import type { Outbox } from "@ledger/common";
@@ -25,7 +27,7 @@ function reservationToProto(row: ReservationRow): MessageInitShape<typeof Reserv
     entityId: row.entity_id,
     amount: row.amount,
     capturedAmount: row.captured_amount,
-    status: row.status,
+    status: row.status === "active" ? ReservationStatus.ACTIVE : ReservationStatus.RELEASED,
     currencyCode: row.currency_code,
   };
 }
@@ -55,14 +57,11 @@ export function createReservationService(deps: {
   sql: Sql;
   outbox: Outbox;
   batcher: ReturnType<typeof createBatcher>;
-  resolveProgram: (principal: Principal, requested: string) => Promise<string>;
+  resolveProgram: ProgramResolver;
 }): ServiceImpl<typeof ReservationService> {
   const { submit } = createWritePath(deps);
 
-  async function scope(ctx: HandlerContext, programId: string) {
-    const principal = principalOf(ctx);
-    return { accountId: principal.accountId, programId: await deps.resolveProgram(principal, programId), requestId: requestIdOf(ctx), traceparent: traceOf(ctx).traceparent };
-  }
+  const scope = (ctx: HandlerContext, programId: string) => commandScope(ctx, deps.resolveProgram, programId);
 
   return {
     async reserve(req, ctx) {

@@ -1,6 +1,6 @@
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
-import { ReservationService } from "@ledger/proto/ledger/v1/reservation_pb.js";
+import { ReservationService, ReservationStatus } from "@ledger/proto/ledger/v1/reservation_pb.js";
 import { startStack, TEST_SERVICE_TOKEN, type Api, type Stack } from "@ledger/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
@@ -94,7 +94,7 @@ describe("ReservationService", () => {
     expect(aCapture.transactionGroup!.transactionGroupId).not.toBe(bCapture.transactionGroup!.transactionGroupId);
     // Releasing B's reservation leaves A's untouched.
     await reservations.releaseReservation({ reservationId: "hold_shared" }, asService(b.id));
-    expect((await reservations.getReservation({ reservationId: "hold_shared" }, asService(a.id))).reservation).toMatchObject({ status: "active", capturedAmount: 20n });
+    expect((await reservations.getReservation({ reservationId: "hold_shared" }, asService(a.id))).reservation).toMatchObject({ status: ReservationStatus.ACTIVE, capturedAmount: 20n });
 
     const balances = await stack.sql<{ id: string; posted: bigint; held: bigint }[]>`
       select id, posted, held from entities where id in ${stack.sql([aSource, aSink, bSource, bSink])} order by id`;

@@ -1,7 +1,8 @@
 import { ConfigError } from "@ledger/common";
 import { describe, expect, it } from "vitest";
 import { parseRetrySchedule, readNotificationConfig } from "./config.js";
-import { decryptSecret, encryptSecret, generateSecret, signatureHeader } from "./secrets.js";
+import { decryptSecret, encryptSecret, generateSecret } from "./secrets.js";
+import { signatureHeader } from "./webhook-signer.js";
 import { retryDelayMs } from "./worker.js";
 
 describe("configuration", () => {

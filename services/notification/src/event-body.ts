@@ -1,5 +1,6 @@
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
+import { amountToJson } from "@ledger/common";
 import type { Event, HoldEventData, TransactionEventData } from "@ledger/proto/events/v1/events_pb.js";
 
 // The delivered body (docs/webhooks.md#a-delivery), built once per event when it arrives and stored as text:
@@ -10,18 +11,11 @@ function iso(ts: Timestamp | undefined): string | null {
   return ts ? timestampDate(ts).toISOString() : null;
 }
 
-function integer(value: bigint): number {
-  if (value > BigInt(Number.MAX_SAFE_INTEGER) || value < -BigInt(Number.MAX_SAFE_INTEGER)) {
-    throw new Error(`amount ${value} does not fit a JSON integer`);
-  }
-  return Number(value);
-}
-
 function transactionData(d: TransactionEventData): JsonObject {
   return {
     transaction_group_id: d.transactionGroupId,
     program_id: d.programId,
-    amount: integer(d.amount),
+    amount: amountToJson(d.amount),
     currency_code: d.currencyCode,
     status: d.status,
     description: d.description,
@@ -30,7 +24,7 @@ function transactionData(d: TransactionEventData): JsonObject {
       transaction_id: leg.transactionId,
       entity_id: leg.entityId,
       direction: leg.direction,
-      amount: integer(leg.amount),
+      amount: amountToJson(leg.amount),
     })),
     disputed: d.disputed,
     reversal_transaction_group_id: d.reversalTransactionGroupId || null,
@@ -44,8 +38,8 @@ function holdData(d: HoldEventData): JsonObject {
     hold_id: d.holdId,
     entity_id: d.entityId,
     program_id: d.programId,
-    amount: integer(d.amount),
-    captured_amount: integer(d.capturedAmount),
+    amount: amountToJson(d.amount),
+    captured_amount: amountToJson(d.capturedAmount),
     currency_code: d.currencyCode,
     status: d.status,
     description: d.description,
@@ -55,7 +49,7 @@ function holdData(d: HoldEventData): JsonObject {
     ...(d.captured
       ? {
           captured: {
-            amount: integer(d.captured.amount),
+            amount: amountToJson(d.captured.amount),
             destination_entity_id: d.captured.destinationEntityId,
             transaction_group_id: d.captured.transactionGroupId,
           },

@@ -1,4 +1,5 @@
-import { createCipheriv, createDecipheriv, createHmac, randomBytes } from "node:crypto";
+// Signing secrets at rest: generated here, sealed with the service key, opened to sign (webhook-signer.ts).
+import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto";
 
 /** Prefix of every signing secret, as Stripe and Svix users expect. */
 export const SECRET_PREFIX = "whsec_";
@@ -49,14 +50,4 @@ export function encryptSecret(key: Buffer, endpointId: string, secret: string): 
 /** Decrypts a stored secret; throws when the key or the row is wrong. */
 export function decryptSecret(key: Buffer, endpointId: string, stored: Uint8Array): string {
   return open(key, endpointId, stored).toString("utf8");
-}
-
-/**
- * The `X-Service-Signature` value (docs/webhooks.md#signing-and-verification): HMAC-SHA256 of
- * `<t>.<body>` keyed with each secret string exactly as the client holds it, newest first.
- */
-export function signatureHeader(body: string, secrets: string[], unixSeconds: number): string {
-  const signed = `${unixSeconds}.${body}`;
-  const parts = secrets.map((secret) => `v1=${createHmac("sha256", secret).update(signed, "utf8").digest("hex")}`);
-  return [`t=${unixSeconds}`, ...parts].join(",");
 }

@@ -3,7 +3,7 @@ import type { Logger, Sql, Tracing, Tx } from "@ledger/common";
 import { metricsRegistry, recordFailure, SpanKind, startSpan, wakeableSleep } from "@ledger/common";
 import { Counter, Histogram } from "prom-client";
 import { signingSecrets } from "./endpoints.js";
-import { signatureHeader } from "./secrets.js";
+import { signatureHeader } from "./webhook-signer.js";
 import { sendOnce, type AttemptResult } from "./send.js";
 import { transaction } from "./transaction.js";
 

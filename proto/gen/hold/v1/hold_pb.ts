@@ -4,8 +4,8 @@
 
 // Holds: funds reserved in an entity, captured in parts, released on request or at expiry.
 
-import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
-import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { PageInfo } from "../../common/v1/common_pb.js";
 import { file_common_v1_common } from "../../common/v1/common_pb.js";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file hold/v1/hold.proto.
  */
 export const file_hold_v1_hold: GenFile = /*@__PURE__*/
-  fileDesc("ChJob2xkL3YxL2hvbGQucHJvdG8SB2hvbGQudjEiywIKBEhvbGQSDwoHaG9sZF9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSEgoKcHJvZ3JhbV9pZBgDIAEoCRIOCgZhbW91bnQYBCABKAMSFwoPY2FwdHVyZWRfYW1vdW50GAUgASgDEg4KBnN0YXR1cxgGIAEoCRIuCgpleHBpcmVzX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtkZXNjcmlwdGlvbhgIIAEoCRIWCg5yZWxlYXNlX3JlYXNvbhgJIAEoCRIVCg1jdXJyZW5jeV9jb2RlGAogASgJEi4KCmNyZWF0ZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYDCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIo8BChFDcmVhdGVIb2xkUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhEKCWVudGl0eV9pZBgCIAEoCRIOCgZhbW91bnQYAyABKAMSLgoKZXhwaXJlc19hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLZGVzY3JpcHRpb24YBSABKAkiMQoSQ3JlYXRlSG9sZFJlc3BvbnNlEhsKBGhvbGQYASABKAsyDS5ob2xkLnYxLkhvbGQifQoSQ2FwdHVyZUhvbGRSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSDwoHaG9sZF9pZBgCIAEoCRIOCgZhbW91bnQYAyABKAMSHQoVZGVzdGluYXRpb25fZW50aXR5X2lkGAQgASgJEhMKC2Rlc2NyaXB0aW9uGAUgASgJImAKE0NhcHR1cmVIb2xkUmVzcG9uc2USGwoEaG9sZBgBIAEoCzINLmhvbGQudjEuSG9sZBIOCgZhbW91bnQYAiABKAMSHAoUdHJhbnNhY3Rpb25fZ3JvdXBfaWQYAyABKAkiOQoSUmVsZWFzZUhvbGRSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSDwoHaG9sZF9pZBgCIAEoCSIyChNSZWxlYXNlSG9sZFJlc3BvbnNlEhsKBGhvbGQYASABKAsyDS5ob2xkLnYxLkhvbGQiNQoOR2V0SG9sZFJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIPCgdob2xkX2lkGAIgASgJIi4KD0dldEhvbGRSZXNwb25zZRIbCgRob2xkGAEgASgLMg0uaG9sZC52MS5Ib2xkImgKEExpc3RIb2xkc1JlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSDgoGc3RhdHVzGAMgASgJEg0KBWxpbWl0GAQgASgFEg4KBmN1cnNvchgFIAEoCSJUChFMaXN0SG9sZHNSZXNwb25zZRIcCgVob2xkcxgBIAMoCzINLmhvbGQudjEuSG9sZBIhCgRwYWdlGAIgASgLMhMuY29tbW9uLnYxLlBhZ2VJbmZvMvQCCgtIb2xkU2VydmljZRJFCgpDcmVhdGVIb2xkEhouaG9sZC52MS5DcmVhdGVIb2xkUmVxdWVzdBobLmhvbGQudjEuQ3JlYXRlSG9sZFJlc3BvbnNlEkgKC0NhcHR1cmVIb2xkEhsuaG9sZC52MS5DYXB0dXJlSG9sZFJlcXVlc3QaHC5ob2xkLnYxLkNhcHR1cmVIb2xkUmVzcG9uc2USSAoLUmVsZWFzZUhvbGQSGy5ob2xkLnYxLlJlbGVhc2VIb2xkUmVxdWVzdBocLmhvbGQudjEuUmVsZWFzZUhvbGRSZXNwb25zZRJBCgdHZXRIb2xkEhcuaG9sZC52MS5HZXRIb2xkUmVxdWVzdBoYLmhvbGQudjEuR2V0SG9sZFJlc3BvbnNlIgOQAgESRwoJTGlzdEhvbGRzEhkuaG9sZC52MS5MaXN0SG9sZHNSZXF1ZXN0GhouaG9sZC52MS5MaXN0SG9sZHNSZXNwb25zZSIDkAIBYgZwcm90bzM", [file_common_v1_common, file_google_protobuf_timestamp]);
+  fileDesc("ChJob2xkL3YxL2hvbGQucHJvdG8SB2hvbGQudjEi5gIKBEhvbGQSDwoHaG9sZF9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSEgoKcHJvZ3JhbV9pZBgDIAEoCRIOCgZhbW91bnQYBCABKAMSFwoPY2FwdHVyZWRfYW1vdW50GAUgASgDEiMKBnN0YXR1cxgNIAEoDjITLmhvbGQudjEuSG9sZFN0YXR1cxIuCgpleHBpcmVzX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtkZXNjcmlwdGlvbhgIIAEoCRIWCg5yZWxlYXNlX3JlYXNvbhgJIAEoCRIVCg1jdXJyZW5jeV9jb2RlGAogASgJEi4KCmNyZWF0ZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYDCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSgQIBhAHIo8BChFDcmVhdGVIb2xkUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhEKCWVudGl0eV9pZBgCIAEoCRIOCgZhbW91bnQYAyABKAMSLgoKZXhwaXJlc19hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLZGVzY3JpcHRpb24YBSABKAkiMQoSQ3JlYXRlSG9sZFJlc3BvbnNlEhsKBGhvbGQYASABKAsyDS5ob2xkLnYxLkhvbGQifQoSQ2FwdHVyZUhvbGRSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSDwoHaG9sZF9pZBgCIAEoCRIOCgZhbW91bnQYAyABKAMSHQoVZGVzdGluYXRpb25fZW50aXR5X2lkGAQgASgJEhMKC2Rlc2NyaXB0aW9uGAUgASgJImAKE0NhcHR1cmVIb2xkUmVzcG9uc2USGwoEaG9sZBgBIAEoCzINLmhvbGQudjEuSG9sZBIOCgZhbW91bnQYAiABKAMSHAoUdHJhbnNhY3Rpb25fZ3JvdXBfaWQYAyABKAkiOQoSUmVsZWFzZUhvbGRSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSDwoHaG9sZF9pZBgCIAEoCSIyChNSZWxlYXNlSG9sZFJlc3BvbnNlEhsKBGhvbGQYASABKAsyDS5ob2xkLnYxLkhvbGQiNQoOR2V0SG9sZFJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIPCgdob2xkX2lkGAIgASgJIi4KD0dldEhvbGRSZXNwb25zZRIbCgRob2xkGAEgASgLMg0uaG9sZC52MS5Ib2xkIoMBChBMaXN0SG9sZHNSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJEiMKBnN0YXR1cxgGIAEoDjITLmhvbGQudjEuSG9sZFN0YXR1cxINCgVsaW1pdBgEIAEoBRIOCgZjdXJzb3IYBSABKAlKBAgDEAQiVAoRTGlzdEhvbGRzUmVzcG9uc2USHAoFaG9sZHMYASADKAsyDS5ob2xkLnYxLkhvbGQSIQoEcGFnZRgCIAEoCzITLmNvbW1vbi52MS5QYWdlSW5mbyqXAQoKSG9sZFN0YXR1cxIbChdIT0xEX1NUQVRVU19VTlNQRUNJRklFRBAAEhQKEEhPTERfU1RBVFVTX0hFTEQQARIiCh5IT0xEX1NUQVRVU19QQVJUSUFMTFlfQ0FQVFVSRUQQAhIYChRIT0xEX1NUQVRVU19DQVBUVVJFRBADEhgKFEhPTERfU1RBVFVTX1JFTEVBU0VEEAQy9AIKC0hvbGRTZXJ2aWNlEkUKCkNyZWF0ZUhvbGQSGi5ob2xkLnYxLkNyZWF0ZUhvbGRSZXF1ZXN0GhsuaG9sZC52MS5DcmVhdGVIb2xkUmVzcG9uc2USSAoLQ2FwdHVyZUhvbGQSGy5ob2xkLnYxLkNhcHR1cmVIb2xkUmVxdWVzdBocLmhvbGQudjEuQ2FwdHVyZUhvbGRSZXNwb25zZRJICgtSZWxlYXNlSG9sZBIbLmhvbGQudjEuUmVsZWFzZUhvbGRSZXF1ZXN0GhwuaG9sZC52MS5SZWxlYXNlSG9sZFJlc3BvbnNlEkEKB0dldEhvbGQSFy5ob2xkLnYxLkdldEhvbGRSZXF1ZXN0GhguaG9sZC52MS5HZXRIb2xkUmVzcG9uc2UiA5ACARJHCglMaXN0SG9sZHMSGS5ob2xkLnYxLkxpc3RIb2xkc1JlcXVlc3QaGi5ob2xkLnYxLkxpc3RIb2xkc1Jlc3BvbnNlIgOQAgFiBnByb3RvMw", [file_common_v1_common, file_google_protobuf_timestamp]);
 
 /**
  * Hold is money reserved in one entity.
@@ -60,11 +60,11 @@ export type Hold = Message<"hold.v1.Hold"> & {
   capturedAmount: bigint;
 
   /**
-   * held, partially_captured, captured or released.
+   * Where the hold stands.
    *
-   * @generated from field: string status = 6;
+   * @generated from field: hold.v1.HoldStatus status = 13;
    */
-  status: string;
+  status: HoldStatus;
 
   /**
    * Auto-release time, when one was given.
@@ -391,9 +391,9 @@ export type ListHoldsRequest = Message<"hold.v1.ListHoldsRequest"> & {
   /**
    * Only holds in this status, when set.
    *
-   * @generated from field: string status = 3;
+   * @generated from field: hold.v1.HoldStatus status = 6;
    */
-  status: string;
+  status: HoldStatus;
 
   /**
    * Page size, 1 to 100; 0 means 20.
@@ -444,6 +444,54 @@ export type ListHoldsResponse = Message<"hold.v1.ListHoldsResponse"> & {
  */
 export const ListHoldsResponseSchema: GenMessage<ListHoldsResponse> = /*@__PURE__*/
   messageDesc(file_hold_v1_hold, 10);
+
+/**
+ * HoldStatus is where a hold stands.
+ *
+ * @generated from enum hold.v1.HoldStatus
+ */
+export enum HoldStatus {
+  /**
+   * Not set; in ListHoldsRequest, holds in any status.
+   *
+   * @generated from enum value: HOLD_STATUS_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Reserved in full, nothing captured yet.
+   *
+   * @generated from enum value: HOLD_STATUS_HELD = 1;
+   */
+  HELD = 1,
+
+  /**
+   * Partly captured; the rest is still reserved.
+   *
+   * @generated from enum value: HOLD_STATUS_PARTIALLY_CAPTURED = 2;
+   */
+  PARTIALLY_CAPTURED = 2,
+
+  /**
+   * Captured in full.
+   *
+   * @generated from enum value: HOLD_STATUS_CAPTURED = 3;
+   */
+  CAPTURED = 3,
+
+  /**
+   * Released, on request or on expiry; what was not captured is available again.
+   *
+   * @generated from enum value: HOLD_STATUS_RELEASED = 4;
+   */
+  RELEASED = 4,
+}
+
+/**
+ * Describes the enum hold.v1.HoldStatus.
+ */
+export const HoldStatusSchema: GenEnum<HoldStatus> = /*@__PURE__*/
+  enumDesc(file_hold_v1_hold, 0);
 
 /**
  * HoldService owns the hold lifecycle. It moves money only through the ledger's reservations.

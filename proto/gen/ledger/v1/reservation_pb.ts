@@ -5,8 +5,8 @@
 // Reservations: the ledger's primitive under holds. The ledger alone decides `held` and
 // `available`; the hold service owns the hold lifecycle and calls these, idempotently.
 
-import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
-import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { TransactionGroup } from "./ledger_pb.js";
 import { file_ledger_v1_ledger } from "./ledger_pb.js";
 import type { Message } from "@bufbuild/protobuf";
@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ledger/v1/reservation.proto.
  */
 export const file_ledger_v1_reservation: GenFile = /*@__PURE__*/
-  fileDesc("ChtsZWRnZXIvdjEvcmVzZXJ2YXRpb24ucHJvdG8SCWxlZGdlci52MSKcAQoLUmVzZXJ2YXRpb24SFgoOcmVzZXJ2YXRpb25faWQYASABKAkSEgoKcHJvZ3JhbV9pZBgCIAEoCRIRCgllbnRpdHlfaWQYAyABKAkSDgoGYW1vdW50GAQgASgDEhcKD2NhcHR1cmVkX2Ftb3VudBgFIAEoAxIOCgZzdGF0dXMYBiABKAkSFQoNY3VycmVuY3lfY29kZRgHIAEoCSJfCg5SZXNlcnZlUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhYKDnJlc2VydmF0aW9uX2lkGAIgASgJEhEKCWVudGl0eV9pZBgDIAEoCRIOCgZhbW91bnQYBCABKAMiPgoPUmVzZXJ2ZVJlc3BvbnNlEisKC3Jlc2VydmF0aW9uGAEgASgLMhYubGVkZ2VyLnYxLlJlc2VydmF0aW9uIp8BChlDYXB0dXJlUmVzZXJ2YXRpb25SZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSFgoOcmVzZXJ2YXRpb25faWQYAiABKAkSEgoKY2FwdHVyZV9pZBgDIAEoCRIOCgZhbW91bnQYBCABKAMSHQoVZGVzdGluYXRpb25fZW50aXR5X2lkGAUgASgJEhMKC2Rlc2NyaXB0aW9uGAYgASgJIoEBChpDYXB0dXJlUmVzZXJ2YXRpb25SZXNwb25zZRIrCgtyZXNlcnZhdGlvbhgBIAEoCzIWLmxlZGdlci52MS5SZXNlcnZhdGlvbhI2ChF0cmFuc2FjdGlvbl9ncm91cBgCIAEoCzIbLmxlZGdlci52MS5UcmFuc2FjdGlvbkdyb3VwIkcKGVJlbGVhc2VSZXNlcnZhdGlvblJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIWCg5yZXNlcnZhdGlvbl9pZBgCIAEoCSJJChpSZWxlYXNlUmVzZXJ2YXRpb25SZXNwb25zZRIrCgtyZXNlcnZhdGlvbhgBIAEoCzIWLmxlZGdlci52MS5SZXNlcnZhdGlvbiJDChVHZXRSZXNlcnZhdGlvblJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIWCg5yZXNlcnZhdGlvbl9pZBgCIAEoCSJFChZHZXRSZXNlcnZhdGlvblJlc3BvbnNlEisKC3Jlc2VydmF0aW9uGAEgASgLMhYubGVkZ2VyLnYxLlJlc2VydmF0aW9uMvgCChJSZXNlcnZhdGlvblNlcnZpY2USQAoHUmVzZXJ2ZRIZLmxlZGdlci52MS5SZXNlcnZlUmVxdWVzdBoaLmxlZGdlci52MS5SZXNlcnZlUmVzcG9uc2USYQoSQ2FwdHVyZVJlc2VydmF0aW9uEiQubGVkZ2VyLnYxLkNhcHR1cmVSZXNlcnZhdGlvblJlcXVlc3QaJS5sZWRnZXIudjEuQ2FwdHVyZVJlc2VydmF0aW9uUmVzcG9uc2USYQoSUmVsZWFzZVJlc2VydmF0aW9uEiQubGVkZ2VyLnYxLlJlbGVhc2VSZXNlcnZhdGlvblJlcXVlc3QaJS5sZWRnZXIudjEuUmVsZWFzZVJlc2VydmF0aW9uUmVzcG9uc2USWgoOR2V0UmVzZXJ2YXRpb24SIC5sZWRnZXIudjEuR2V0UmVzZXJ2YXRpb25SZXF1ZXN0GiEubGVkZ2VyLnYxLkdldFJlc2VydmF0aW9uUmVzcG9uc2UiA5ACAWIGcHJvdG8z", [file_ledger_v1_ledger]);
+  fileDesc("ChtsZWRnZXIvdjEvcmVzZXJ2YXRpb24ucHJvdG8SCWxlZGdlci52MSLAAQoLUmVzZXJ2YXRpb24SFgoOcmVzZXJ2YXRpb25faWQYASABKAkSEgoKcHJvZ3JhbV9pZBgCIAEoCRIRCgllbnRpdHlfaWQYAyABKAkSDgoGYW1vdW50GAQgASgDEhcKD2NhcHR1cmVkX2Ftb3VudBgFIAEoAxIsCgZzdGF0dXMYCCABKA4yHC5sZWRnZXIudjEuUmVzZXJ2YXRpb25TdGF0dXMSFQoNY3VycmVuY3lfY29kZRgHIAEoCUoECAYQByJfCg5SZXNlcnZlUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhYKDnJlc2VydmF0aW9uX2lkGAIgASgJEhEKCWVudGl0eV9pZBgDIAEoCRIOCgZhbW91bnQYBCABKAMiPgoPUmVzZXJ2ZVJlc3BvbnNlEisKC3Jlc2VydmF0aW9uGAEgASgLMhYubGVkZ2VyLnYxLlJlc2VydmF0aW9uIp8BChlDYXB0dXJlUmVzZXJ2YXRpb25SZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSFgoOcmVzZXJ2YXRpb25faWQYAiABKAkSEgoKY2FwdHVyZV9pZBgDIAEoCRIOCgZhbW91bnQYBCABKAMSHQoVZGVzdGluYXRpb25fZW50aXR5X2lkGAUgASgJEhMKC2Rlc2NyaXB0aW9uGAYgASgJIoEBChpDYXB0dXJlUmVzZXJ2YXRpb25SZXNwb25zZRIrCgtyZXNlcnZhdGlvbhgBIAEoCzIWLmxlZGdlci52MS5SZXNlcnZhdGlvbhI2ChF0cmFuc2FjdGlvbl9ncm91cBgCIAEoCzIbLmxlZGdlci52MS5UcmFuc2FjdGlvbkdyb3VwIkcKGVJlbGVhc2VSZXNlcnZhdGlvblJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIWCg5yZXNlcnZhdGlvbl9pZBgCIAEoCSJJChpSZWxlYXNlUmVzZXJ2YXRpb25SZXNwb25zZRIrCgtyZXNlcnZhdGlvbhgBIAEoCzIWLmxlZGdlci52MS5SZXNlcnZhdGlvbiJDChVHZXRSZXNlcnZhdGlvblJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIWCg5yZXNlcnZhdGlvbl9pZBgCIAEoCSJFChZHZXRSZXNlcnZhdGlvblJlc3BvbnNlEisKC3Jlc2VydmF0aW9uGAEgASgLMhYubGVkZ2VyLnYxLlJlc2VydmF0aW9uKncKEVJlc2VydmF0aW9uU3RhdHVzEiIKHlJFU0VSVkFUSU9OX1NUQVRVU19VTlNQRUNJRklFRBAAEh0KGVJFU0VSVkFUSU9OX1NUQVRVU19BQ1RJVkUQARIfChtSRVNFUlZBVElPTl9TVEFUVVNfUkVMRUFTRUQQAjL4AgoSUmVzZXJ2YXRpb25TZXJ2aWNlEkAKB1Jlc2VydmUSGS5sZWRnZXIudjEuUmVzZXJ2ZVJlcXVlc3QaGi5sZWRnZXIudjEuUmVzZXJ2ZVJlc3BvbnNlEmEKEkNhcHR1cmVSZXNlcnZhdGlvbhIkLmxlZGdlci52MS5DYXB0dXJlUmVzZXJ2YXRpb25SZXF1ZXN0GiUubGVkZ2VyLnYxLkNhcHR1cmVSZXNlcnZhdGlvblJlc3BvbnNlEmEKElJlbGVhc2VSZXNlcnZhdGlvbhIkLmxlZGdlci52MS5SZWxlYXNlUmVzZXJ2YXRpb25SZXF1ZXN0GiUubGVkZ2VyLnYxLlJlbGVhc2VSZXNlcnZhdGlvblJlc3BvbnNlEloKDkdldFJlc2VydmF0aW9uEiAubGVkZ2VyLnYxLkdldFJlc2VydmF0aW9uUmVxdWVzdBohLmxlZGdlci52MS5HZXRSZXNlcnZhdGlvblJlc3BvbnNlIgOQAgFiBnByb3RvMw", [file_ledger_v1_ledger]);
 
 /**
  * Reservation is money set aside in one entity.
@@ -59,11 +59,11 @@ export type Reservation = Message<"ledger.v1.Reservation"> & {
   capturedAmount: bigint;
 
   /**
-   * `active` or `released`.
+   * Where the reservation stands.
    *
-   * @generated from field: string status = 6;
+   * @generated from field: ledger.v1.ReservationStatus status = 8;
    */
-  status: string;
+  status: ReservationStatus;
 
   /**
    * Currency of the entity.
@@ -324,6 +324,40 @@ export type GetReservationResponse = Message<"ledger.v1.GetReservationResponse">
  */
 export const GetReservationResponseSchema: GenMessage<GetReservationResponse> = /*@__PURE__*/
   messageDesc(file_ledger_v1_reservation, 8);
+
+/**
+ * ReservationStatus is where a reservation stands.
+ *
+ * @generated from enum ledger.v1.ReservationStatus
+ */
+export enum ReservationStatus {
+  /**
+   * Not set.
+   *
+   * @generated from enum value: RESERVATION_STATUS_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Set aside; may be captured, in part or whole, or released.
+   *
+   * @generated from enum value: RESERVATION_STATUS_ACTIVE = 1;
+   */
+  ACTIVE = 1,
+
+  /**
+   * Released; what was not captured is available again.
+   *
+   * @generated from enum value: RESERVATION_STATUS_RELEASED = 2;
+   */
+  RELEASED = 2,
+}
+
+/**
+ * Describes the enum ledger.v1.ReservationStatus.
+ */
+export const ReservationStatusSchema: GenEnum<ReservationStatus> = /*@__PURE__*/
+  enumDesc(file_ledger_v1_reservation, 0);
 
 /**
  * ReservationService is internal: the hold service calls it for the account a hold belongs to.

@@ -1,10 +1,9 @@
-import { randomUUID, timingSafeEqual } from "node:crypto";
+// Who a call acts for: API keys and service calls checked by one interceptor, and the short cache
+// in front of key look-ups (docs/operations.md#api-keys).
+import { timingSafeEqual } from "node:crypto";
 import { Code, ConnectError, createContextKey, type HandlerContext, type Interceptor } from "@connectrpc/connect";
-import type { Logger } from "pino";
-import { sqlState } from "./db.js";
 import { DISCOVERY_METHODS } from "./discovery.js";
 import { appError } from "./errors.js";
-import { traceOf, type TraceLink } from "./tracing.js";
 
 /** The account (API customer) a request acts for, resolved from its API key. */
 export interface Principal {
@@ -18,10 +17,6 @@ export interface Principal {
 export type Authenticator = (apiKey: string) => Promise<Principal | null>;
 
 const principalKey = createContextKey<Principal | undefined>(undefined, { description: "principal" });
-const requestIdKey = createContextKey<string>("", { description: "request id" });
-
-/** Header that carries the request id from the gateway through every RPC and into events. */
-export const REQUEST_ID_HEADER = "x-request-id";
 
 /**
  * The API key in an Authorization header, or undefined when there is none. This is the one place
@@ -106,38 +101,6 @@ export function principalOf(ctx: HandlerContext): Principal {
 }
 
 /**
- * Gives every call a request id (the caller's `x-request-id`, else a new one), echoes it back,
- * and logs calls that failed on the server's side. Client mistakes are logged at debug level.
- */
-export function requestIdInterceptor(log: Logger): Interceptor {
-  return (next) => async (req) => {
-    const incoming = req.header.get(REQUEST_ID_HEADER);
-    const requestId = incoming && /^[\w.:-]{1,128}$/.test(incoming) ? incoming : randomUUID();
-    req.contextValues.set(requestIdKey, requestId);
-    const started = performance.now();
-    try {
-      const res = await next(req);
-      res.header.set(REQUEST_ID_HEADER, requestId);
-      log.debug({ request_id: requestId, method: req.method.name, ms: Math.round(performance.now() - started) }, "rpc ok");
-      return res;
-    } catch (err) {
-      const error = clientSafeError(err);
-      error.metadata.set(REQUEST_ID_HEADER, requestId);
-      const serverSide = [Code.Internal, Code.Unknown, Code.DataLoss, Code.Unavailable].includes(error.code);
-      const fields = { request_id: requestId, method: req.method.name, code: Code[error.code], ms: Math.round(performance.now() - started) };
-      if (serverSide) log.error({ ...fields, err: error.cause ?? error }, "rpc failed");
-      else log.debug({ ...fields, message: error.rawMessage }, "rpc refused");
-      throw error;
-    }
-  };
-}
-
-/** The request id of the current call. */
-export function requestIdOf(ctx: HandlerContext): string {
-  return ctx.values.get(requestIdKey);
-}
-
-/**
  * How long a process trusts a key look-up (positive or negative). A revoked key must answer 401
  * everywhere within 5 seconds (docs/operations.md#api-keys). The ledger's REST and RPC calls see its
  * own cache; the hold and notification services cache the answer of the ledger's
@@ -181,69 +144,4 @@ export function cachedAuthenticator(inner: Authenticator, ttlMs = AUTH_CACHE_TTL
     }
     return pending;
   };
-}
-
-/**
- * What a client may see of an error. Deliberate errors pass through; anything else (a database
- * error, a bug) becomes a bare `internal` whose cause stays in the log, so no SQL text or stack
- * ever crosses the wire.
- */
-export function clientSafeError(err: unknown): ConnectError {
-  if (err instanceof ConnectError) return err;
-  const state = sqlState(err);
-  if (state === "40001" || state === "40P01") {
-    return appError(Code.Aborted, "conflict", "the request conflicted with a concurrent one; retry it", undefined, err);
-  }
-  if (state === "23514") {
-    // A balance check constraint caught what the code should have refused first.
-    return appError(Code.FailedPrecondition, "insufficient_funds", "the entity does not have enough available funds", undefined, err);
-  }
-  if (state === "22003") {
-    // A balance left bigint's range: the ledger's own check (money-rules.ts) names the entity first;
-    // this covers what only the database could see, such as another process's writes.
-    return appError(Code.FailedPrecondition, "balance_out_of_range", "a balance would leave the range of a signed 64-bit integer; nothing was changed", undefined, err);
-  }
-  if (databaseAway(state)) {
-    return appError(Code.Unavailable, "unavailable", "a dependency of the service is unavailable; retry shortly", undefined, err);
-  }
-  return new ConnectError("internal error", Code.Internal, undefined, undefined, err);
-}
-
-/**
- * Codes of postgres.js errors that say the database went away or cannot be reached now (a
- * restart, a failover, a terminated backend): the call may be retried with the same
- * Idempotency-Key, since a transaction cut off before its COMMIT was answered either committed
- * whole, and its stored response answers the retry, or not at all.
- */
-const DATABASE_AWAY = new Set([
-  // postgres.js's own: its socket closed, or the pool ended or destroyed it under the query.
-  "CONNECTION_CLOSED",
-  "CONNECTION_ENDED",
-  "CONNECTION_DESTROYED",
-  "CONNECT_TIMEOUT",
-  // The operating system's, from the socket.
-  "ECONNREFUSED",
-  "ECONNRESET",
-  "EPIPE",
-  "ETIMEDOUT",
-  // Postgres's: admin_shutdown, crash_shutdown, cannot_connect_now (starting up or shutting down).
-  "57P01",
-  "57P02",
-  "57P03",
-]);
-
-/** Whether an error code says the database is away; class 08 is Postgres's connection exceptions. */
-function databaseAway(code: string | undefined): boolean {
-  return code !== undefined && (code.startsWith("08") || DATABASE_AWAY.has(code));
-}
-
-/** What work caused by a call carries of it: the request id for logs and the trace for spans. */
-export interface CallOrigin {
-  requestId: string;
-  trace: TraceLink;
-}
-
-/** The origin of the current call, for the work and events it causes. */
-export function originOf(ctx: HandlerContext): CallOrigin {
-  return { requestId: requestIdOf(ctx), trace: traceOf(ctx) };
 }

@@ -1,0 +1,20 @@
+import { invalidArgument } from "./errors.js";
+
+/**
+ * The largest amount, in minor units: 2^53-1, the largest integer a JSON number carries exactly
+ * (docs/api.md#amounts-and-text). Every amount and every transaction total stays within it.
+ */
+export const MAX_AMOUNT = BigInt(Number.MAX_SAFE_INTEGER);
+
+/** Checks an amount an RPC was sent: a positive integer in minor units, at most `MAX_AMOUNT`. */
+export function parseAmount(amount: bigint, field = "amount"): bigint {
+  if (amount <= 0n) throw invalidArgument(`${field} must be a positive integer in minor units`, { [field]: Number(amount) });
+  if (amount > MAX_AMOUNT) throw invalidArgument(`${field} must be at most ${MAX_AMOUNT}`);
+  return amount;
+}
+
+/** An amount as a JSON number; one beyond `MAX_AMOUNT` either way would lose digits, so it throws. */
+export function amountToJson(amount: bigint): number {
+  if (amount > MAX_AMOUNT || amount < -MAX_AMOUNT) throw new Error(`amount ${amount} does not fit a JSON integer`);
+  return Number(amount);
+}
