@@ -4,7 +4,7 @@ import { defineConfig } from "vitest/config";
 // run on their own, after the other tests, never beside them.
 export default defineConfig({
   test: {
-    include: ["packages/*/src/**/*.faults.test.ts"],
+    include: ["e2e/src/**/*.faults.test.ts"],
     globalSetup: ["packages/testing/src/global-setup.ts"],
     pool: "forks",
     testTimeout: 600_000,

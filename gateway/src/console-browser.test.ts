@@ -3,7 +3,8 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { eventually, startStack, startWebhookReceiver, type Stack, type WebhookReceiver } from "@ledger/testing";
+import { startWebhookReceiver, type WebhookReceiver } from "@ledger/testing";
+import { eventually, startStack, type Stack } from "@ledger/e2e";
 import { launchChromium, type Chromium } from "@ledger/testing/browser";
 import { verifyWebhook } from "@ledger/webhooks";
 

@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startStack, type Stack } from "@ledger/testing";
+import { startStack, type Stack } from "@ledger/e2e";
 import { CONSOLE_CSP, CONSOLE_DIR } from "./console.js";
 
 // The webhook console's files as the gateway serves them: no API key, no rate limit, a strict

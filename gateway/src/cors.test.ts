@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readGatewayConfig, startGateway, type GatewayHandle } from "@ledger/gateway";
-import { startStack, type Stack } from "@ledger/testing";
+import { startStack, type Stack } from "@ledger/e2e";
 
 // Browsers on the allowed origins may call the API; every other origin, and every origin when
 // GATEWAY_CORS_ORIGINS is unset, gets no CORS header at all, so the browser keeps the answer from its page.

@@ -1,6 +1,6 @@
 import type { BrowserContext } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startStack, type Stack } from "@ledger/testing";
+import { startStack, type Stack } from "@ledger/e2e";
 import { launchChromium, type Chromium } from "@ledger/testing/browser";
 
 // /docs in a real browser. The page must render the description with its local renderer files only.

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { newId } from "@ledger/common";
-import { eventually, startStack, type Stack } from "@ledger/testing";
+import { eventually, startStack, type Stack } from "@ledger/e2e";
 
 // Metadata limits (gateway/openapi.yaml, Metadata): at most 16 levels of nesting, 16 KiB of JSON
 // and keys of at most 256 characters, refused with 400 at the REST edge and by the ledger's own

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { eventually, restClient, startStack, startWebhookReceiver, type Api, type Stack, type WebhookReceiver } from "@ledger/testing";
+import { startWebhookReceiver, type WebhookReceiver } from "@ledger/testing";
+import { eventually, restClient, startStack, type Api, type Stack } from "@ledger/e2e";
 
 // The webhook and event endpoints through the gateway: the shapes of docs/webhooks.md#endpoints, bad input that
 // answers 400 and changes nothing, and tenancy: another account's key sees 404 everywhere.

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { eventually, startStack, startWebhookReceiver, type Stack, type WebhookReceiver } from "@ledger/testing";
+import { startWebhookReceiver, type WebhookReceiver } from "@ledger/testing";
+import { eventually, startStack, type Stack } from "@ledger/e2e";
 
 // What operators read: metrics on every process, and one request id from the gateway's request
 // to the event and its delivery attempt.

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ledgerViolations, restClient, startStack, type Api, type Stack } from "@ledger/testing";
+import { ledgerViolations, restClient, startStack, type Api, type Stack } from "@ledger/e2e";
 
 // Every REST endpoint of the ledger through the gateway: the success shape, the documented errors,
 // bad input that must change nothing, tenancy, idempotency and pagination.

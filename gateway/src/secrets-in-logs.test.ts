@@ -6,7 +6,8 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { inject } from "vitest";
-import { eventually, freePort, restClient, startWebhookReceiver, type WebhookReceiver } from "@ledger/testing";
+import { freePort, startWebhookReceiver, type WebhookReceiver } from "@ledger/testing";
+import { eventually, restClient } from "@ledger/e2e";
 
 // No secret ever reaches a log line (SECURITY.md): the whole system runs as `pnpm start` does, at
 // debug level, with its output captured; the API key (seeded through LEDGER_DEV_API_KEY, which

@@ -1,18 +1,8 @@
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readTracingConfig } from "@ledger/common";
-import {
-  eventually,
-  readStream,
-  startOtlpReceiver,
-  startStack,
-  startWebhookReceiver,
-  type Api,
-  type OtlpReceiver,
-  type ReceivedSpan,
-  type Stack,
-  type WebhookReceiver,
-} from "@ledger/testing";
+import { startOtlpReceiver, startWebhookReceiver, type OtlpReceiver, type ReceivedSpan, type WebhookReceiver } from "@ledger/testing";
+import { eventually, readStream, startStack, type Api, type Stack } from "@ledger/e2e";
 
 // One trace per client call, from the gateway through RPC, the outbox and JetStream to each
 // delivery attempt, exported over OTLP/HTTP to a collector stand-in; and, untraced, the caller's

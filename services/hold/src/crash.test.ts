@@ -1,9 +1,9 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { eventually, freePort, startStack, TEST_SERVICE_TOKEN, type Stack } from "@ledger/testing";
+import { freePort } from "@ledger/testing";
+import { eventually, expectHeldMatches, startStack, TEST_SERVICE_TOKEN, type Stack } from "@ledger/e2e";
 import { CRASH_POINTS, type CrashPoint } from "./crash.js";
-import { expectHeldMatches } from "./held-invariant.js";
 
 // Crash safety between the hold service and the ledger: the hold service runs as a child process
 // that exits at an injected point (HOLD_CRASH_AT); after a restart, recovery must leave `held`

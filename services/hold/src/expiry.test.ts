@@ -1,6 +1,5 @@
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { eventually, readStream, startStack, type Stack } from "@ledger/testing";
-import { expectHeldMatches } from "./held-invariant.js";
+import { eventually, expectHeldMatches, readStream, startStack, type Stack } from "@ledger/e2e";
 
 // Expiry is driven by the hold database, not by timers in one process: it survives a restart of
 // the hold service, and several replicas release each due hold exactly once.

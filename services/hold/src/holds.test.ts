@@ -1,6 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { eventually, readStream, startStack, type Api, type Stack } from "@ledger/testing";
-import { expectHeldMatches } from "./held-invariant.js";
+import { eventually, expectHeldMatches, readStream, startStack, type Api, type Stack } from "@ledger/e2e";
 
 // Holds through the REST gateway, the hold service and the ledger's reservations, against real
 // Postgres and NATS. After each test the ledger's invariants hold and `held` equals the remaining

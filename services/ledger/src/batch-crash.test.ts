@@ -4,7 +4,8 @@ import { createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { LedgerService, TransactionStatus } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { eventually, freePort, ledgerViolations, startStack, TEST_SERVICE_TOKEN, type Stack } from "@ledger/testing";
+import { freePort } from "@ledger/testing";
+import { eventually, ledgerViolations, startStack, TEST_SERVICE_TOKEN, type Stack } from "@ledger/e2e";
 
 // A ledger SIGKILLed in the middle of a stream of batches: every item a batch answer acknowledged
 // stays applied, and when the client retries every batch with the same item keys, the acknowledged

@@ -2,7 +2,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { errorCodeOf } from "@ledger/common";
 import { TransactionStatus } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { eventually, ledgerViolations, readStream, startStack, type Api, type Stack } from "@ledger/testing";
+import { eventually, ledgerViolations, readStream, startStack, type Api, type Stack } from "@ledger/e2e";
 
 // Batches (docs/api.md#batches): many transactions in one call, applied in request order as if
 // sent one after the other, through REST and RPC, against a real Postgres and NATS.

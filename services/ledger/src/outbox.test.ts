@@ -1,5 +1,6 @@
 import { afterAll, describe, expect, it } from "vitest";
-import { eventually, NATS_SERVER_BIN, ownNats, readStream, startStack, type OwnNats, type Stack } from "@ledger/testing";
+import { NATS_SERVER_BIN, ownNats, type OwnNats } from "@ledger/testing";
+import { eventually, readStream, startStack, type Stack } from "@ledger/e2e";
 
 // The outbox promise (docs/architecture.md#the-transactional-outbox-and-the-relay): every committed change has its event on JetStream,
 // exactly once per event id, even when NATS is down while the writes happen.

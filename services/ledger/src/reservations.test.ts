@@ -1,7 +1,7 @@
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { ReservationService } from "@ledger/proto/ledger/v1/reservation_pb.js";
-import { startStack, TEST_SERVICE_TOKEN, type Api, type Stack } from "@ledger/testing";
+import { startStack, TEST_SERVICE_TOKEN, type Api, type Stack } from "@ledger/e2e";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 // The ledger's ReservationService is what holds are built on; only the hold service may call it

@@ -1,7 +1,8 @@
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Sql } from "@ledger/common";
-import { eventually, startStack, startWebhookReceiver, type Api, type Stack, type WebhookReceiver } from "@ledger/testing";
+import { startWebhookReceiver, type WebhookReceiver } from "@ledger/testing";
+import { eventually, startStack, type Api, type Stack } from "@ledger/e2e";
 import { updateEndpoint } from "./endpoints.js";
 import { transaction } from "./transaction.js";
 

@@ -1,5 +1,6 @@
 import { afterAll, describe, expect, it } from "vitest";
-import { eventually, NATS_SERVER_BIN, ownNats, startStack, startWebhookReceiver, type OwnNats, type Stack, type WebhookReceiver } from "@ledger/testing";
+import { NATS_SERVER_BIN, ownNats, startWebhookReceiver, type OwnNats, type WebhookReceiver } from "@ledger/testing";
+import { eventually, startStack, type Stack } from "@ledger/e2e";
 
 // The consumer starts without NATS and catches up once it is there; a redelivered event is
 // stored once. This test runs a nats-server of its own so that it can start it late.

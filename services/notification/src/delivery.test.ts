@@ -1,6 +1,7 @@
 import Stripe from "stripe";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { eventually, startStack, startWebhookReceiver, type Api, type Stack, type WebhookReceiver } from "@ledger/testing";
+import { startWebhookReceiver, type WebhookReceiver } from "@ledger/testing";
+import { eventually, startStack, type Api, type Stack } from "@ledger/e2e";
 
 // Deliveries end to end: ledger REST call -> outbox -> JetStream -> this service -> a real HTTPS
 // receiver with a self-signed certificate. Signatures are checked with the Stripe SDK, an

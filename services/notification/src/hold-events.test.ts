@@ -1,7 +1,8 @@
 import Stripe from "stripe";
 import { verifyWebhook } from "@ledger/webhooks";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { eventually, startStack, startWebhookReceiver, type Stack, type WebhookReceiver } from "@ledger/testing";
+import { startWebhookReceiver, type WebhookReceiver } from "@ledger/testing";
+import { eventually, startStack, type Stack } from "@ledger/e2e";
 
 // Hold events take the same path as the ledger's: the hold service's outbox -> JetStream -> this
 // service -> a signed HTTPS delivery to a destination subscribed to hold events only.

@@ -3,7 +3,7 @@ import { timestampNow } from "@bufbuild/protobuf/wkt";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connectNats, createLogger, createOutbox, newId, type Outbox } from "@ledger/common";
 import { EventSchema } from "@ledger/proto/events/v1/events_pb.js";
-import { eventually, readStream, startStack, type Stack } from "@ledger/testing";
+import { eventually, readStream, startStack, type Stack } from "@ledger/e2e";
 
 // Events keep pace with commits: a burst of committed outbox rows, relayed by the ledger and by a
 // second relay side by side, reaches JetStream once per event id and the event log once per event.

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { eventually, startStack, startWebhookReceiver, type Api, type Stack, type WebhookReceiver } from "@ledger/testing";
+import { startWebhookReceiver, type WebhookReceiver } from "@ledger/testing";
+import { eventually, startStack, type Api, type Stack } from "@ledger/e2e";
 
 // Destinations over time: deletion stops retries, two processes share the work without sending an
 // attempt twice, stats cover 7 days, and the events list pages cleanly while events keep coming.

@@ -1,6 +1,6 @@
 import { createServer, type Server } from "node:http";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { eventually, startStack, type Stack } from "@ledger/testing";
+import { eventually, startStack, type Stack } from "@ledger/e2e";
 
 // WEBHOOK_ALLOW_HTTP=true (development only) lets a destination use plain http://, and a disabled
 // destination refuses a resend instead of queueing a delivery that would only end `failed`.

@@ -5,7 +5,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { eventually, freePort, startStack, startWebhookReceiver, TEST_SERVICE_TOKEN, type Api, type Reply, type Stack, type WebhookReceiver } from "@ledger/testing";
+import { freePort, startWebhookReceiver, type Reply, type WebhookReceiver } from "@ledger/testing";
+import { eventually, startStack, TEST_SERVICE_TOKEN, type Api, type Stack } from "@ledger/e2e";
 
 // Deliveries at scale, against real HTTPS receivers: the per-destination cap holds across two
 // processes, a slow destination does not hold back a fast one, a destination disabled in the

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { eventually, startStack, startWebhookReceiver, type Api, type Stack, type WebhookReceiver } from "@ledger/testing";
+import { startWebhookReceiver, type WebhookReceiver } from "@ledger/testing";
+import { eventually, startStack, type Api, type Stack } from "@ledger/e2e";
 import { isBlockedAddress, resolveTarget } from "./address-policy.js";
 
 // SSRF protection (docs/webhooks.md#ssrf-rules). Every destination here is an IP literal or `localhost`,

@@ -2,13 +2,14 @@ import { execFile, spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { eventually, NATS_SERVER_BIN, ownNats, startStack, type OwnNats, type Stack } from "@ledger/testing";
+import { NATS_SERVER_BIN, ownNats, type OwnNats } from "@ledger/testing";
+import { eventually, startStack, type Stack } from "./index.js";
 
 // Every RPC port answers gRPC server reflection (v1 and v1alpha) and the gRPC health protocol, to
 // a real gRPC client with no copy of proto/: buf curl (Go's gRPC stack), spawned as a process.
 
 const execFileAsync = promisify(execFile);
-const BUF = fileURLToPath(new URL("../../../node_modules/.bin/buf", import.meta.url));
+const BUF = fileURLToPath(new URL("../../node_modules/.bin/buf", import.meta.url));
 
 /** Runs `buf curl` over gRPC (HTTP/2 without TLS); resolves with its exit code and output. */
 async function bufCurl(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {

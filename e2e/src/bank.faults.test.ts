@@ -7,7 +7,8 @@ import { fileURLToPath } from "node:url";
 import postgres from "postgres";
 import { afterAll, expect, inject, it } from "vitest";
 import { createAccount } from "@ledger/ledger-service";
-import { eventually, freePort, ledgerViolations, ownNats, restClient, startWebhookReceiver, type OwnNats, type WebhookReceiver } from "./index.js";
+import { freePort, ownNats, startWebhookReceiver, type OwnNats, type WebhookReceiver } from "@ledger/testing";
+import { eventually, ledgerViolations, restClient } from "./index.js";
 
 // A bank workload under faults, Jepsen style. Clients run transfers, pending
 // transactions settled or canceled, holds captured or released, each with an Idempotency-Key and
@@ -15,7 +16,7 @@ import { eventually, freePort, ledgerViolations, ownNats, restClient, startWebho
 // FAULTS_POSTGRES=1) stops and restarts Postgres. A service that exits without the test killing it
 // is a broken promise too. Then it checks every promise and names any it finds broken.
 
-const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
+const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const SECONDS = Number(process.env["FAULTS_SECONDS"] ?? 30);
 const SERVICES = ["ledger", "hold", "notification", "gateway"] as const;
 type Service = (typeof SERVICES)[number];
