@@ -8,6 +8,8 @@ export default defineConfig({
     exclude: ["**/node_modules/**", "**/*.faults.test.ts"],
     globalSetup: ["packages/testing/src/global-setup.ts"],
     pool: "forks",
+    // expect.poll: what a test waits for (an event, a delivery, a restart) takes seconds, not one.
+    expect: { poll: { timeout: 15_000, interval: 100 } },
     testTimeout: 60_000,
     hookTimeout: 60_000,
     reporters: ["default"],

@@ -7,6 +7,8 @@ export default defineConfig({
     include: ["e2e/src/**/*.faults.test.ts"],
     globalSetup: ["packages/testing/src/global-setup.ts"],
     pool: "forks",
+    // expect.poll: what a test waits for (an event, a delivery, a restart) takes seconds, not one.
+    expect: { poll: { timeout: 15_000, interval: 100 } },
     testTimeout: 600_000,
     hookTimeout: 120_000,
   },

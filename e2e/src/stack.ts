@@ -264,13 +264,3 @@ function databaseName(url: URL): string {
 function schemaClient(url: string, schema: string): postgres.Sql<{ bigint: bigint }> {
   return postgres(url, { max: 2, types: { bigint: postgres.BigInt }, onnotice: () => {}, connection: { search_path: schema } }) as unknown as postgres.Sql<{ bigint: bigint }>;
 }
-
-/** Polls `check` until it returns true or `timeoutMs` passes; returns whether it did. */
-export async function eventually(check: () => Promise<boolean>, timeoutMs = 15_000, everyMs = 100): Promise<boolean> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (await check()) return true;
-    await new Promise((resolve) => setTimeout(resolve, everyMs));
-  }
-  return check();
-}

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { newId } from "@ledger/common";
-import { eventually, startStack, type Stack } from "@ledger/e2e";
+import { startStack, type Stack } from "@ledger/e2e";
 
 // Metadata limits (gateway/openapi.yaml, Metadata): at most 16 levels of nesting, 16 KiB of JSON
 // and keys of at most 256 characters, refused with 400 at the REST edge and by the ledger's own
@@ -157,7 +157,7 @@ describe("metadata stored before the limits", () => {
       stack.notificationSql!<{ type: string; body: string }[]>`
         select type, body from events where account_id = ${stack.account.account_id}
           and (body::json -> 'data' ->> 'transaction_group_id') in (${groupId}, ${reversal})`;
-    expect(await eventually(async () => (await storedEvents()).length === 4)).toBe(true);
+    await expect.poll(async () => (await storedEvents()).length).toBe(4);
     const types = (await storedEvents()).map((e) => e.type).sort();
     expect(types).toEqual(["transaction.created", "transaction.created", "transaction.posted", "transaction.reversed"]);
     // transaction.created of the original group was emitted before its metadata was replaced.

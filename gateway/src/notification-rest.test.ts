@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startWebhookReceiver, type WebhookReceiver } from "@ledger/testing";
-import { eventually, restClient, startStack, type Api, type Stack } from "@ledger/e2e";
+import { restClient, startStack, type Api, type Stack } from "@ledger/e2e";
 
 // The webhook and event endpoints through the gateway: the shapes of docs/webhooks.md#endpoints, bad input that
 // answers 400 and changes nothing, and tenancy: another account's key sees 404 everywhere.
@@ -148,7 +148,7 @@ describe("idempotency", () => {
     expect(rolled.body.endpoint.secret).not.toBe(first.body.endpoint.secret);
 
     await api.post("/entity/fund", { entity_id: (await api.post("/entity", { entity_name: "w", entity_type: "w" })).body.entity.entity_id, amount: 1 });
-    expect(await eventually(async () => (await api.get("/webhooks/deliveries", { endpoint_id: id })).body.deliveries.length > 0)).toBe(true);
+    await expect.poll(async () => (await api.get("/webhooks/deliveries", { endpoint_id: id })).body.deliveries.length).toBeGreaterThan(0);
     const delivery = (await api.get("/webhooks/deliveries", { endpoint_id: id })).body.deliveries[0];
     const resendKey = { "idempotency-key": `resend-${Date.now()}` };
     const resent = await api.post("/webhooks/resend", { delivery_id: delivery.delivery_id }, resendKey);
@@ -223,7 +223,7 @@ describe("tenancy", () => {
     const id = ep.body.endpoint.endpoint_id;
     const entity = await api.post("/entity", { entity_name: "w", entity_type: "wallet" });
     await api.post("/entity/fund", { entity_id: entity.body.entity.entity_id, amount: 10 });
-    expect(await eventually(async () => (await api.get("/webhooks/deliveries", { endpoint_id: id })).body.deliveries?.[0]?.status === "succeeded")).toBe(true);
+    await expect.poll(async () => (await api.get("/webhooks/deliveries", { endpoint_id: id })).body.deliveries?.[0]?.status).toBe("succeeded");
     const delivery = (await api.get("/webhooks/deliveries", { endpoint_id: id })).body.deliveries[0];
     expect(delivery).toMatchObject({ delivery_id: expect.stringMatching(/^whd_/), status: "succeeded", attempts: 1, response_status: 200 });
 

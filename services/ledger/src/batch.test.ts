@@ -2,7 +2,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { errorCodeOf } from "@ledger/common";
 import { TransactionStatus } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { eventually, ledgerViolations, readStream, startStack, type Api, type Stack } from "@ledger/e2e";
+import { ledgerViolations, readStream, startStack, type Api, type Stack } from "@ledger/e2e";
 
 // Batches (docs/api.md#batches): many transactions in one call, applied in request order as if
 // sent one after the other, through REST and RPC, against a real Postgres and NATS.
@@ -89,10 +89,10 @@ describe("POST /v1/transaction/batch", () => {
 
     const ids = [r0, r1, r3].map((r) => r.transaction_group_id as string);
     expect(new Set(ids).size).toBe(3);
-    expect(await eventually(async () => {
+    await expect.poll(async () => {
       const events = await createdEvents();
       return ids.every((id) => events.get(id) === 1);
-    })).toBe(true);
+    }).toBe(true);
     await expectInvariants();
   });
 
@@ -267,10 +267,10 @@ describe("POST /v1/transaction/batch", () => {
       ids.push(r.transaction_group_id);
     });
     for (const w of wallets) expect(await posted(w)).toBe(expected.get(w));
-    expect(await eventually(async () => {
+    await expect.poll(async () => {
       const events = await createdEvents();
       return ids.every((id) => events.get(id) === 1);
-    }, 30_000)).toBe(true);
+    }, { timeout: 30_000 }).toBe(true);
     await expectInvariants();
   });
 });
