@@ -105,6 +105,39 @@ describe("the ledger's endpoints", () => {
   });
 });
 
+describe("batches", () => {
+  it("refuse a malformed batch with 400 before any item is tried", async () => {
+    const item = { description: "x", amount: 1, status: "posted", account: { from: a, to: b } };
+    const cases: Array<[string, unknown]> = [
+      ["not an object", [item]],
+      ["transactions missing", { atomic: false }],
+      ["transactions not an array", { transactions: item }],
+      ["empty", { transactions: [] }],
+      ["over 1,000 items", { transactions: Array.from({ length: 1001 }, () => item) }],
+      ["an unknown top-level field", { transactions: [item], atomik: true }],
+      ["atomic not a boolean", { transactions: [item], atomic: "yes" }],
+    ];
+    for (const [why, body] of cases) expectError(await api().post("/transaction/batch", body), 400, "invalid_request", why);
+  });
+});
+
+describe("the hold endpoints", () => {
+  it("refuse a bad hold, capture or release with 400", async () => {
+    const hold = newId("hold");
+    const calls: Array<[string, Record<string, unknown>]> = [
+      ["/hold", { entity_id: a, amount: 0 }],
+      ["/hold", { entity_id: a, amount: 1.5 }],
+      ["/hold", { entity_id: a, amount: 5, expires_at: "tomorrow" }],
+      ["/hold", { amount: 5 }],
+      ["/hold/capture", { hold_id: hold, amount: 0, destination_entity_id: b }],
+      ["/hold/capture", { hold_id: hold, amount: 5 }],
+      ["/hold/capture", { amount: 5, destination_entity_id: b }],
+      ["/hold/release", {}],
+    ];
+    for (const [path, body] of calls) expectError(await api().post(path, body), 400, "invalid_request", `${path} ${JSON.stringify(body)}`);
+  });
+});
+
 describe("the gateway", () => {
   it("answers 413 for a body over the limit, 404 for unknown paths, 405 for a wrong method", async () => {
     const big = await api().request("POST", "/entity", { raw: JSON.stringify({ entity_name: "x".repeat(70 * 1024), entity_type: "x" }), headers: { "content-type": "application/json" } });

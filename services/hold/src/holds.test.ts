@@ -98,9 +98,6 @@ describe("holds", () => {
     expect((await intruder.post("/hold/release", { hold_id: h2.hold_id })).status).toBe(404);
     expect((await intruder.post("/hold/capture", { hold_id: h2.hold_id, amount: 1, destination_entity_id: other })).status).toBe(404);
     expect((await intruder.get("/holds", { entity_id: source })).status).toBe(404);
-    for (const body of [{ entity_id: source, amount: 0 }, { entity_id: source, amount: 1.5 }, { entity_id: source, amount: 5, expires_at: "tomorrow" }, { amount: 5 }]) {
-      expect((await api.post("/hold", body)).status, JSON.stringify(body)).toBe(400);
-    }
     await expectHeldMatchesHolds();
   });
 

@@ -201,29 +201,6 @@ describe("POST /v1/transaction/batch", () => {
     expect(other.body.error.code).toBe("idempotency_conflict");
   });
 
-  it("a malformed batch answers 400 invalid_request and applies nothing", async () => {
-    const a = await funded(100, "a");
-    const b = await funded(0, "b");
-    const item = transfer(a, b, 1);
-    const before = await groupCount();
-    const cases: Array<[string, unknown]> = [
-      ["not an object", [item]],
-      ["transactions missing", { atomic: false }],
-      ["transactions not an array", { transactions: item }],
-      ["empty", { transactions: [] }],
-      ["over 1,000 items", { transactions: Array.from({ length: 1001 }, () => item) }],
-      ["an unknown top-level field", { transactions: [item], atomik: true }],
-      ["atomic not a boolean", { transactions: [item], atomic: "yes" }],
-    ];
-    for (const [why, body] of cases) {
-      const res = await api.post("/transaction/batch", body);
-      expect(res.status, why).toBe(400);
-      expect(res.body.status, why).toBe("error");
-      expect(res.body.error.code, why).toBe("invalid_request");
-    }
-    expect(await groupCount()).toBe(before);
-  });
-
   it("another account's entity is that item's not_found", async () => {
     const other = await stack.newAccount("other");
     const theirs = await entity("theirs", other.api);
