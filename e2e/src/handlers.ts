@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { createRouterTransport, type ConnectRouter, type Interceptor } from "@connectrpc/connect";
+import { createRouterTransport, type ConnectRouter, type Interceptor, type Transport } from "@connectrpc/connect";
 import {
   authInterceptor,
   createLogger,
@@ -19,8 +19,8 @@ import { restClient, type Api } from "./rest-client.js";
 
 /**
  * The gateway in front of every service's RPC handlers, called in memory through Connect's router
- * transport, with the services' authentication, and no database, NATS or other service behind
- * them. For what is decided before any of those is reached: REST and RPC argument checks, API
+ * transport, with the services' authentication interceptor (one valid API key, one service token),
+ * and no database, NATS or other service behind them. For what is decided before any of those is reached: REST and RPC argument checks, API
  * keys and permissions, and how refusals map to the error envelope. Whatever a handler would read
  * or write is "unreachable": touching it fails the call (a 500) and is named in `reached`, so a
  * test of a refusal also proves the refusal changed nothing.
@@ -35,7 +35,7 @@ export interface Handlers {
   /** The installation's service token (`authorization: Service <token>`). */
   serviceToken: string;
   /** The ledger's RPC handlers with their interceptors, for RPC clients: `createClient(LedgerService, handlers.ledger)`. */
-  ledger: ReturnType<typeof createRouterTransport>;
+  ledger: Transport;
   /** What a handler touched that it should not have: empty after every test. */
   reached: string[];
   gateway: GatewayHandle;
@@ -68,7 +68,7 @@ export async function startHandlers(gateway: Partial<GatewayConfig> = {}): Promi
     // `then` is read by await; answering undefined keeps a mere `await dep` from counting as a use.
     return new Proxy<() => void>(function () {}, { apply: fail, get: (_target, name) => (name === "then" ? undefined : fail()) }) as never;
   };
-  const inMemory = (name: string, routes: (router: ConnectRouter) => void, interceptors: Interceptor[]): InProcessService & { transport: () => ReturnType<typeof createRouterTransport> } => ({
+  const inMemory = (name: string, routes: (router: ConnectRouter) => void, interceptors: Interceptor[]): InProcessService => ({
     name,
     transport: (clientInterceptors: Interceptor[] = []) =>
       createRouterTransport(routes, { router: { interceptors, readMaxBytes: DEFAULT_RPC_BODY_LIMIT_BYTES }, transport: { interceptors: clientInterceptors } }),
