@@ -25,6 +25,7 @@ COPY services/ledger/package.json services/ledger/
 COPY services/hold/package.json services/hold/
 COPY services/notification/package.json services/notification/
 COPY gateway/package.json gateway/
+COPY e2e/package.json e2e/
 COPY bench/package.json bench/
 
 FROM manifests AS deps

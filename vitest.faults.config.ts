@@ -4,9 +4,11 @@ import { defineConfig } from "vitest/config";
 // run on their own, after the other tests, never beside them.
 export default defineConfig({
   test: {
-    include: ["packages/*/src/**/*.faults.test.ts"],
+    include: ["e2e/src/**/*.faults.test.ts"],
     globalSetup: ["packages/testing/src/global-setup.ts"],
     pool: "forks",
+    // expect.poll: what a test waits for (an event, a delivery, a restart) takes seconds, not one.
+    expect: { poll: { timeout: 15_000, interval: 100 } },
     testTimeout: 600_000,
     hookTimeout: 120_000,
   },

@@ -9,7 +9,7 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
-import { restClient } from "@ledger/testing";
+import { restClient } from "@ledger/e2e";
 import { afterAll, beforeAll, expect, inject, it } from "vitest";
 import { loadOpenApi } from "../gateway/src/docs.js";
 import { buildAll } from "./build.mjs";

@@ -1,6 +1,6 @@
 // What must hold after a run, however fast it was: the ledger's sums, no negative available, the
 // hold service and the ledger agreeing on `held`, and every event delivered exactly once.
-import { ledgerViolations } from "@ledger/testing";
+import { ledgerViolations } from "@ledger/e2e";
 import type postgres from "postgres";
 import type { DeliveryTracker } from "./webhooks.js";
 

@@ -3,7 +3,8 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { eventually, startStack, startWebhookReceiver, type Stack, type WebhookReceiver } from "@ledger/testing";
+import { startWebhookReceiver, type WebhookReceiver } from "@ledger/testing";
+import { startStack, type Stack } from "@ledger/e2e";
 import { launchChromium, type Chromium } from "@ledger/testing/browser";
 import { verifyWebhook } from "@ledger/webhooks";
 
@@ -62,12 +63,16 @@ const events = () => page.getByRole("table", { name: "Events" });
 
 /** Clicks `refresh` until `check` holds: deliveries arrive in the background. */
 async function refreshUntil(refresh: string, check: () => Promise<boolean>) {
-  const ok = await eventually(async () => {
-    await page.getByRole("button", { name: refresh }).click();
-    await page.waitForTimeout(150);
-    return check();
-  }, 20_000, 300);
-  expect(ok, `after "${refresh}"`).toBe(true);
+  await expect
+    .poll(
+      async () => {
+        await page.getByRole("button", { name: refresh }).click();
+        await page.waitForTimeout(150);
+        return check();
+      },
+      { timeout: 20_000, interval: 300, message: `after "${refresh}"` },
+    )
+    .toBe(true);
 }
 
 describe("/console in headless Chromium", () => {

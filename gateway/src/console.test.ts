@@ -1,20 +1,21 @@
 import { readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startStack, type Stack } from "@ledger/testing";
+import { startHandlers, type Handlers } from "@ledger/e2e";
 import { CONSOLE_CSP, CONSOLE_DIR } from "./console.js";
 
 // The webhook console's files as the gateway serves them: no API key, no rate limit, a strict
 // Content-Security-Policy on the page and every asset. What the page does is console-browser.test.ts.
 
-let stack: Stack;
+// The gateway in front of the services' handlers in memory: serving files needs no database.
+let handlers: Handlers;
 let base: string;
 
 beforeAll(async () => {
   // A tiny budget: the console's files must not spend it, nor be refused once it is spent.
-  stack = await startStack({ gateway: { rateLimitPerSecond: 0.01, rateLimitBurst: 2 } });
-  base = stack.restUrl.replace(/\/v1$/, "");
+  handlers = await startHandlers({ rateLimitPerSecond: 0.01, rateLimitBurst: 2 });
+  base = handlers.restUrl.replace(/\/v1$/, "");
 });
-afterAll(async () => stack?.close());
+afterAll(async () => handlers?.close());
 
 const FILES = [
   ["/console", "text/html"],
@@ -44,9 +45,10 @@ describe("GET /console", () => {
   });
 
   it("is neither counted against nor refused by the rate limit, even with a spent key", async () => {
-    const spent = { authorization: stack.account.api_key };
-    for (let i = 0; i < 4; i++) await fetch(`${base}/v1/programs`, { headers: spent });
-    expect((await fetch(`${base}/v1/programs`, { headers: spent })).status).toBe(429);
+    const spent = { authorization: handlers.apiKey };
+    // Calls the API refuses (no entity_id) still spend the key's budget.
+    for (let i = 0; i < 4; i++) await fetch(`${base}/v1/entity`, { headers: spent });
+    expect((await fetch(`${base}/v1/entity`, { headers: spent })).status).toBe(429);
     for (let i = 0; i < 10; i++) {
       for (const [path] of FILES) {
         expect((await fetch(base + path)).status, path).toBe(200);

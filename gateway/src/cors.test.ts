@@ -1,30 +1,24 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { readGatewayConfig, startGateway, type GatewayHandle } from "@ledger/gateway";
-import { startStack, type Stack } from "@ledger/testing";
+import { readGatewayConfig } from "@ledger/gateway";
+import { startHandlers, type Handlers } from "@ledger/e2e";
 
 // Browsers on the allowed origins may call the API; every other origin, and every origin when
 // GATEWAY_CORS_ORIGINS is unset, gets no CORS header at all, so the browser keeps the answer from its page.
 
 const ALLOWED = "https://app.example.com";
 
-let stack: Stack;
-let plain: GatewayHandle;
+// Gateways in front of the services' handlers in memory: CORS is the gateway's alone, and every
+// answer looked at here (the OpenAPI document, refusals) needs no database.
+let allowing: Handlers;
+let plain: Handlers;
 beforeAll(async () => {
-  stack = await startStack({ gateway: { corsOrigins: [ALLOWED, "http://localhost:5173"] } });
-  // A second gateway in front of the same services, with the defaults: CORS off.
-  plain = await startGateway({
-    ...readGatewayConfig({}),
-    host: "127.0.0.1",
-    port: 0,
-    opsPort: 0,
-    ledgerUrl: stack.ledgerUrl,
-    holdUrl: stack.hold!.server.url,
-    logLevel: "warn",
-  });
+  allowing = await startHandlers({ corsOrigins: [ALLOWED, "http://localhost:5173"] });
+  // With the defaults: CORS off.
+  plain = await startHandlers({ corsOrigins: readGatewayConfig({}).corsOrigins });
 });
 afterAll(async () => {
   await plain?.close();
-  await stack?.close();
+  await allowing?.close();
 });
 
 const preflight = (base: string, origin: string, path = "/v1/entity/fund") =>
@@ -39,7 +33,7 @@ function corsHeaders(res: Response): string[] {
 
 describe("with GATEWAY_CORS_ORIGINS set", () => {
   it("answers a preflight from an allowed origin with the path's methods and the API's headers", async () => {
-    const res = await preflight(stack.gateway.server.url, ALLOWED);
+    const res = await preflight(allowing.gateway.server.url, ALLOWED);
     expect(res.status).toBe(204);
     expect(res.headers.get("access-control-allow-origin")).toBe(ALLOWED);
     expect(res.headers.get("access-control-allow-methods")).toBe("POST");
@@ -49,35 +43,37 @@ describe("with GATEWAY_CORS_ORIGINS set", () => {
     expect(res.headers.get("vary")).toMatch(/origin/i);
     expect(res.headers.get("access-control-allow-credentials")).toBeNull();
     // A path with several methods lists them all.
-    const webhooks = await preflight(stack.gateway.server.url, ALLOWED, "/v1/webhooks");
+    const webhooks = await preflight(allowing.gateway.server.url, ALLOWED, "/v1/webhooks");
     expect(webhooks.headers.get("access-control-allow-methods")!.split(", ").sort()).toEqual(["DELETE", "GET", "POST", "PUT"]);
   });
 
   it("lets an allowed origin read the answer and the headers it needs, errors included", async () => {
-    const entity = (await stack.api.post("/entity", { entity_name: "c", entity_type: "w" })).body.entity.entity_id;
-    const res = await fetch(`${stack.restUrl}/entity?entity_id=${entity}`, { headers: { origin: ALLOWED, authorization: stack.account.api_key } });
+    const res = await fetch(`${allowing.restUrl}/openapi.json`, { headers: { origin: ALLOWED } });
     expect(res.status).toBe(200);
     expect(res.headers.get("access-control-allow-origin")).toBe(ALLOWED);
     expect(res.headers.get("access-control-expose-headers")!.toLowerCase().split(/,\s*/).sort()).toEqual(["idempotent-replayed", "retry-after", "x-request-id"]);
     expect(res.headers.get("vary")).toMatch(/origin/i);
-    const refused = await fetch(`${stack.restUrl}/entity?entity_id=${entity}`, { headers: { origin: ALLOWED } });
-    expect(refused.status).toBe(401);
-    expect(refused.headers.get("access-control-allow-origin")).toBe(ALLOWED);
+    const unauthenticated = await fetch(`${allowing.restUrl}/entity?entity_id=ent_01m80ts8wm38j0zc0r0sgz6t61`, { headers: { origin: ALLOWED } });
+    expect(unauthenticated.status).toBe(401);
+    expect(unauthenticated.headers.get("access-control-allow-origin")).toBe(ALLOWED);
+    const invalid = await fetch(`${allowing.restUrl}/entity`, { headers: { origin: ALLOWED, authorization: allowing.apiKey } });
+    expect(invalid.status).toBe(400);
+    expect(invalid.headers.get("access-control-allow-origin")).toBe(ALLOWED);
   });
 
   it("gives an origin not on the list no CORS header, on a preflight or a request", async () => {
     for (const origin of ["https://evil.example", "https://app.example.com.evil.example", "http://app.example.com", "null"]) {
-      const pre = await preflight(stack.gateway.server.url, origin);
+      const pre = await preflight(allowing.gateway.server.url, origin);
       expect(pre.status, origin).toBe(405);
       expect(corsHeaders(pre), origin).toEqual([]);
-      const res = await fetch(`${stack.restUrl}/programs`, { headers: { origin, authorization: stack.account.api_key } });
+      const res = await fetch(`${allowing.restUrl}/openapi.json`, { headers: { origin } });
       expect(res.status).toBe(200);
       expect(corsHeaders(res), origin).toEqual([]);
     }
   });
 
   it("adds nothing outside /v1", async () => {
-    const res = await fetch(`${stack.gateway.server.url}/healthz`, { headers: { origin: ALLOWED } });
+    const res = await fetch(`${allowing.gateway.server.url}/healthz`, { headers: { origin: ALLOWED } });
     expect(corsHeaders(res)).toEqual([]);
   });
 });
@@ -85,10 +81,10 @@ describe("with GATEWAY_CORS_ORIGINS set", () => {
 describe("by default", () => {
   it("reads no origins, answers a preflight 405 and adds no CORS header", async () => {
     expect(readGatewayConfig({}).corsOrigins).toEqual([]);
-    const pre = await preflight(plain.server.url, ALLOWED);
+    const pre = await preflight(plain.gateway.server.url, ALLOWED);
     expect(pre.status).toBe(405);
     expect(corsHeaders(pre)).toEqual([]);
-    const res = await fetch(`${plain.server.url}/v1/programs`, { headers: { origin: ALLOWED, authorization: stack.account.api_key } });
+    const res = await fetch(`${plain.restUrl}/openapi.json`, { headers: { origin: ALLOWED } });
     expect(res.status).toBe(200);
     expect(corsHeaders(res)).toEqual([]);
   });

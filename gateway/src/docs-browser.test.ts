@@ -1,28 +1,29 @@
 import type { BrowserContext } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startStack, type Stack } from "@ledger/testing";
+import { startHandlers, type Handlers } from "@ledger/e2e";
 import { launchChromium, type Chromium } from "@ledger/testing/browser";
 
 // /docs in a real browser. The page must render the description with its local renderer files only.
+// The gateway runs in front of the services' handlers in memory: the page needs no database.
 
-let stack: Stack;
+let handlers: Handlers;
 let chromium: Chromium;
 let browser: BrowserContext;
 
 beforeAll(async () => {
-  stack = await startStack({ notification: {} });
+  handlers = await startHandlers();
   chromium = await launchChromium();
   browser = chromium.context;
 });
 
 afterAll(async () => {
   await chromium?.close();
-  await stack?.close();
+  await handlers?.close();
 });
 
 describe("/docs in headless Chromium", () => {
   it("renders every tag's endpoints from /v1/openapi.json", async () => {
-    const base = stack.restUrl.replace(/\/v1$/, "");
+    const base = handlers.restUrl.replace(/\/v1$/, "");
     const page = await browser.newPage();
     const outside: string[] = [];
     // Every request the page makes must stay on the gateway.

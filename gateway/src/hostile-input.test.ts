@@ -1,6 +1,6 @@
 import fc from "fast-check";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { startStack, type Stack } from "@ledger/testing";
+import { startStack, type Stack } from "@ledger/e2e";
 import { holdRoutes } from "./hold-routes.js";
 import { notificationRoutes } from "./notification-routes.js";
 import { ledgerRoutes, type Route } from "./routes.js";

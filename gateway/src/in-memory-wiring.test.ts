@@ -1,7 +1,7 @@
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { ReservationService } from "@ledger/proto/ledger/v1/reservation_pb.js";
-import { startStack, TEST_SERVICE_TOKEN, type Stack } from "@ledger/testing";
+import { startStack, TEST_SERVICE_TOKEN, type Stack } from "@ledger/e2e";
 import { afterAll, beforeAll, expect, it } from "vitest";
 
 // The wiring `npm start` uses: the gateway and the services call each other in memory. With every

@@ -1,8 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { eventually, restClient, startStack, startWebhookReceiver, type Api, type Stack, type WebhookReceiver } from "@ledger/testing";
+import { startWebhookReceiver, type WebhookReceiver } from "@ledger/testing";
+import { startStack, type Api, type Stack } from "@ledger/e2e";
 
-// The webhook and event endpoints through the gateway: the shapes of docs/webhooks.md#endpoints, bad input that
-// answers 400 and changes nothing, and tenancy: another account's key sees 404 everywhere.
+// The webhook and event endpoints through the gateway: the shapes of docs/webhooks.md#endpoints,
+// refusals that depend on stored destinations, and tenancy: another account's key sees 404
+// everywhere. Bad input refused before the database is e2e/src/rest-input.handlers.test.ts.
 
 let stack: Stack;
 let api: Api;
@@ -61,44 +63,17 @@ describe("destinations", () => {
     expect(all.body.endpoint).toMatchObject({ event_types: null, url: receiver.endpoint("/u2"), enabled: false, name: "renamed" });
   });
 
-  it("refuses bad input with 400 and creates or changes nothing", async () => {
-    const before = await endpointCount(api);
-    for (const body of [
-      { url: "http://example.com/hook" },
-      { url: "not a url" },
-      {},
-      { url: "https://user:pw@example.com/" },
-      { url: "https://example.com/", event_types: ["transaction.nope"] },
-      { url: "https://example.com/", event_types: [] },
-      { url: "https://example.com/", event_types: "transaction.created" },
-      { url: "https://example.com/", event_types: [1] },
-      { url: "https://example.com/", name: 5 },
-      { url: "https://example.com/", secret: "whsec_mine" },
-    ]) {
-      expectError(await api.post("/webhooks", body), 400, "invalid_request");
-    }
-    expectError(await api.request("POST", "/webhooks", { raw: "{", headers: { "content-type": "application/json" } }), 400, "invalid_request");
-    expect(await endpointCount(api)).toBe(before);
-
+  it("refuses what only the stored destination can tell with 400 or 404, and changes nothing", async () => {
+    // Refusals decided before the database is reached are e2e/src/rest-input.handlers.test.ts.
     const id = (await api.post("/webhooks", { url: receiver.endpoint("/bad") })).body.endpoint.endpoint_id;
-    expectError(await api.put("/webhooks", { endpoint_id: id, enabled: "no" }), 400, "invalid_request");
-    expectError(await api.put("/webhooks", { endpoint_id: id, url: "ftp://x" }), 400, "invalid_request");
     expectError(await api.put("/webhooks", { endpoint_id: id, name: "" }), 400, "invalid_request");
-    expectError(await api.put("/webhooks", { url: "https://example.com/" }), 400, "invalid_request");
-    expectError(await api.post("/webhooks/roll", { endpoint_id: id, expire_previous_in_seconds: -1 }), 400, "invalid_request");
-    expectError(await api.post("/webhooks/roll", { endpoint_id: id, expire_previous_in_seconds: 1.5 }), 400, "invalid_request");
     expectError(await api.post("/webhooks/roll", { endpoint_id: id, expire_previous_in_seconds: 10 * 86400 }), 400, "invalid_request");
-    expectError(await api.get("/webhooks", { limit: "0" }), 400, "invalid_request");
-    expectError(await api.get("/webhooks", { cursor: "garbage!" }), 400, "invalid_request");
-    expectError(await api.get("/events", { limit: "101" }), 400, "invalid_request");
-    expectError(await api.get("/webhook", {}), 400, "invalid_request");
-    expectError(await api.request("DELETE", "/webhooks"), 400, "invalid_request");
     expectError(await api.get("/webhook", { id: "whe_nope" }), 404, "not_found");
     expectError(await api.get("/event", { id: "evt_nope" }), 404, "not_found");
     expect((await api.get("/webhook", { id })).body.endpoint).toMatchObject({ enabled: true, url: receiver.endpoint("/bad") });
   });
 
-  it("keeps max_concurrency: 32 by default, as given, changed by PUT, and refuses anything but 1 to 256", async () => {
+  it("keeps max_concurrency: 32 by default, as given, and changed by PUT", async () => {
     const plain = await api.post("/webhooks", { url: receiver.endpoint("/cap-default") });
     expect(plain.body.endpoint.max_concurrency).toBe(32);
     const given = await api.post("/webhooks", { url: receiver.endpoint("/cap-given"), max_concurrency: 3 });
@@ -108,20 +83,7 @@ describe("destinations", () => {
     const changed = await api.put("/webhooks", { endpoint_id: id, max_concurrency: 256 });
     expect(changed.status).toBe(200);
     expect(changed.body.endpoint).toMatchObject({ max_concurrency: 256, url: receiver.endpoint("/cap-given") });
-    const before = await endpointCount(api);
-    for (const bad of [0, -1, 257, 1.5, "4", true, 2 ** 40]) {
-      expectError(await api.post("/webhooks", { url: receiver.endpoint("/cap-bad"), max_concurrency: bad }), 400, "invalid_request");
-      const res = await api.put("/webhooks", { endpoint_id: id, max_concurrency: bad });
-      expectError(res, 400, "invalid_request");
-      expect(res.body.error.details).toMatchObject({ field: "max_concurrency" });
-    }
-    expect(await endpointCount(api)).toBe(before);
     expect((await api.get("/webhook", { id })).body.endpoint.max_concurrency).toBe(256);
-  });
-
-  it("needs an API key", async () => {
-    expectError(await restClient(stack.restUrl, undefined).get("/webhooks"), 401, "unauthenticated");
-    expectError(await restClient(stack.restUrl, "lsk_not_a_key").get("/events"), 401, "unauthenticated");
   });
 });
 
@@ -147,7 +109,7 @@ describe("idempotency", () => {
     expect(rolled.body.endpoint.secret).not.toBe(first.body.endpoint.secret);
 
     await api.post("/entity/fund", { entity_id: (await api.post("/entity", { entity_name: "w", entity_type: "w" })).body.entity.entity_id, amount: 1 });
-    expect(await eventually(async () => (await api.get("/webhooks/deliveries", { endpoint_id: id })).body.deliveries.length > 0)).toBe(true);
+    await expect.poll(async () => (await api.get("/webhooks/deliveries", { endpoint_id: id })).body.deliveries.length).toBeGreaterThan(0);
     const delivery = (await api.get("/webhooks/deliveries", { endpoint_id: id })).body.deliveries[0];
     const resendKey = { "idempotency-key": `resend-${Date.now()}` };
     const resent = await api.post("/webhooks/resend", { delivery_id: delivery.delivery_id }, resendKey);
@@ -222,7 +184,7 @@ describe("tenancy", () => {
     const id = ep.body.endpoint.endpoint_id;
     const entity = await api.post("/entity", { entity_name: "w", entity_type: "wallet" });
     await api.post("/entity/fund", { entity_id: entity.body.entity.entity_id, amount: 10 });
-    expect(await eventually(async () => (await api.get("/webhooks/deliveries", { endpoint_id: id })).body.deliveries?.[0]?.status === "succeeded")).toBe(true);
+    await expect.poll(async () => (await api.get("/webhooks/deliveries", { endpoint_id: id })).body.deliveries?.[0]?.status).toBe("succeeded");
     const delivery = (await api.get("/webhooks/deliveries", { endpoint_id: id })).body.deliveries[0];
     expect(delivery).toMatchObject({ delivery_id: expect.stringMatching(/^whd_/), status: "succeeded", attempts: 1, response_status: 200 });
 

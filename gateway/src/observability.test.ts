@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { eventually, startStack, startWebhookReceiver, type Stack, type WebhookReceiver } from "@ledger/testing";
+import { startWebhookReceiver, type WebhookReceiver } from "@ledger/testing";
+import { startStack, type Stack } from "@ledger/e2e";
 
 // What operators read: metrics on every process, and one request id from the gateway's request
 // to the event and its delivery attempt.
@@ -22,7 +23,7 @@ it("carries the caller's request id into the event, and every process exposes it
   const requestId = `trace-${Date.now()}`;
   const res = await api.post("/entity/fund", { entity_id: entity, amount: 3 }, { "x-request-id": requestId, traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" });
   expect(res.headers.get("x-request-id")).toBe(requestId);
-  expect(await eventually(async () => receiver.received("/obs").length === 1)).toBe(true);
+  await expect.poll(() => receiver.received("/obs").length).toBe(1);
   const [row] = await stack.notificationSql!`select request_id from events where id = ${receiver.received("/obs")[0]!.headers["x-service-event-id"] as string}`;
   expect(row!["request_id"]).toBe(requestId);
 

@@ -3,7 +3,7 @@ import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { rateLimited } from "@ledger/common";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startStack, type Stack } from "@ledger/testing";
+import { startStack, type Stack } from "@ledger/e2e";
 import { loadOpenApi, OPENAPI_PATH } from "./docs.js";
 import { errorEnvelope } from "./errors.js";
 import { holdRoutes } from "./hold-routes.js";

@@ -1,6 +1,6 @@
 import * as http from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startStack, type Stack } from "@ledger/testing";
+import { startStack, type Stack } from "@ledger/e2e";
 
 describe("through the gateway", () => {
   let stack: Stack;

@@ -1,7 +1,7 @@
 import * as http from "node:http";
 import * as net from "node:net";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { startStack, type Stack } from "@ledger/testing";
+import { startStack, type Stack } from "@ledger/e2e";
 
 // A request target the URL parser refuses (`//%`, `//[`) is the client's mistake: 400 in the error
 // envelope on every port, and the process keeps serving. Sent with http.request, which passes

@@ -4,9 +4,10 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { afterAll, beforeAll, expect, it } from "vitest";
+import { afterAll, beforeAll, expect, it, vi } from "vitest";
 import { inject } from "vitest";
-import { eventually, freePort, restClient, startWebhookReceiver, type WebhookReceiver } from "@ledger/testing";
+import { freePort, startWebhookReceiver, type WebhookReceiver } from "@ledger/testing";
+import { restClient } from "@ledger/e2e";
 
 // No secret ever reaches a log line (SECURITY.md): the whole system runs as `pnpm start` does, at
 // debug level, with its output captured; the API key (seeded through LEDGER_DEV_API_KEY, which
@@ -53,8 +54,13 @@ beforeAll(async () => {
   child.stdout!.on("data", (chunk: Buffer) => (output += chunk.toString("utf8")));
   child.stderr!.on("data", (chunk: Buffer) => (output += chunk.toString("utf8")));
   base = `http://127.0.0.1:${ports.gateway}/v1`;
-  const up = await eventually(async () => (await fetch(`http://127.0.0.1:${ports.gatewayOps}/readyz`).catch(() => null))?.ok === true, 30_000, 200);
-  if (!up) throw new Error(`the system did not start:\n${output.slice(-2_000)}`);
+  await vi.waitFor(
+    async () => {
+      const ready = await fetch(`http://127.0.0.1:${ports.gatewayOps}/readyz`).catch(() => null);
+      if (!ready?.ok) throw new Error(`the system did not start:\n${output.slice(-2_000)}`);
+    },
+    { timeout: 30_000, interval: 200 },
+  );
 }, 60_000);
 
 afterAll(async () => {
@@ -84,7 +90,7 @@ it("logs requests, failures and deliveries without any API key, service token or
   const wrongKey = devKey.slice(0, -1) + (devKey.endsWith("0") ? "1" : "0");
   expect((await restClient(base, wrongKey).get("/programs")).status).toBe(401);
   expect((await api.post("/entity/fund", { entity_id: "ent_x", amount: -1 })).status).toBe(400);
-  expect(await eventually(async () => receiver.received("/logs").length >= 2)).toBe(true);
+  await expect.poll(() => receiver.received("/logs").length).toBeGreaterThanOrEqual(2);
 
   // The logs did record the traffic, at debug level, so their silence about secrets means something.
   expect(output).toContain('"msg":"request"');

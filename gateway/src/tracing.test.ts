@@ -1,18 +1,8 @@
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readTracingConfig } from "@ledger/common";
-import {
-  eventually,
-  readStream,
-  startOtlpReceiver,
-  startStack,
-  startWebhookReceiver,
-  type Api,
-  type OtlpReceiver,
-  type ReceivedSpan,
-  type Stack,
-  type WebhookReceiver,
-} from "@ledger/testing";
+import { startOtlpReceiver, startWebhookReceiver, type OtlpReceiver, type ReceivedSpan, type WebhookReceiver } from "@ledger/testing";
+import { readStream, startStack, type Api, type Stack } from "@ledger/e2e";
 
 // One trace per client call, from the gateway through RPC, the outbox and JetStream to each
 // delivery attempt, exported over OTLP/HTTP to a collector stand-in; and, untraced, the caller's
@@ -68,10 +58,12 @@ describe("with tracing configured", () => {
   /** The trace's spans once `ready` says all expected ones were exported. */
   async function traceOf(traceId: string, ready: (spans: ReceivedSpan[]) => boolean): Promise<ReceivedSpan[]> {
     const spans = () => otlp.spans().filter((s) => s.traceId === traceId);
-    await eventually(async () => {
-      await flush();
-      return ready(spans());
-    });
+    await expect
+      .poll(async () => {
+        await flush();
+        return ready(spans());
+      }, { message: `the spans of trace ${traceId}` })
+      .toBe(true);
     return spans();
   }
 
@@ -92,7 +84,7 @@ describe("with tracing configured", () => {
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     const groupId = res.body.transaction_group_id as string;
     const delivered = () => webhooks.received("/transfer").filter((w) => JSON.parse(w.body).data.transaction_group_id === groupId);
-    expect(await eventually(async () => delivered().length === 1)).toBe(true);
+    await expect.poll(() => delivered().length).toBe(1);
     const webhook = delivered()[0]!;
     expect(webhook.headers["traceparent"]).toBeUndefined();
     expect(webhook.headers["tracestate"]).toBeUndefined();
@@ -136,7 +128,7 @@ describe("with tracing configured", () => {
         const { type, data } = JSON.parse(w.body);
         return type === "hold.captured" ? data.hold_id === hold.hold_id : data.legs.some((l: { entity_id: string; amount: number }) => l.entity_id === destination && l.amount === 100);
       });
-    expect(await eventually(async () => ofThisCapture().length === 2)).toBe(true);
+    await expect.poll(() => ofThisCapture().length).toBe(2);
     for (const w of ofThisCapture()) expect(w.headers["traceparent"]).toBeUndefined();
 
     const spans = await traceOf(client.traceId, (s) => s.filter((x) => x.name.startsWith("deliver ")).length === 2);
@@ -199,7 +191,7 @@ describe("with tracing off", () => {
     const client = clientTraceparent();
     const tracestate = "vendor=abc";
     expect((await stack.api.post("/entity/fund", { entity_id: entity, amount: 3 }, { traceparent: client.traceparent, tracestate })).status).toBe(200);
-    expect(await eventually(async () => webhooks.received("/off").length === 1)).toBe(true);
+    await expect.poll(() => webhooks.received("/off").length).toBe(1);
     const webhook = webhooks.received("/off")[0]!;
     expect(webhook.headers["traceparent"]).toBeUndefined();
 

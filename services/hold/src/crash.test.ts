@@ -1,9 +1,9 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import { afterAll, beforeAll, expect, it } from "vitest";
-import { eventually, freePort, startStack, TEST_SERVICE_TOKEN, type Stack } from "@ledger/testing";
+import { afterAll, beforeAll, expect, it, vi } from "vitest";
+import { freePort } from "@ledger/testing";
+import { expectHeldMatches, startStack, TEST_SERVICE_TOKEN, type Stack } from "@ledger/e2e";
 import { CRASH_POINTS, type CrashPoint } from "./crash.js";
-import { expectHeldMatches } from "./held-invariant.js";
 
 // Crash safety between the hold service and the ledger: the hold service runs as a child process
 // that exits at an injected point (HOLD_CRASH_AT); after a restart, recovery must leave `held`
@@ -36,8 +36,12 @@ async function startHoldProcess(crashAt?: CrashPoint) {
     },
     stdio: "ignore",
   });
-  const up = await eventually(async () => (await fetch(`http://127.0.0.1:${port}/healthz`).catch(() => null))?.ok === true, 20_000, 200);
-  if (!up) throw new Error("hold service did not start");
+  await vi.waitFor(
+    async () => {
+      if (!(await fetch(`http://127.0.0.1:${port}/healthz`).catch(() => null))?.ok) throw new Error("hold service did not start");
+    },
+    { timeout: 20_000, interval: 200 },
+  );
 }
 
 async function stopHoldProcess() {
@@ -87,13 +91,15 @@ it.each(CRASH_POINTS)("recovers after a crash at %s", async (point) => {
   expect(child!.exitCode).toBe(137);
 
   await startHoldProcess();
-  const settled = await eventually(async () => {
-    const [row] = await stack.holdSql()<{ n: bigint }[]>`
-      select (select count(*) from holds where status in ('creating', 'releasing'))
-           + (select count(*) from captures where status = 'pending') as n`;
-    return row!.n === 0n;
-  }, 20_000);
-  expect(settled).toBe(true);
+  // Recovery finishes every unfinished intent.
+  await expect
+    .poll(async () => {
+      const [row] = await stack.holdSql()<{ n: bigint }[]>`
+        select (select count(*) from holds where status in ('creating', 'releasing'))
+             + (select count(*) from captures where status = 'pending') as n`;
+      return row!.n;
+    }, { timeout: 20_000 })
+    .toBe(0n);
 
   if (!holdId) {
     // The client retries with its key and gets the one hold recovery completed, as recovery answered the key.

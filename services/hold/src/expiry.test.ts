@@ -1,6 +1,5 @@
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { eventually, readStream, startStack, type Stack } from "@ledger/testing";
-import { expectHeldMatches } from "./held-invariant.js";
+import { expectHeldMatches, readStream, startStack, type Stack } from "@ledger/e2e";
 
 // Expiry is driven by the hold database, not by timers in one process: it survives a restart of
 // the hold service, and several replicas release each due hold exactly once.
@@ -33,8 +32,7 @@ it("releases each due hold exactly once with three replicas running", async () =
   );
   const ids = new Set(created.map((r) => r.body.hold.hold_id as string));
   expect(ids.size).toBe(20);
-  const done = await eventually(async () => (await releasedEvents(ids)).length >= 20, 15_000);
-  expect(done).toBe(true);
+  await expect.poll(async () => (await releasedEvents(ids)).length).toBeGreaterThanOrEqual(20);
   // Give a duplicate release time to show up before counting.
   await new Promise((resolve) => setTimeout(resolve, 1_000));
   const events = await releasedEvents(ids);
@@ -60,14 +58,15 @@ it("releases a hold that fell due while no hold service ran, once one starts aga
   expect(reserved!.held).toBe(40n);
 
   await stack.startHoldReplica();
-  const released = await eventually(async () => {
-    const [row] = await stack.holdSql()<{ status: string; release_reason: string | null }[]>`
-      select status, release_reason from holds where id = ${hold.hold_id}`;
-    return row!.status === "released" && row!.release_reason === "expired";
-  }, 10_000);
-  expect(released).toBe(true);
+  await expect
+    .poll(async () => {
+      const [row] = await stack.holdSql()<{ status: string; release_reason: string | null }[]>`
+        select status, release_reason from holds where id = ${hold.hold_id}`;
+      return row;
+    }, { timeout: 10_000 })
+    .toEqual({ status: "released", release_reason: "expired" });
   const [after] = await stack.sql<{ held: bigint; posted: bigint }[]>`select held, posted from entities where id = ${source}`;
   expect(after).toEqual({ held: 0n, posted: 100n });
-  expect(await eventually(async () => (await releasedEvents(new Set([hold.hold_id]))).length === 1)).toBe(true);
+  await expect.poll(async () => (await releasedEvents(new Set([hold.hold_id]))).length).toBe(1);
   await expectHeldMatches(stack);
 });

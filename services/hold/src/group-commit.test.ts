@@ -1,8 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createLogger, metricsRegistry, type Sql } from "@ledger/common";
-import { startStack, type Stack } from "@ledger/testing";
+import { expectHeldMatches, startStack, type Stack } from "@ledger/e2e";
 import { createGroupCommit, type Work } from "./group-commit.js";
-import { expectHeldMatches } from "./held-invariant.js";
 
 // Group commit in the hold service: concurrent intents and completions share transactions, and
 // each step still gets its own answer. A refused step leaves its neighbours alone; a transaction

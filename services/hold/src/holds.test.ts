@@ -1,6 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { eventually, readStream, startStack, type Api, type Stack } from "@ledger/testing";
-import { expectHeldMatches } from "./held-invariant.js";
+import { expectHeldMatches, readStream, startStack, type Api, type Stack } from "@ledger/e2e";
 
 // Holds through the REST gateway, the hold service and the ledger's reservations, against real
 // Postgres and NATS. After each test the ledger's invariants hold and `held` equals the remaining
@@ -103,9 +102,6 @@ describe("holds", () => {
     expect((await intruder.post("/hold/release", { hold_id: h2.hold_id })).status).toBe(404);
     expect((await intruder.post("/hold/capture", { hold_id: h2.hold_id, amount: 1, destination_entity_id: other })).status).toBe(404);
     expect((await intruder.get("/holds", { entity_id: source })).status).toBe(404);
-    for (const body of [{ entity_id: source, amount: 0 }, { entity_id: source, amount: 1.5 }, { entity_id: source, amount: 5, expires_at: "tomorrow" }, { amount: 5 }]) {
-      expect((await api.post("/hold", body)).status, JSON.stringify(body)).toBe(400);
-    }
     await expectHeldMatchesHolds();
   });
 
@@ -129,15 +125,12 @@ describe("holds", () => {
     await api.post("/entity/fund", { entity_id: source, amount: 100 });
     const hold = (await api.post("/hold", { entity_id: source, amount: 40, expires_at: new Date(Date.now() + 2_000).toISOString() })).body.hold;
     expect((await balances(source)).available).toBe(60);
-    const expired = await eventually(async () => (await api.get("/hold", { hold_id: hold.hold_id })).body.hold.status === "released", 10_000);
-    expect(expired).toBe(true);
+    await expect.poll(async () => (await api.get("/hold", { hold_id: hold.hold_id })).body.hold.status, { timeout: 10_000 }).toBe("released");
     expect((await api.get("/hold", { hold_id: hold.hold_id })).body.hold.release_reason).toBe("expired");
     expect(await balances(source)).toMatchObject({ held: 0, available: 100 });
-    const seen = await eventually(async () => {
-      const types = (await readStream(stack.natsUrl, stack.stream)).filter((s) => s.event.data.case === "hold" && s.event.data.value.holdId === hold.hold_id).map((s) => s.event.type);
-      return types.includes("hold.released");
-    });
-    expect(seen).toBe(true);
+    await expect
+      .poll(async () => (await readStream(stack.natsUrl, stack.stream)).filter((s) => s.event.data.case === "hold" && s.event.data.value.holdId === hold.hold_id).map((s) => s.event.type))
+      .toContain("hold.released");
     const events = (await readStream(stack.natsUrl, stack.stream)).filter((s) => s.event.type.startsWith("hold."));
     const ids = events.map((e) => e.msgId);
     expect(new Set(ids).size).toBe(ids.length);

@@ -1,6 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startStack, type Api, type Stack } from "@ledger/testing";
-import { expectHeldMatches } from "./held-invariant.js";
+import { expectHeldMatches, startStack, type Api, type Stack } from "@ledger/e2e";
 
 // Every POST of the hold service (create, capture, release) goes through the one idempotency
 // mechanism of packages/common/src/idempotency.ts: keys per account, for 24 hours, the same body

@@ -3,8 +3,9 @@ import { fileURLToPath } from "node:url";
 import { createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { LedgerService, TransactionStatus } from "@ledger/proto/ledger/v1/ledger_pb.js";
-import { afterAll, beforeAll, expect, it } from "vitest";
-import { eventually, freePort, ledgerViolations, startStack, TEST_SERVICE_TOKEN, type Stack } from "@ledger/testing";
+import { afterAll, beforeAll, expect, it, vi } from "vitest";
+import { freePort } from "@ledger/testing";
+import { ledgerViolations, startStack, TEST_SERVICE_TOKEN, type Stack } from "@ledger/e2e";
 
 // A ledger SIGKILLed in the middle of a stream of batches: every item a batch answer acknowledged
 // stays applied, and when the client retries every batch with the same item keys, the acknowledged
@@ -40,8 +41,12 @@ async function startLedgerProcess() {
     },
     stdio: "ignore",
   });
-  const up = await eventually(async () => (await fetch(`http://127.0.0.1:${port}/healthz`).catch(() => null))?.ok === true, 30_000, 200);
-  if (!up) throw new Error("ledger did not start");
+  await vi.waitFor(
+    async () => {
+      if (!(await fetch(`http://127.0.0.1:${port}/healthz`).catch(() => null))?.ok) throw new Error("ledger did not start");
+    },
+    { timeout: 30_000, interval: 200 },
+  );
 }
 
 async function killLedgerProcess() {
@@ -103,7 +108,7 @@ it("loses no acknowledged item and applies none twice across a SIGKILL, when bat
     }
   };
   const senders = Array.from({ length: 4 }, sender);
-  expect(await eventually(async () => answered >= 5, 30_000, 5)).toBe(true);
+  await expect.poll(() => answered, { timeout: 30_000, interval: 5 }).toBeGreaterThanOrEqual(5);
   await killLedgerProcess();
   await Promise.all(senders);
   expect(acknowledged.size).toBeGreaterThan(0);

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { ledgerViolations, startStack, type Stack } from "@ledger/testing";
+import { ledgerViolations, startStack, type Stack } from "@ledger/e2e";
 
 // Group commit: concurrent money commands share transactions, and each still gets its own answer.
 // A refused command (insufficient funds) must not fail the others in its batch.

@@ -3,7 +3,7 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { inject } from "vitest";
-import { restClient, startStack, type Stack } from "@ledger/testing";
+import { restClient, startStack, type Stack } from "@ledger/e2e";
 
 // `pnpm ledger accounts create --name NAME --json` prints a key that works against the API.
 

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ledgerViolations, startStack, type Api, type Stack } from "@ledger/testing";
+import { ledgerViolations, startStack, type Api, type Stack } from "@ledger/e2e";
 
 // The money rules of docs/architecture.md#money-rules-and-invariants, checked as properties against a real Postgres through
 // the whole path (REST gateway, RPC, ledger). Every test ends by checking the ledger invariants.

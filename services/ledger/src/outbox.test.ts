@@ -1,5 +1,6 @@
 import { afterAll, describe, expect, it } from "vitest";
-import { eventually, NATS_SERVER_BIN, ownNats, readStream, startStack, type OwnNats, type Stack } from "@ledger/testing";
+import { NATS_SERVER_BIN, ownNats, type OwnNats } from "@ledger/testing";
+import { readStream, startStack, type Stack } from "@ledger/e2e";
 
 // The outbox promise (docs/architecture.md#the-transactional-outbox-and-the-relay): every committed change has its event on JetStream,
 // exactly once per event id, even when NATS is down while the writes happen.
@@ -45,8 +46,7 @@ describe.runIf(NATS_SERVER_BIN)("outbox relay", () => {
     expect(backlog!.n).toBeGreaterThan(0n);
 
     await nats.start();
-    const drained = await eventually(async () => (await stack!.sql<{ n: bigint }[]>`select count(*)::int8 as n from outbox`)[0]!.n === 0n, 30_000);
-    expect(drained).toBe(true);
+    await expect.poll(async () => (await stack!.sql<{ n: bigint }[]>`select count(*)::int8 as n from outbox`)[0]!.n, { timeout: 30_000 }).toBe(0n);
 
     const stored = await readStream(nats.url, stack.stream);
     const ids = stored.map((s) => s.msgId);
@@ -83,11 +83,7 @@ describe.runIf(NATS_SERVER_BIN)("outbox relay", () => {
     const reversed = await api.post("/transaction/reverse", { transaction_group_id: post.body.transaction_group_id });
 
     const wanted = ["transaction.canceled", "transaction.failed", "transaction.disputed", "transaction.reversed"];
-    const done = await eventually(async () => {
-      const types = (await readStream(stack!.natsUrl, stack!.stream)).map((s) => s.event.type);
-      return wanted.every((t) => types.includes(t));
-    });
-    expect(done).toBe(true);
+    await expect.poll(async () => (await readStream(stack!.natsUrl, stack!.stream)).map((s) => s.event.type)).toEqual(expect.arrayContaining(wanted));
     const stored = await readStream(stack!.natsUrl, stack!.stream);
     const byType = (type: string) => stored.filter((s) => s.event.type === type).map((s) => s.event.data.value!);
     expect(byType("transaction.failed")[0]).toMatchObject({ status: "failed", reason: "declined" });

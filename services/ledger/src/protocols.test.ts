@@ -1,7 +1,7 @@
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { startStack, type Stack } from "@ledger/testing";
+import { startStack, type Stack } from "@ledger/e2e";
 import { createLedgerClients, holdV1, ledgerV1 } from "@ledger/client";
 import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
 

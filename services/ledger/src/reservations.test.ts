@@ -1,12 +1,13 @@
-import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
+import { createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { ReservationService, ReservationStatus } from "@ledger/proto/ledger/v1/reservation_pb.js";
-import { startStack, TEST_SERVICE_TOKEN, type Api, type Stack } from "@ledger/testing";
+import { startStack, TEST_SERVICE_TOKEN, type Api, type Stack } from "@ledger/e2e";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 // The ledger's ReservationService is what holds are built on; only the hold service may call it
-// (docs/architecture.md#the-services-and-who-owns-what, SECURITY.md). A customer's API key is refused and changes nothing, and the ids a
-// caller chooses (reservation, capture) belong to the account, so two accounts never collide.
+// (docs/architecture.md#the-services-and-who-owns-what, SECURITY.md): who may call it is
+// reservations.handlers.test.ts. Here: the ids a caller chooses (reservation, capture) belong to the
+// account, so two accounts never collide.
 
 let stack: Stack;
 let reservations: Client<typeof ReservationService>;
@@ -28,48 +29,7 @@ function asService(accountId: string) {
   return { headers: { authorization: `Service ${TEST_SERVICE_TOKEN}`, "x-account-id": accountId } };
 }
 
-async function codeOf(call: Promise<unknown>): Promise<Code | "ok"> {
-  try {
-    await call;
-    return "ok";
-  } catch (err) {
-    return ConnectError.from(err).code;
-  }
-}
-
 describe("ReservationService", () => {
-  it("refuses a customer's API key with permission_denied on every method and changes nothing", async () => {
-    const source = await fundedEntity(stack.api, 100);
-    const sink = await fundedEntity(stack.api, 0);
-    const asCustomer = { headers: { authorization: stack.account.api_key } };
-    // One reservation made by the service, so capture, release and get have something to reach for.
-    await reservations.reserve({ reservationId: "hold_perm_1", entityId: source, amount: 40n }, asService(stack.account.account_id));
-
-    expect(await codeOf(reservations.reserve({ reservationId: "hold_perm_2", entityId: source, amount: 10n }, asCustomer))).toBe(Code.PermissionDenied);
-    expect(
-      await codeOf(reservations.captureReservation({ reservationId: "hold_perm_1", captureId: "hold_perm_1:1", amount: 5n, destinationEntityId: sink }, asCustomer)),
-    ).toBe(Code.PermissionDenied);
-    expect(await codeOf(reservations.releaseReservation({ reservationId: "hold_perm_1" }, asCustomer))).toBe(Code.PermissionDenied);
-    expect(await codeOf(reservations.getReservation({ reservationId: "hold_perm_1" }, asCustomer))).toBe(Code.PermissionDenied);
-
-    // Over plain HTTP the refusal is a 403 with the code permission_denied, and a Bearer key is no different.
-    const res = await fetch(`${stack.ledgerUrl}/ledger.v1.ReservationService/ReleaseReservation`, {
-      method: "POST",
-      headers: { "content-type": "application/json", authorization: `Bearer ${stack.account.api_key}` },
-      body: JSON.stringify({ reservationId: "hold_perm_1" }),
-    });
-    expect(res.status).toBe(403);
-    expect(((await res.json()) as { code: string }).code).toBe("permission_denied");
-
-    const [entity] = await stack.sql<{ held: bigint; posted: bigint }[]>`select held, posted from entities where id = ${source}`;
-    expect(entity).toEqual({ held: 40n, posted: 100n });
-    const rows = await stack.sql<{ id: string; status: string; captured_amount: bigint }[]>`
-      select id, status, captured_amount from reservations where entity_id = ${source}`;
-    expect(rows).toEqual([{ id: "hold_perm_1", status: "active", captured_amount: 0n }]);
-    // A missing key is still unauthenticated, not a permission question.
-    expect(await codeOf(reservations.getReservation({ reservationId: "hold_perm_1" }))).toBe(Code.Unauthenticated);
-  });
-
   it("scopes reservation and capture ids to the account: another account's same ids do not interfere", async () => {
     const a = { id: stack.account.account_id, api: stack.api };
     const other = await stack.newAccount("other");

@@ -3,7 +3,7 @@ import { Code, ConnectError, createClient, type CallOptions } from "@connectrpc/
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ACCOUNT_HEADER, errorCodeOf } from "@ledger/common";
-import { startStack, TEST_SERVICE_TOKEN, type Stack } from "@ledger/testing";
+import { startStack, TEST_SERVICE_TOKEN, type Stack } from "@ledger/e2e";
 import { HoldService } from "@ledger/proto/hold/v1/hold_pb.js";
 import { IdentityService } from "@ledger/proto/ledger/v1/identity_pb.js";
 import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";

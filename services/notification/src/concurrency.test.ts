@@ -1,7 +1,8 @@
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Sql } from "@ledger/common";
-import { eventually, startStack, startWebhookReceiver, type Api, type Stack, type WebhookReceiver } from "@ledger/testing";
+import { startWebhookReceiver, type WebhookReceiver } from "@ledger/testing";
+import { startStack, type Api, type Stack } from "@ledger/e2e";
 import { updateEndpoint } from "./endpoints.js";
 import { transaction } from "./transaction.js";
 
@@ -37,11 +38,10 @@ async function createEndpoint(client: Api, path: string, reply?: Parameters<Webh
 }
 
 /** Waits until some transaction of the notification database waits for a lock. */
-async function someoneWaits(): Promise<boolean> {
-  return eventually(async () => {
-    const [row] = await sql<{ n: number }[]>`select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`;
-    return row!.n > 0;
-  }, 5_000, 20);
+async function someoneWaits(): Promise<void> {
+  await expect
+    .poll(async () => (await sql<{ n: number }[]>`select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`)[0]!.n, { timeout: 5_000, interval: 20 })
+    .toBeGreaterThan(0);
 }
 
 describe("PUT /webhooks with deliveries in flight", () => {
@@ -99,7 +99,7 @@ describe("lock order", () => {
       // waits for the delivery row, which the worker holds.
       const disabled = sql.begin((tx) => updateEndpoint(tx, account.account_id, id, { enabled: false }));
       disabled.catch(() => {});
-      expect(await someoneWaits()).toBe(true);
+      await someoneWaits();
       await worker`insert into delivery_attempts (delivery_id, endpoint_id, succeeded, duration_ms) values (${delivery}, ${id}, false, 1)`;
       await worker`commit`;
       await expect(disabled).resolves.toMatchObject({ enabled: false });

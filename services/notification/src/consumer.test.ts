@@ -1,5 +1,6 @@
 import { afterAll, describe, expect, it } from "vitest";
-import { eventually, NATS_SERVER_BIN, ownNats, startStack, startWebhookReceiver, type OwnNats, type Stack, type WebhookReceiver } from "@ledger/testing";
+import { NATS_SERVER_BIN, ownNats, startWebhookReceiver, type OwnNats, type WebhookReceiver } from "@ledger/testing";
+import { startStack, type Stack } from "@ledger/e2e";
 
 // The consumer starts without NATS and catches up once it is there; a redelivered event is
 // stored once. This test runs a nats-server of its own so that it can start it late.
@@ -28,7 +29,7 @@ describe.runIf(NATS_SERVER_BIN)("event consumer", () => {
     for (let i = 0; i < 3; i++) expect((await api.post("/entity/fund", { entity_id: entity.body.entity.entity_id, amount: 10 + i })).status).toBe(200);
 
     await nats.start();
-    expect(await eventually(async () => receiver!.received("/late").length === 3, 30_000)).toBe(true);
+    await expect.poll(() => receiver!.received("/late").length, { timeout: 30_000 }).toBe(3);
     const events = (await api.get("/events")).body.events;
     expect(events).toHaveLength(3);
     const amounts = receiver.received("/late").map((r) => JSON.parse(r.body).data.amount).sort();

@@ -1,6 +1,7 @@
 import Stripe from "stripe";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { eventually, startStack, startWebhookReceiver, type Api, type Stack, type WebhookReceiver } from "@ledger/testing";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { startWebhookReceiver, type WebhookReceiver } from "@ledger/testing";
+import { startStack, type Api, type Stack } from "@ledger/e2e";
 
 // Deliveries end to end: ledger REST call -> outbox -> JetStream -> this service -> a real HTTPS
 // receiver with a self-signed certificate. Signatures are checked with the Stripe SDK, an
@@ -47,12 +48,15 @@ async function deliveriesOf(endpointId: string) {
 }
 
 async function settled(endpointId: string, count: number, timeoutMs = 15_000) {
-  const done = await eventually(async () => {
-    const list = await deliveriesOf(endpointId);
-    return list.length >= count && list.every((d) => d.status !== "pending");
-  }, timeoutMs);
-  if (!done) console.log(JSON.stringify(await deliveriesOf(endpointId), null, 1));
-  expect(done).toBe(true);
+  await vi.waitFor(
+    async () => {
+      const list = await deliveriesOf(endpointId);
+      if (list.length < count || list.some((d) => d.status === "pending")) {
+        throw new Error(`waiting for ${count} settled deliveries: ${JSON.stringify(list, null, 1)}`);
+      }
+    },
+    { timeout: timeoutMs, interval: 100 },
+  );
   return deliveriesOf(endpointId);
 }
 

@@ -1,7 +1,8 @@
 import Stripe from "stripe";
 import { verifyWebhook } from "@ledger/webhooks";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { eventually, startStack, startWebhookReceiver, type Stack, type WebhookReceiver } from "@ledger/testing";
+import { startWebhookReceiver, type WebhookReceiver } from "@ledger/testing";
+import { startStack, type Stack } from "@ledger/e2e";
 
 // Hold events take the same path as the ledger's: the hold service's outbox -> JetStream -> this
 // service -> a signed HTTPS delivery to a destination subscribed to hold events only.
@@ -36,7 +37,7 @@ it("delivers hold.created, hold.captured and hold.released, signed, with the hol
   expect(capture.status).toBe(200);
   expect((await api.post("/hold/release", { hold_id: hold.hold_id })).status).toBe(200);
 
-  expect(await eventually(async () => receiver.received("/holds").length >= 3, 15_000)).toBe(true);
+  await expect.poll(() => receiver.received("/holds").length).toBeGreaterThanOrEqual(3);
   const got = receiver.received("/holds");
   // Only hold events: the fund and the capture's transfer (transaction.created) are filtered out.
   expect(got.map((g) => JSON.parse(g.body).type).sort()).toEqual(["hold.captured", "hold.created", "hold.released"]);
@@ -59,10 +60,11 @@ it("delivers hold.created, hold.captured and hold.released, signed, with the hol
 
   // The event log has them too, each with its one succeeded delivery (recorded just after the
   // receiver answered, so it may take a moment).
-  const summarised = await eventually(async () => {
-    const events = await api.get("/events", { limit: "100" });
-    const holdEvents = events.body.events.filter((e: { type: string }) => e.type.startsWith("hold."));
-    return holdEvents.length === 3 && holdEvents.every((e: { deliveries: { total: number; succeeded: number } }) => e.deliveries.total === 1 && e.deliveries.succeeded === 1);
-  });
-  expect(summarised).toBe(true);
+  await expect
+    .poll(async () => {
+      const events = await api.get("/events", { limit: "100" });
+      const holdEvents = events.body.events.filter((e: { type: string }) => e.type.startsWith("hold."));
+      return holdEvents.map((e: { deliveries: { total: number; succeeded: number } }) => [e.deliveries.total, e.deliveries.succeeded]);
+    })
+    .toEqual([[1, 1], [1, 1], [1, 1]]);
 });

@@ -3,7 +3,7 @@ import { timestampNow } from "@bufbuild/protobuf/wkt";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connectNats, createLogger, createOutbox, newId, type Outbox } from "@ledger/common";
 import { EventSchema } from "@ledger/proto/events/v1/events_pb.js";
-import { eventually, readStream, startStack, type Stack } from "@ledger/testing";
+import { readStream, startStack, type Stack } from "@ledger/e2e";
 
 // Events keep pace with commits: a burst of committed outbox rows, relayed by the ledger and by a
 // second relay side by side, reaches JetStream once per event id and the event log once per event.
@@ -42,13 +42,15 @@ describe("a burst of events", () => {
     extra.start();
     for (let i = 0; i < rows.length; i += 500) await stack.sql`insert into outbox ${stack.sql(rows.slice(i, i + 500), "event_id", "subject", "payload")}`;
     const insertedMs = Date.now() - started;
-    const published = eventually(async () => (await stack.sql<{ n: number }[]>`select count(*)::int as n from outbox`)[0]!.n === 0, 60_000, 20).then(() => Date.now() - started);
-    const stored = await eventually(async () => {
-      const [row] = await stack.notificationSql!<{ n: number }[]>`select count(*)::int as n from events where account_id = ${stack.account.account_id}`;
-      return row!.n === BURST;
-    }, 60_000, 50);
-    console.log(`${BURST} events: committed after ${insertedMs} ms, on JetStream after ${await published} ms, in the event log after ${Date.now() - started} ms`);
-    expect(stored).toBe(true);
+    const published = expect
+      .poll(async () => (await stack.sql<{ n: number }[]>`select count(*)::int as n from outbox`)[0]!.n, { timeout: 60_000, interval: 20 })
+      .toBe(0)
+      .then(() => Date.now() - started);
+    const stored = expect
+      .poll(async () => (await stack.notificationSql!<{ n: number }[]>`select count(*)::int as n from events where account_id = ${stack.account.account_id}`)[0]!.n, { timeout: 60_000, interval: 50 })
+      .toBe(BURST);
+    const [publishedMs] = await Promise.all([published, stored]);
+    console.log(`${BURST} events: committed after ${insertedMs} ms, on JetStream after ${publishedMs} ms, in the event log after ${Date.now() - started} ms`);
     const [left] = await stack.sql<{ n: number }[]>`select count(*)::int as n from outbox`;
     expect(left!.n).toBe(0);
 

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { eventually, startStack, startWebhookReceiver, type Api, type Stack, type WebhookReceiver } from "@ledger/testing";
+import { startWebhookReceiver, type WebhookReceiver } from "@ledger/testing";
+import { startStack, type Api, type Stack } from "@ledger/e2e";
 
 // Destinations over time: deletion stops retries, two processes share the work without sending an
 // attempt twice, stats cover 7 days, and the events list pages cleanly while events keep coming.
@@ -45,7 +46,7 @@ describe("deleting a destination", () => {
   it("stops its pending retries, and it answers 404 afterwards", async () => {
     const ep = await endpoint(api, () => ({ status: 500 }));
     await fund(api);
-    expect(await eventually(async () => receiver.received(ep.path).length === 1)).toBe(true);
+    await expect.poll(() => receiver.received(ep.path).length).toBe(1);
     const [delivery] = await deliveryRows(ep.id);
     expect((await api.request("DELETE", "/webhooks", { query: { endpoint_id: ep.id } })).body).toEqual({ status: "success" });
     expect(await deliveryRows(ep.id)).toEqual([expect.objectContaining({ status: "failed", error: "endpoint_deleted" })]);
@@ -64,7 +65,7 @@ describe("deleting a destination", () => {
     const ep = await endpoint(api, () => ({ status: 500 }));
     await fund(api);
     // Wait until the first attempt is recorded, so the one in flight is not what the PUT stops.
-    expect(await eventually(async () => (await deliveryRows(ep.id))[0]?.attempts === 1)).toBe(true);
+    await expect.poll(async () => (await deliveryRows(ep.id))[0]?.attempts).toBe(1);
     expect((await api.put("/webhooks", { endpoint_id: ep.id, enabled: false })).status).toBe(200);
     expect(await deliveryRows(ep.id)).toEqual([expect.objectContaining({ status: "failed", error: "endpoint_disabled", attempts: 1 })]);
     await new Promise((r) => setTimeout(r, 2_000));
@@ -80,8 +81,7 @@ describe("several processes", () => {
     const ep = await endpoint(other);
     const events = 30;
     await Promise.all(Array.from({ length: events }, () => fund(other)));
-    const done = await eventually(async () => (await deliveryRows(ep.id)).filter((d) => d.status === "succeeded").length === events, 30_000);
-    expect(done).toBe(true);
+    await expect.poll(async () => (await deliveryRows(ep.id)).filter((d) => d.status === "succeeded").length, { timeout: 30_000 }).toBe(events);
     // Give a would-be duplicate time to arrive.
     await new Promise((r) => setTimeout(r, 500));
     const got = receiver.received(ep.path);
@@ -99,7 +99,7 @@ describe("stats", () => {
     const ep = await endpoint(api);
     await fund(api);
     await fund(api);
-    expect(await eventually(async () => (await deliveryRows(ep.id)).every((d) => d.status === "succeeded") && (await deliveryRows(ep.id)).length === 2)).toBe(true);
+    await expect.poll(async () => (await deliveryRows(ep.id)).map((d) => d.status)).toEqual(["succeeded", "succeeded"]);
     const [delivery] = await deliveryRows(ep.id);
     // Older attempts that must not count, and one recent failure that must.
     await stack.notificationSql!`
@@ -128,7 +128,7 @@ describe("events list", () => {
     const failing = await endpoint(own, () => ({ status: 500 }));
     expect((await own.put("/webhooks", { endpoint_id: failing.id, event_types: ["transaction.posted"] })).status).toBe(200);
     for (let i = 0; i < 7; i++) await fund(own);
-    expect(await eventually(async () => (await own.get("/events", { limit: "100" })).body.events.length === 7)).toBe(true);
+    await expect.poll(async () => (await own.get("/events", { limit: "100" })).body.events.length).toBe(7);
     const before = (await own.get("/events", { limit: "100" })).body.events.map((e: { event_id: string }) => e.event_id);
     expect([...before].sort().reverse()).toEqual(before);
 
@@ -154,12 +154,12 @@ describe("events list", () => {
     expect(seen.filter((id) => before.includes(id))).toEqual(before);
 
     // Every funded event stored (the last ones may still be on their way) and delivered.
-    expect(
-      await eventually(async () => {
+    await expect
+      .poll(async () => {
         const events = (await own.get("/events", { limit: "100" })).body.events;
         return events.length === funded && events.every((e: any) => e.deliveries.pending === 0);
-      }),
-    ).toBe(true);
+      })
+      .toBe(true);
     const all = (await own.get("/events", { limit: "100" })).body.events;
     for (const e of all) {
       const detail = await own.get("/event", { id: e.event_id });
@@ -193,11 +193,9 @@ describe("a slow destination", () => {
     const fast = (await own.post("/webhooks", { url: receiver.endpoint("/fast"), max_concurrency: 1 })).body.endpoint.endpoint_id;
     const started = Date.now();
     for (let i = 0; i < 6; i++) await fund(own);
-    const done = await eventually(async () => {
-      const list = (await own.get("/webhooks/deliveries", { endpoint_id: fast })).body.deliveries;
-      return list.length === 6 && list.every((d: { status: string }) => d.status === "succeeded");
-    }, 10_000, 50);
-    expect(done).toBe(true);
+    await expect
+      .poll(async () => ((await own.get("/webhooks/deliveries", { endpoint_id: fast })).body.deliveries as { status: string }[]).map((d) => d.status), { timeout: 10_000, interval: 50 })
+      .toEqual(Array(6).fill("succeeded"));
     // Well before the slow destination's first attempt times out.
     expect(Date.now() - started).toBeLessThan(3_000);
     expect(receiver.received("/slow").length).toBeLessThanOrEqual(1);
@@ -209,10 +207,10 @@ describe("a restart", () => {
   it("keeps a due retry: a new process sends it after the old one stopped", async () => {
     const ep = await endpoint(api, (n) => (n === 1 ? { status: 500 } : { status: 200 }));
     await fund(api);
-    expect(await eventually(async () => (await deliveryRows(ep.id))[0]?.attempts === 1)).toBe(true);
+    await expect.poll(async () => (await deliveryRows(ep.id))[0]?.attempts).toBe(1);
     await stack.notification!.close();
     await stack.startNotificationReplica();
-    expect(await eventually(async () => (await deliveryRows(ep.id))[0]?.status === "succeeded", 10_000)).toBe(true);
+    await expect.poll(async () => (await deliveryRows(ep.id))[0]?.status, { timeout: 10_000 }).toBe("succeeded");
     expect(await deliveryRows(ep.id)).toEqual([expect.objectContaining({ status: "succeeded", attempts: 2, error: null })]);
     expect(receiver.received(ep.path)).toHaveLength(2);
   });

@@ -1,6 +1,6 @@
 import { createServer, type Server } from "node:http";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { eventually, startStack, type Stack } from "@ledger/testing";
+import { startStack, type Stack } from "@ledger/e2e";
 
 // WEBHOOK_ALLOW_HTTP=true (development only) lets a destination use plain http://, and a disabled
 // destination refuses a resend instead of queueing a delivery that would only end `failed`.
@@ -35,7 +35,7 @@ it("delivers to http:// when WEBHOOK_ALLOW_HTTP is on, and refuses a resend to a
   const endpointId = created.body.endpoint.endpoint_id as string;
   const entity = (await api.post("/entity", { entity_name: "w", entity_type: "w" })).body.entity.entity_id;
   await api.post("/entity/fund", { entity_id: entity, amount: 10 });
-  expect(await eventually(async () => bodies.length === 1)).toBe(true);
+  await expect.poll(() => bodies.length).toBe(1);
   expect(JSON.parse(bodies[0]!)).toMatchObject({ type: "transaction.created", data: { amount: 10 } });
 
   const deliveries = await api.get("/webhooks/deliveries", { endpoint_id: endpointId });

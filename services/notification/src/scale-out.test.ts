@@ -5,7 +5,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { eventually, freePort, startStack, startWebhookReceiver, TEST_SERVICE_TOKEN, type Api, type Reply, type Stack, type WebhookReceiver } from "@ledger/testing";
+import { freePort, startWebhookReceiver, type Reply, type WebhookReceiver } from "@ledger/testing";
+import { startStack, TEST_SERVICE_TOKEN, type Api, type Stack } from "@ledger/e2e";
 
 // Deliveries at scale, against real HTTPS receivers: the per-destination cap holds across two
 // processes, a slow destination does not hold back a fast one, a destination disabled in the
@@ -68,8 +69,7 @@ describe("two notification processes", () => {
     const ep = await stack.api.post("/webhooks", { url: receiver.endpoint("/cap-two", slow.reply), max_concurrency: 3 });
     expect(ep.status).toBe(200);
     await fundMany(stack.api, 40);
-    const done = await eventually(async () => (await deliveries(stack, ep.body.endpoint.endpoint_id)).filter((d) => d.status === "succeeded").length === 40, 60_000, 100);
-    expect(done).toBe(true);
+    await expect.poll(async () => (await deliveries(stack, ep.body.endpoint.endpoint_id)).filter((d) => d.status === "succeeded").length, { timeout: 60_000 }).toBe(40);
     expect(slow.state.max).toBeGreaterThan(1);
     expect(slow.state.max).toBeLessThanOrEqual(3);
     const got = receiver.received("/cap-two");
@@ -85,7 +85,7 @@ describe("a slow destination beside a fast one", () => {
     await stack.api.post("/webhooks", { url: receiver.endpoint("/at-once") });
     await fundMany(stack.api, 40);
     // At 2 s an answer and 2 at a time the slow one needs 40 s for its 40; the fast one is done long before.
-    expect(await eventually(async () => receiver.received("/at-once").length === 40, 30_000, 50)).toBe(true);
+    await expect.poll(() => receiver.received("/at-once").length, { timeout: 30_000, interval: 50 }).toBe(40);
     expect(receiver.received("/two-s").length).toBeLessThan(20);
   });
 });
@@ -96,10 +96,9 @@ describe("a destination disabled in the middle of its backlog", () => {
     const ep = await stack.api.post("/webhooks", { url: receiver.endpoint("/disabled-mid", () => ({ status: 200, delayMs: 100 })), max_concurrency: 2 });
     const id = ep.body.endpoint.endpoint_id;
     await fundMany(stack.api, 40);
-    expect(await eventually(async () => receiver.received("/disabled-mid").length >= 4, 30_000, 20)).toBe(true);
+    await expect.poll(() => receiver.received("/disabled-mid").length, { timeout: 30_000, interval: 20 }).toBeGreaterThanOrEqual(4);
     expect((await stack.api.put("/webhooks", { endpoint_id: id, enabled: false })).status).toBe(200);
-    const settled = await eventually(async () => (await deliveries(stack, id)).every((d) => d.lease_id === null && d.status !== "pending"), 30_000, 100);
-    expect(settled).toBe(true);
+    await expect.poll(async () => (await deliveries(stack, id)).every((d) => d.lease_id === null && d.status !== "pending"), { timeout: 30_000 }).toBe(true);
     const rows = await deliveries(stack, id);
     const received = receiver.received("/disabled-mid").length;
     await new Promise((resolve) => setTimeout(resolve, 1_000));
@@ -130,7 +129,7 @@ describe("retries", () => {
     });
     await fundMany(stack.api, 10);
     const id = ep.body.endpoint.endpoint_id;
-    expect(await eventually(async () => (await deliveries(stack, id)).filter((d) => d.status === "succeeded").length === 10, 30_000, 100)).toBe(true);
+    await expect.poll(async () => (await deliveries(stack, id)).filter((d) => d.status === "succeeded").length, { timeout: 30_000 }).toBe(10);
     const byDelivery = new Map<string, number[]>();
     for (const r of receiver.received("/retry-order")) {
       const list = byDelivery.get(String(r.headers["x-service-delivery-id"])) ?? [];
@@ -192,7 +191,7 @@ describe("a notification process killed in the middle of a batch", () => {
       });
     child = await start();
     await fundMany(stack.api, 60);
-    expect(await eventually(async () => receiver.received("/killed").length >= 10, 30_000, 10)).toBe(true);
+    await expect.poll(() => receiver.received("/killed").length, { timeout: 30_000, interval: 10 }).toBeGreaterThanOrEqual(10);
     child.kill("SIGKILL");
     await new Promise((resolve) => child!.once("exit", resolve));
     const inFlight = new Set((await deliveries(stack, id)).filter((d) => d.status === "pending" && d.lease_id !== null).map((d) => d.id));
@@ -200,8 +199,7 @@ describe("a notification process killed in the middle of a batch", () => {
     expect(beforeKill).toBeLessThan(60);
 
     child = await start();
-    const done = await eventually(async () => (await deliveries(stack, id)).filter((d) => d.status === "succeeded").length === 60, 90_000, 200);
-    expect(done).toBe(true);
+    await expect.poll(async () => (await deliveries(stack, id)).filter((d) => d.status === "succeeded").length, { timeout: 90_000, interval: 200 }).toBe(60);
     const got = receiver.received("/killed");
     const perEvent = countBy(got, (r) => String(r.headers["x-service-event-id"]));
     expect(perEvent.size).toBe(60);

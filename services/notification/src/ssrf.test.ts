@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { eventually, startStack, startWebhookReceiver, type Api, type Stack, type WebhookReceiver } from "@ledger/testing";
+import { startWebhookReceiver, type WebhookReceiver } from "@ledger/testing";
+import { startStack, type Api, type Stack } from "@ledger/e2e";
 import { isBlockedAddress, resolveTarget } from "./address-policy.js";
 
 // SSRF protection (docs/webhooks.md#ssrf-rules). Every destination here is an IP literal or `localhost`,
@@ -108,11 +109,9 @@ describe("destinations and deliveries to blocked addresses", () => {
     const entity = await other.post("/entity", { entity_name: "w", entity_type: "wallet" });
     await other.post("/entity/fund", { entity_id: entity.body.entity.entity_id, amount: 5 });
     for (const id of ids) {
-      const done = await eventually(async () => {
-        const list = (await other.get("/webhooks/deliveries", { endpoint_id: id })).body.deliveries;
-        return list.length === 1 && list[0].status === "failed";
-      });
-      expect(done, id).toBe(true);
+      await expect
+        .poll(async () => ((await other.get("/webhooks/deliveries", { endpoint_id: id })).body.deliveries as { status: string }[]).map((d) => d.status), { message: id })
+        .toEqual(["failed"]);
     }
     // Longer than the whole retry schedule: had a retry been scheduled, it would show by now.
     await new Promise((r) => setTimeout(r, 600));

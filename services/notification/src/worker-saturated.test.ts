@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { startStack, startWebhookReceiver, type Stack, type WebhookReceiver } from "@ledger/testing";
+import { startWebhookReceiver, type WebhookReceiver } from "@ledger/testing";
+import { startStack, type Stack } from "@ledger/e2e";
 
 // When every delivery slot is busy, the worker must wait for a slot to free, not spin: a wake
 // noted while the slots were full once made its wait return at once, so the loop ran on

@@ -5,9 +5,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import postgres from "postgres";
-import { afterAll, expect, inject, it } from "vitest";
+import { afterAll, expect, inject, it, vi } from "vitest";
 import { createAccount } from "@ledger/ledger-service";
-import { eventually, freePort, ledgerViolations, ownNats, restClient, startWebhookReceiver, type OwnNats, type WebhookReceiver } from "./index.js";
+import { freePort, ownNats, startWebhookReceiver, type OwnNats, type WebhookReceiver } from "@ledger/testing";
+import { ledgerViolations, restClient } from "./index.js";
 
 // A bank workload under faults, Jepsen style. Clients run transfers, pending
 // transactions settled or canceled, holds captured or released, each with an Idempotency-Key and
@@ -15,7 +16,7 @@ import { eventually, freePort, ledgerViolations, ownNats, restClient, startWebho
 // FAULTS_POSTGRES=1) stops and restarts Postgres. A service that exits without the test killing it
 // is a broken promise too. Then it checks every promise and names any it finds broken.
 
-const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
+const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const SECONDS = Number(process.env["FAULTS_SECONDS"] ?? 30);
 const SERVICES = ["ledger", "hold", "notification", "gateway"] as const;
 type Service = (typeof SERVICES)[number];
@@ -115,8 +116,12 @@ it(`keeps every promise through ${SECONDS} s of faults`, async () => {
       if (!killing.has(child)) unexpectedExits.push(`${name} exited by itself (${signal ?? `status ${code}`}): ${stderr.trim().split("\n").slice(-5).join(" | ")}`);
     });
     children.set(name, child);
-    const up = await eventually(async () => (await fetch(`http://127.0.0.1:${ports[name]}/healthz`).catch(() => null))?.ok === true, 30_000, 100);
-    if (!up) throw new Error(`${name} did not start`);
+    await vi.waitFor(
+      async () => {
+        if (!(await fetch(`http://127.0.0.1:${ports[name]}/healthz`).catch(() => null))?.ok) throw new Error(`${name} did not start`);
+      },
+      { timeout: 30_000, interval: 100 },
+    );
   };
   for (const name of SERVICES) await start(name);
 
@@ -204,8 +209,15 @@ it(`keeps every promise through ${SECONDS} s of faults`, async () => {
             async () => {
               pgCtlCluster(cluster, "stop");
               try {
-                const notReady = await eventually(async () => (await fetch(`http://127.0.0.1:${ports.ledger}/readyz`).catch(() => null))?.status === 503, 10_000, 100);
-                if (!notReady) outage.push("the ledger's /readyz did not answer 503 while Postgres was stopped");
+                // A broken promise is recorded with the others, not thrown: the run goes on to check the rest.
+                await vi
+                  .waitFor(
+                    async () => {
+                      if ((await fetch(`http://127.0.0.1:${ports.ledger}/readyz`).catch(() => null))?.status !== 503) throw new Error("still ready");
+                    },
+                    { timeout: 10_000, interval: 100 },
+                  )
+                  .catch(() => outage.push("the ledger's /readyz did not answer 503 while Postgres was stopped"));
                 const res = await api.post("/transaction", { amount: 1, status: "posted", description: "outage", account: { from: entities[0], to: entities[1] } }, { "idempotency-key": `outage-${randomBytes(6).toString("hex")}` }).catch((err: unknown) => ({ status: 0, body: { error: { code: String(err) } } }));
                 if (res.status !== 503 || res.body?.error?.code !== "unavailable") outage.push(`a transfer while Postgres was stopped answered ${res.status} ${JSON.stringify(res.body?.error ?? res.body)}`);
               } finally {
@@ -236,16 +248,22 @@ it(`keeps every promise through ${SECONDS} s of faults`, async () => {
   // Let everything settle: outboxes empty, hold work finished, every delivery ended.
   const holdSql = postgres(databaseUrl, { max: 1, onnotice: () => {}, connection: { search_path: "hold" } });
   const notificationSql = postgres(databaseUrl, { max: 1, onnotice: () => {}, connection: { search_path: "notification" } });
-  const settled = await eventually(async () => {
-    const [l] = await sql`select count(*)::int as n from ledger.outbox`;
-    const [h] = await holdSql`select (select count(*) from outbox) + (select count(*) from holds where status in ('creating','releasing')) + (select count(*) from captures where status = 'pending') as n`;
-    const [d] = await notificationSql`select count(*)::int as n from deliveries where status = 'pending'`;
-    // Events on the stream not yet stored: a notification process killed while holding messages
-    // leaves them unacknowledged until JetStream redelivers them (its ack wait, 30 s).
-    const metrics = await fetch(`http://127.0.0.1:${ports.notification}/metrics`).then((r) => r.text()).catch(() => "");
-    const consumerPending = Number(/^jetstream_consumer_pending (\d+)/m.exec(metrics)?.[1] ?? NaN);
-    return Number(l!["n"]) === 0 && Number(h!["n"]) === 0 && Number(d!["n"]) === 0 && consumerPending === 0;
-  }, 120_000, 500);
+  const settled = await vi
+    .waitFor(
+      async () => {
+        const [l] = await sql`select count(*)::int as n from ledger.outbox`;
+        const [h] = await holdSql`select (select count(*) from outbox) + (select count(*) from holds where status in ('creating','releasing')) + (select count(*) from captures where status = 'pending') as n`;
+        const [d] = await notificationSql`select count(*)::int as n from deliveries where status = 'pending'`;
+        // Events on the stream not yet stored: a notification process killed while holding messages
+        // leaves them unacknowledged until JetStream redelivers them (its ack wait, 30 s).
+        const metrics = await fetch(`http://127.0.0.1:${ports.notification}/metrics`).then((r) => r.text()).catch(() => "");
+        const consumerPending = Number(/^jetstream_consumer_pending (\d+)/m.exec(metrics)?.[1] ?? NaN);
+        const left = { outbox: Number(l!["n"]), holdWork: Number(h!["n"]), pendingDeliveries: Number(d!["n"]), consumerPending };
+        if (Object.values(left).some((n) => n !== 0)) throw new Error(`not settled: ${JSON.stringify(left)}`);
+      },
+      { timeout: 120_000, interval: 500 },
+    )
+    .then(() => true, () => false);
 
   const violations: string[] = [...unexpectedExits, ...outage];
   if (!settled) violations.push("the system did not settle within 120 s after the faults stopped");

@@ -2,13 +2,14 @@ import { execFile, spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { eventually, NATS_SERVER_BIN, ownNats, startStack, type OwnNats, type Stack } from "@ledger/testing";
+import { NATS_SERVER_BIN, ownNats, type OwnNats } from "@ledger/testing";
+import { startStack, type Stack } from "./index.js";
 
 // Every RPC port answers gRPC server reflection (v1 and v1alpha) and the gRPC health protocol, to
 // a real gRPC client with no copy of proto/: buf curl (Go's gRPC stack), spawned as a process.
 
 const execFileAsync = promisify(execFile);
-const BUF = fileURLToPath(new URL("../../../node_modules/.bin/buf", import.meta.url));
+const BUF = fileURLToPath(new URL("../../node_modules/.bin/buf", import.meta.url));
 
 /** Runs `buf curl` over gRPC (HTTP/2 without TLS); resolves with its exit code and output. */
 async function bufCurl(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
@@ -100,11 +101,11 @@ describe.runIf(NATS_SERVER_BIN)("health when a dependency is down", () => {
     let watched = "";
     watch.stdout.on("data", (chunk: Buffer) => (watched += chunk.toString()));
     const statuses = () => [...watched.matchAll(/"status": "(\w+)"/g)].map((m) => m[1]);
-    expect(await eventually(async () => statuses().length === 1, 15_000)).toBe(true);
+    await expect.poll(() => statuses().length).toBe(1);
 
     await nats.stop();
     for (const url of urls) {
-      expect(await eventually(async () => (await health(url)) === "NOT_SERVING", 15_000, 300), url).toBe(true);
+      await expect.poll(() => health(url), { interval: 300, message: url }).toBe("NOT_SERVING");
       // /readyz says the same, naming the check.
       const readyz = await fetch(`${url}/readyz`);
       expect(readyz.status).toBe(503);
@@ -112,8 +113,8 @@ describe.runIf(NATS_SERVER_BIN)("health when a dependency is down", () => {
     }
 
     await nats.start();
-    for (const url of urls) expect(await eventually(async () => (await health(url)) === "SERVING", 20_000, 300), url).toBe(true);
-    expect(await eventually(async () => statuses().length === 3, 10_000)).toBe(true);
+    for (const url of urls) await expect.poll(() => health(url), { timeout: 20_000, interval: 300, message: url }).toBe("SERVING");
+    await expect.poll(() => statuses().length, { timeout: 10_000 }).toBe(3);
     watch.kill();
     expect(statuses()).toEqual(["SERVING", "NOT_SERVING", "SERVING"]);
   });

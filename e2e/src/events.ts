@@ -1,0 +1,29 @@
+import { fromBinary } from "@bufbuild/protobuf";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { connect } from "@nats-io/transport-node";
+import { EventSchema, type Event } from "@ledger/proto/events/v1/events_pb.js";
+
+/** A message read back from the stream: its `Nats-Msg-Id` and the decoded event. */
+export interface StoredEvent {
+  msgId: string;
+  subject: string;
+  event: Event;
+}
+
+/** Reads every message of a stream, in order. */
+export async function readStream(natsUrl: string, stream: string): Promise<StoredEvent[]> {
+  const nc = await connect({ servers: natsUrl });
+  try {
+    const jsm = await jetstreamManager(nc);
+    const info = await jsm.streams.info(stream);
+    const out: StoredEvent[] = [];
+    for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
+      const msg = await jsm.streams.getMessage(stream, { seq }).catch(() => null);
+      if (!msg) continue;
+      out.push({ msgId: msg.header?.get("Nats-Msg-Id") ?? "", subject: msg.subject, event: fromBinary(EventSchema, msg.data) });
+    }
+    return out;
+  } finally {
+    await nc.close();
+  }
+}

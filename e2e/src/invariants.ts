@@ -1,0 +1,63 @@
+import type postgres from "postgres";
+import { expect } from "vitest";
+import type { Stack } from "./stack.js";
+
+/**
+ * Every ledger invariant that can be checked from the tables, for the given account:
+ * posted balances sum to zero per program and currency; no ordinary entity has negative
+ * available; and every stored balance equals what its legs say it must be.
+ * Returns the violations, named; an empty list means all hold.
+ */
+export async function ledgerViolations(sql: postgres.Sql<{ bigint: bigint }>, accountId: string): Promise<string[]> {
+  const violations: string[] = [];
+  const sums = await sql<{ program_id: string; currency_code: string; total: bigint }[]>`
+    select program_id, currency_code, sum(posted)::int8 as total from entities
+    where account_id = ${accountId} group by program_id, currency_code having sum(posted) <> 0`;
+  for (const s of sums) violations.push(`program ${s.program_id} ${s.currency_code}: posted balances sum to ${s.total}, not 0`);
+  const negative = await sql<{ id: string; available: bigint }[]>`
+    select id, posted - pending_debits - held as available from entities
+    where account_id = ${accountId} and not is_external and posted - pending_debits - held < 0`;
+  for (const n of negative) violations.push(`entity ${n.id}: available is ${n.available}`);
+  const drift = await sql<{ id: string; posted: bigint; from_legs: bigint; pending_debits: bigint; pd_legs: bigint; pending_credits: bigint; pc_legs: bigint }[]>`
+    select e.id, e.posted, e.pending_debits, e.pending_credits,
+      coalesce(sum(case when g.status in ('posted', 'reversed') then
+        case l.direction when 'credit' then l.amount else -l.amount end end), 0)::int8 as from_legs,
+      coalesce(sum(case when g.status = 'pending' and l.direction = 'debit' then l.amount end), 0)::int8 as pd_legs,
+      coalesce(sum(case when g.status = 'pending' and l.direction = 'credit' then l.amount end), 0)::int8 as pc_legs
+    from entities e
+    left join legs l on l.entity_id = e.id
+    left join transaction_groups g on g.id = l.group_id
+    where e.account_id = ${accountId}
+    group by e.id
+    having e.posted <> coalesce(sum(case when g.status in ('posted', 'reversed') then
+             case l.direction when 'credit' then l.amount else -l.amount end end), 0)
+        or e.pending_debits <> coalesce(sum(case when g.status = 'pending' and l.direction = 'debit' then l.amount end), 0)
+        or e.pending_credits <> coalesce(sum(case when g.status = 'pending' and l.direction = 'credit' then l.amount end), 0)`;
+  for (const d of drift) {
+    violations.push(
+      `entity ${d.id}: stored posted/pending_debits/pending_credits ${d.posted}/${d.pending_debits}/${d.pending_credits} ` +
+        `but legs say ${d.from_legs}/${d.pd_legs}/${d.pc_legs}`,
+    );
+  }
+  return violations;
+}
+
+/**
+ * The invariant between the two services (docs/architecture.md#money-rules-and-invariants): for every entity of the stack's account, the
+ * ledger's `held` equals the remaining amounts of the hold service's active holds; and the ledger's
+ * own invariants hold. The two live in different databases, so they are compared here.
+ */
+export async function expectHeldMatches(stack: Stack): Promise<void> {
+  const ledger = await stack.sql<{ id: string; held: bigint }[]>`
+    select id, held from entities where account_id = ${stack.account.account_id} and not is_external`;
+  const holds = await stack.holdSql()<{ entity_id: string; remaining: bigint }[]>`
+    select entity_id, sum(amount - captured_amount)::int8 as remaining from holds
+    where account_id = ${stack.account.account_id} and status in ('held', 'partially_captured', 'releasing')
+    group by entity_id`;
+  const remaining = new Map(holds.map((h) => [h.entity_id, h.remaining]));
+  const mismatches = ledger
+    .filter((e) => e.held !== (remaining.get(e.id) ?? 0n))
+    .map((e) => `entity ${e.id}: ledger held ${e.held}, active holds ${remaining.get(e.id) ?? 0n}`);
+  expect(mismatches).toEqual([]);
+  expect(await ledgerViolations(stack.sql, stack.account.account_id)).toEqual([]);
+}
