@@ -24,7 +24,7 @@ import { Gauge } from "prom-client";
 import { metricsRegistry } from "@ledger/common";
 import type { HoldConfig } from "./config.js";
 import { crashHook } from "./crash.js";
-import { createHoldService } from "./hold-service.js";
+import { createHoldService } from "./hold-rpc.js";
 import { createGroupCommit } from "./group-commit.js";
 import { createHolds } from "./holds.js";
 import { connectLedger } from "./ledger-client.js";
