@@ -21,3 +21,4 @@ export * from "./wakeable-sleep.js";
 export * from "./text.js";
 export * from "./metadata.js";
 export * from "./tracing.js";
+export * from "./transaction.js";

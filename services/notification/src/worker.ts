@@ -1,11 +1,10 @@
 import { randomUUID } from "node:crypto";
 import type { Logger, Sql, Tracing, Tx } from "@ledger/common";
-import { metricsRegistry, recordFailure, SpanKind, startSpan, wakeableSleep } from "@ledger/common";
+import { metricsRegistry, recordFailure, SpanKind, startSpan, transaction, wakeableSleep } from "@ledger/common";
 import { Counter, Histogram } from "prom-client";
 import { signingSecrets } from "./endpoints.js";
 import { signatureHeader } from "./secrets.js";
 import { sendOnce, type AttemptResult } from "./send.js";
-import { transaction } from "./transaction.js";
 
 const attemptsTotal = new Counter({
   name: "webhook_attempts_total",
