@@ -17,7 +17,7 @@ export * from "./discovery.js";
 export * from "./main.js";
 export * from "./identity-client.js";
 export * from "./in-process.js";
-export * from "./wakeable-sleep.js";
+export * from "./background-loop.js";
 export * from "./text.js";
 export * from "./metadata.js";
 export * from "./tracing.js";

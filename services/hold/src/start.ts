@@ -2,6 +2,7 @@ import { fileURLToPath } from "node:url";
 import type { ConnectRouter } from "@connectrpc/connect";
 import {
   authInterceptor,
+  backgroundLoop,
   connectNats,
   createLogger,
   createOutbox,
@@ -95,20 +96,25 @@ export async function startHold(config: HoldConfig, peers: { ledger?: InProcessS
   });
 
   // Expiry and recovery run in every replica; row locks and conditional updates keep them from
-  // doing one hold's work twice.
-  let stopped = false;
-  let running: Promise<unknown> = Promise.resolve();
-  const loop = (everyMs: number, work: () => Promise<unknown>, what: string) => {
-    const tick = async () => {
-      if (stopped) return;
-      running = work().catch((err: unknown) => log.warn({ err: (err as Error).message }, `${what} failed; retrying`));
-      await running;
-      if (!stopped) setTimeout(tick, everyMs).unref();
-    };
-    setTimeout(tick, what === "recovery" ? 0 : everyMs).unref();
-  };
-  loop(config.expiryIntervalMs, () => holds.expireDue(), "expiry");
-  loop(Math.max(1_000, Math.floor(config.recoveryAfterMs / 2)), () => holds.recover(config.recoveryAfterMs), "recovery");
+  // doing one hold's work twice. Recovery runs at once at start (a crash may have left intents).
+  const every = (name: string, everyMs: number, firstDelayMs: number, work: () => Promise<unknown>) =>
+    backgroundLoop({
+      name,
+      log,
+      iteration: async () => {
+        await work();
+        return false;
+      },
+      idleMs: everyMs,
+      backoff: { firstMs: everyMs, maxMs: Math.max(everyMs, 5_000) },
+      firstDelayMs,
+    });
+  const recoveryEveryMs = Math.max(1_000, Math.floor(config.recoveryAfterMs / 2));
+  const loops = [
+    every("hold expiry", config.expiryIntervalMs, config.expiryIntervalMs, () => holds.expireDue()),
+    every("hold recovery", recoveryEveryMs, 0, () => holds.recover(config.recoveryAfterMs)),
+  ];
+  for (const loop of loops) loop.start();
 
   const stopSweep = startIdempotencySweep(sql, log);
   expiryLagSources.add(sql);
@@ -116,10 +122,9 @@ export async function startHold(config: HoldConfig, peers: { ledger?: InProcessS
     server,
     tracing,
     async close() {
-      stopped = true;
       stopSweep();
       await server.close();
-      await running;
+      await Promise.all(loops.map((loop) => loop.stop()));
       await outbox.stop();
       await nats.close();
       await sql.end({ timeout: 5 });
