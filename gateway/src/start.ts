@@ -1,10 +1,9 @@
 import { createClient } from "@connectrpc/connect";
 import {
-  createLogger,
   listen,
+  openProcess,
   rateLimiterOf,
   rpcTransport,
-  startTracing,
   targetIsUp,
   traceClientInterceptor,
   type InProcessService,
@@ -47,68 +46,58 @@ export interface GatewayPeers {
  * a service in `peers` runs in this process and is called in memory instead of at its URL.
  */
 export async function startGateway(config: GatewayConfig, peers: GatewayPeers = {}): Promise<GatewayHandle> {
-  const log = createLogger("gateway", config.logLevel);
-  const tracing = await startTracing(config.tracing, "gateway");
-  const interceptors = tracing ? [traceClientInterceptor(tracing)] : [];
-  const targets = {
-    ledger: peers.ledger ?? config.ledgerUrl,
-    hold: peers.hold ?? config.holdUrl,
-    notification: peers.notification ?? config.notificationUrl,
-  };
-  const clients: Clients = {
-    ledger: createClient(LedgerService, rpcTransport(targets.ledger, interceptors)),
-    hold: createClient(HoldService, rpcTransport(targets.hold, interceptors)),
-    notification: createClient(NotificationService, rpcTransport(targets.notification, interceptors)),
-  };
-  // The notification service is not a readiness check: money endpoints stay up while it is down,
-  // and its own paths answer 503 until it is back.
-  const routes = [...ledgerRoutes, ...holdRoutes, ...notificationRoutes];
-  const rateLimiter = rateLimiterOf(config);
-  const handler = createRestHandler(routes, clients, { bodyLimitBytes: config.bodyLimitBytes, batchBodyLimitBytes: config.batchBodyLimitBytes, log, tracing, ...(rateLimiter ? { rateLimiter } : {}) });
-  // The docs and the webhook console come first: they need no API key and do not count against
-  // a key's rate limit.
-  const pages = [createDocsHandler(), createConsoleHandler()];
-  const methodsByPath = new Map<string, string[]>([["/openapi.json", ["GET"]]]);
-  for (const route of routes) methodsByPath.set(route.path, [...(methodsByPath.get(route.path) ?? []), route.method]);
-  const cors = createCors(config.corsOrigins ?? [], (path) => methodsByPath.get(path));
-  // The ops port first: probes and Prometheus find it as soon as the process is up.
-  const ops = await listen({
-    name: "gateway ops",
-    host: config.host,
-    port: config.opsPort,
-    log,
-    readiness: {
-      ledger: targetIsUp(targets.ledger),
-      hold: targetIsUp(targets.hold),
-    },
+  const { log, tracing, lifecycle } = await openProcess("gateway", config);
+  return lifecycle.starting(async () => {
+    const interceptors = tracing ? [traceClientInterceptor(tracing)] : [];
+    const targets = {
+      ledger: peers.ledger ?? config.ledgerUrl,
+      hold: peers.hold ?? config.holdUrl,
+      notification: peers.notification ?? config.notificationUrl,
+    };
+    const clients: Clients = {
+      ledger: createClient(LedgerService, rpcTransport(targets.ledger, interceptors)),
+      hold: createClient(HoldService, rpcTransport(targets.hold, interceptors)),
+      notification: createClient(NotificationService, rpcTransport(targets.notification, interceptors)),
+    };
+    // The notification service is not a readiness check: money endpoints stay up while it is down,
+    // and its own paths answer 503 until it is back.
+    const routes = [...ledgerRoutes, ...holdRoutes, ...notificationRoutes];
+    const rateLimiter = rateLimiterOf(config);
+    const handler = createRestHandler(routes, clients, { bodyLimitBytes: config.bodyLimitBytes, batchBodyLimitBytes: config.batchBodyLimitBytes, log, tracing, ...(rateLimiter ? { rateLimiter } : {}) });
+    // The docs and the webhook console come first: they need no API key and do not count against
+    // a key's rate limit.
+    const pages = [createDocsHandler(), createConsoleHandler()];
+    const methodsByPath = new Map<string, string[]>([["/openapi.json", ["GET"]]]);
+    for (const route of routes) methodsByPath.set(route.path, [...(methodsByPath.get(route.path) ?? []), route.method]);
+    const cors = createCors(config.corsOrigins ?? [], (path) => methodsByPath.get(path));
+    // The ops port first: probes and Prometheus find it as soon as the process is up.
+    const ops = await listen({
+      name: "gateway ops",
+      host: config.host,
+      port: config.opsPort,
+      log,
+      readiness: {
+        ledger: targetIsUp(targets.ledger),
+        hold: targetIsUp(targets.hold),
+      },
+    });
+    lifecycle.onClose("ops port", () => ops.close());
+    // The public port keeps /healthz (an outside load balancer may check it; it says only "up"),
+    // while /metrics and /readyz, which name internals, answer 404 there like any unknown path.
+    const server = await listen({
+      name: "gateway",
+      host: config.host,
+      port: config.port,
+      log,
+      opsEndpoints: "healthz",
+      fallback: (req, res) => {
+        // Returned, so that listen's last-resort handler sees the request fail if it ever does.
+        if (cors?.(req as never, res as never)) return undefined;
+        return pages.some((page) => page(req as never, res as never)) ? undefined : handler(req as never, res as never);
+      },
+      readiness: {},
+    });
+    lifecycle.onClose("public port", () => server.close());
+    return { server, ops, tracing, close: () => lifecycle.close() };
   });
-  // The public port keeps /healthz (an outside load balancer may check it; it says only "up"),
-  // while /metrics and /readyz, which name internals, answer 404 there like any unknown path.
-  const server = await listen({
-    name: "gateway",
-    host: config.host,
-    port: config.port,
-    log,
-    opsEndpoints: "healthz",
-    fallback: (req, res) => {
-      // Returned, so that listen's last-resort handler sees the request fail if it ever does.
-      if (cors?.(req as never, res as never)) return undefined;
-      return pages.some((page) => page(req as never, res as never)) ? undefined : handler(req as never, res as never);
-    },
-    readiness: {},
-  }).catch(async (err: unknown) => {
-    await ops.close();
-    throw err;
-  });
-  return {
-    server,
-    ops,
-    tracing,
-    async close() {
-      await server.close();
-      await ops.close();
-      await tracing?.shutdown();
-      log.info("gateway stopped");
-    },
-  };
 }

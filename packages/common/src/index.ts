@@ -18,6 +18,8 @@ export * from "./main.js";
 export * from "./identity-client.js";
 export * from "./in-process.js";
 export * from "./background-loop.js";
+export * from "./lifecycle.js";
+export * from "./service-shell.js";
 export * from "./text.js";
 export * from "./metadata.js";
 export * from "./tracing.js";
