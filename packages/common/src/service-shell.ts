@@ -93,7 +93,8 @@ export async function startService<Config extends ServiceConfig, Extra = {}>(def
     const nats = connectNats(config, name, log);
     lifecycle.onClose("NATS", () => nats.close());
     const stream = { name: config.natsStream, subjectPrefix: config.natsSubjectPrefix };
-    const openOutbox = () => lifecycle.run("outbox relay", createOutbox({ service: name, sql, nats, stream, log }));
+    let outbox: Outbox | undefined;
+    const openOutbox = () => (outbox ??= lifecycle.run("outbox relay", createOutbox({ service: name, sql, nats, stream, log })));
 
     const parts = await definition.parts({ log, tracing, sql, nats, lifecycle, openOutbox });
 
