@@ -18,7 +18,7 @@ import { createLogger, ensureEventStream, envInt, natsConnectionOptions, openDat
 const env = process.env;
 const log = createLogger("migrate", env["LOG_LEVEL"] ?? "info");
 
-/** Each service's schema, its own database variable and its migrations, as its service.ts has them. */
+/** Each service's schema, its own database variable and its migrations, as its start.ts has them. */
 const SERVICES = [
   { schema: "ledger", variable: "LEDGER_DATABASE_URL", dir: "../services/ledger/migrations" },
   { schema: "hold", variable: "HOLD_DATABASE_URL", dir: "../services/hold/migrations" },

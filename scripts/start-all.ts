@@ -6,7 +6,7 @@
 // instead, and LEDGER_URL, HOLD_URL or NOTIFICATION_URL send them to a service elsewhere.
 // On a laptop without servers it brings its own: an embedded PostgreSQL (PGlite) and a local
 // nats-server, each with its data under LEDGER_DATA_DIR (default .data).
-import { runMain, type RunningServer } from "@ledger/common";
+import { createLifecycle, createLogger, runMain, type RunningServer } from "@ledger/common";
 import { readGatewayConfig, startGateway } from "@ledger/gateway";
 import { readHoldConfig, startHold } from "@ledger/hold-service";
 import { readLedgerConfig, startLedger } from "@ledger/ledger-service";
@@ -16,26 +16,32 @@ import { ensureLocalNats } from "./local-nats.js";
 
 runMain("ledger-all", async () => {
   const dataRoot = process.env["LEDGER_DATA_DIR"] ?? ".data";
+  // Each service closes its own parts; this closes the services, last started first, then what
+  // they ran on. A start that fails half-way closes what it had started, the embedded database
+  // included, so its data is flushed.
+  const lifecycle = createLifecycle("ledger-all", createLogger("ledger-all", process.env["LOG_LEVEL"] ?? "info"));
   const database = await chooseDatabase(process.env, dataRoot);
-  // The services read DATABASE_URL (or their own variable) like everywhere else; on the embedded
-  // database it is the loopback address this process serves it on.
-  const env: Record<string, string | undefined> = { ...process.env, DATABASE_URL: database.url };
-  const stopDatabase = async () => {
-    if (database.embedded) await database.close();
-  };
-  let stopNats: (() => void) | undefined;
-  try {
-    stopNats = await ensureLocalNats(env["NATS_URL"] ?? "nats://127.0.0.1:4222", dataRoot);
+  // Closed last: the services have ended their pools, and PGlite flushes and checkpoints its data.
+  if (database.embedded) lifecycle.onClose("embedded PostgreSQL", () => database.close());
+  return lifecycle.starting(async () => {
+    // The services read DATABASE_URL (or their own variable) like everywhere else; on the embedded
+    // database it is the loopback address this process serves it on.
+    const env: Record<string, string | undefined> = { ...process.env, DATABASE_URL: database.url };
+    const stopNats = await ensureLocalNats(env["NATS_URL"] ?? "nats://127.0.0.1:4222", dataRoot);
+    if (stopNats) lifecycle.onClose("local nats-server", stopNats);
     const internalCalls = env["LEDGER_INTERNAL_CALLS"] ?? "memory";
     if (internalCalls !== "memory" && internalCalls !== "http") throw new Error(`LEDGER_INTERNAL_CALLS must be memory or http, not ${JSON.stringify(internalCalls)}`);
     // A service named by its *_URL variable is called there; one of this process, in memory
     // (or at its loopback port with LEDGER_INTERNAL_CALLS=http).
     const local = (variable: string, server: RunningServer) => (env[variable] === undefined && internalCalls === "memory" ? server.inProcess : undefined);
     const ledger = await startLedger(readLedgerConfig(env));
+    lifecycle.onClose("ledger", () => ledger.close());
     const ledgerUrl = env["LEDGER_URL"] ?? ledger.server.url;
     const ledgerPeer = local("LEDGER_URL", ledger.server);
     const hold = await startHold({ ...readHoldConfig(env), ledgerUrl }, { ledger: ledgerPeer });
+    lifecycle.onClose("hold", () => hold.close());
     const notification = await startNotification({ ...readNotificationConfig(env), ledgerUrl }, { ledger: ledgerPeer });
+    lifecycle.onClose("notification", () => notification.close());
     const peers = { ledger: ledgerPeer, hold: local("HOLD_URL", hold.server), notification: local("NOTIFICATION_URL", notification.server) };
     const gateway = await startGateway(
       {
@@ -46,28 +52,13 @@ runMain("ledger-all", async () => {
       },
       peers,
     );
+    lifecycle.onClose("gateway", () => gateway.close());
     console.error(
       `\nLedger is up. REST API: http://127.0.0.1:${gateway.server.port}/v1  ` +
         `(RPC: ledger ${ledger.server.url}, hold ${hold.server.url}, notification ${notification.server.url}; ` +
         `internal calls ${peers.ledger && peers.hold && peers.notification ? "in memory" : "over HTTP/2"}; ` +
         `gateway metrics ${gateway.ops.url}/metrics)\n`,
     );
-    return {
-      async close() {
-        await gateway.close();
-        await notification.close();
-        await hold.close();
-        await ledger.close();
-        stopNats?.();
-        // Last: the services have ended their pools, and PGlite flushes and checkpoints its data.
-        await stopDatabase();
-      },
-    };
-  } catch (err) {
-    // A start that fails half-way still closes the embedded database cleanly.
-    stopNats?.();
-    await stopDatabase();
-    throw err;
-  }
+    return { close: () => lifecycle.close() };
+  });
 });
-

@@ -3,9 +3,9 @@ import { jetstream } from "@nats-io/jetstream";
 import { EventSchema, type Event } from "@ledger/proto/events/v1/events_pb.js";
 import type { Logger } from "pino";
 import { Counter, Gauge } from "prom-client";
+import { backgroundLoop } from "./background-loop.js";
 import type { Sql, Tx } from "./db.js";
 import { metricsRegistry } from "./metrics.js";
-import { wakeableSleep } from "./wakeable-sleep.js";
 import { ensureEventStream, eventSubject, type NatsHandle, type StreamSettings } from "./nats.js";
 
 const published = new Counter({
@@ -90,14 +90,7 @@ export function createOutbox(options: OutboxOptions): Outbox {
   const batchSize = options.batchSize ?? 1_000;
   const lanes = options.lanes ?? 2;
   const pollMs = options.pollMs ?? 250;
-  let running = false;
-  let loop: Promise<void> | undefined;
   let streamReady = false;
-
-  const sleepers = Array.from({ length: lanes }, () => wakeableSleep());
-  const wake = () => {
-    for (const s of sleepers) s.wake();
-  };
 
   function rowsOf(events: Event[]) {
     return events.map((event) => ({
@@ -130,27 +123,27 @@ export function createOutbox(options: OutboxOptions): Outbox {
     });
   }
 
-  async function run(sleep: (ms: number) => Promise<void>) {
-    let failures = 0;
-    await Promise.race([options.nats.connected(), new Promise((resolve) => setTimeout(resolve, 100))]);
-    while (running) {
-      try {
-        const n = await publishBatch();
-        if (failures > 0) log.info({ after_failures: failures }, "outbox relay is publishing again");
-        failures = 0;
-        if (n < batchSize) await sleep(pollMs);
-      } catch (err) {
-        failures++;
+  // Each lane is a loop of its own: it publishes batch after batch while they come full, polls
+  // when one comes short, and backs off up to 2 s while NATS or the database fails. It starts
+  // after 100 ms, by when NATS has usually connected, so a start does not log a failure.
+  const relays = Array.from({ length: lanes }, () =>
+    backgroundLoop({
+      name: "outbox relay",
+      log,
+      iteration: async () => (await publishBatch()) >= batchSize,
+      idleMs: pollMs,
+      backoff: { firstMs: 400, maxMs: 2_000 },
+      firstDelayMs: 100,
+      onFailure: () => {
         streamReady = false;
         publishErrors.inc({ service: options.service });
-        // One line when it starts failing and then one every 30 attempts, not one per second.
-        if (failures === 1 || failures % 30 === 0) {
-          log.warn({ err: (err as Error).message, failures }, "outbox relay cannot publish; events are kept and retried");
-        }
-        await sleep(Math.min(200 * 2 ** Math.min(failures, 4), 2_000));
-      }
-    }
-  }
+      },
+      failureMessage: "outbox relay cannot publish; events are kept and retried",
+    }),
+  );
+  const wake = () => {
+    for (const relay of relays) relay.wake();
+  };
 
   return {
     enqueue(tx, events) {
@@ -161,15 +154,11 @@ export function createOutbox(options: OutboxOptions): Outbox {
     rowsOf,
     wake,
     start() {
-      if (running) return;
-      running = true;
       outboxes.set(options.service, sql);
-      loop = Promise.all(sleepers.map((s) => run(s.sleep))).then(() => {});
+      for (const relay of relays) relay.start();
     },
     async stop() {
-      running = false;
-      wake();
-      await loop;
+      await Promise.all(relays.map((relay) => relay.stop()));
       outboxes.delete(options.service);
       // A last flush so a clean shutdown leaves nothing behind while NATS is up.
       const deadline = Date.now() + 5_000;

@@ -1,6 +1,6 @@
 import { runMain } from "@ledger/common";
 import { readLedgerConfig } from "./config.js";
-import { startLedger } from "./service.js";
+import { startLedger } from "./start.js";
 
 // Runs the ledger service on its own, as in Kubernetes.
 runMain("ledger", async () => startLedger(readLedgerConfig()));

@@ -3,9 +3,9 @@ import type { Authenticator } from "@ledger/common";
 import { IdentityService } from "@ledger/proto/ledger/v1/identity_pb.js";
 import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { ReservationService } from "@ledger/proto/ledger/v1/reservation_pb.js";
-import { createIdentityService } from "./identity-service.js";
-import { createLedgerService, type LedgerDeps } from "./ledger-service.js";
-import { createReservationService } from "./reservation-service.js";
+import { createIdentityService } from "./identity-rpc.js";
+import { createLedgerService, type LedgerDeps } from "./ledger-rpc.js";
+import { createReservationService } from "./reservation-rpc.js";
 
 /** The ledger's RPC routes: the ledger, the reservations under holds, and the identity look-up. */
 export default (deps: LedgerDeps & { authenticate: Authenticator }) => (router: ConnectRouter) => {

@@ -4,7 +4,6 @@ import type { Sql } from "@ledger/common";
 import { startWebhookReceiver, type WebhookReceiver } from "@ledger/testing";
 import { startStack, type Api, type Stack } from "@ledger/e2e";
 import { updateEndpoint } from "./endpoints.js";
-import { transaction } from "./transaction.js";
 
 // Writes to destinations while deliveries are in flight: the workers, the consumer and the API
 // touch the same endpoint and delivery rows, and a client must never see them collide (a 409
@@ -109,45 +108,5 @@ describe("lock order", () => {
     }
     const [row] = await sql<{ status: string; error: string }[]>`select status, error from deliveries where id = ${delivery}`;
     expect(row).toEqual({ status: "failed", error: "endpoint_disabled" });
-  });
-});
-
-describe("transaction", () => {
-  it("runs a transaction again when Postgres picks it as a deadlock victim, so both callers succeed", async () => {
-    const a = await createEndpoint(api, "/deadlock-a");
-    const b = await createEndpoint(api, "/deadlock-b");
-    let runs = 0;
-    let bothLockedFirst: () => void;
-    const firstLocks = new Promise<void>((resolve) => (bothLockedFirst = resolve));
-    let locked = 0;
-    // Each locks one row, waits until the other has locked the other row, then wants it: a real
-    // deadlock, which Postgres breaks by aborting one of them with 40P01.
-    const crosswise = (first: string, second: string) =>
-      transaction(sql, async (tx) => {
-        runs++;
-        await tx`update endpoints set updated_at = now() where id = ${first}`;
-        if (++locked === 2) bothLockedFirst();
-        await firstLocks;
-        await tx`update endpoints set updated_at = now() where id = ${second}`;
-        return first;
-      });
-    await expect(Promise.all([crosswise(a, b), crosswise(b, a)])).resolves.toEqual([a, b]);
-    expect(runs).toBe(3);
-  });
-
-  it("gives up after the attempts it was given, and passes any other error on at once", async () => {
-    let runs = 0;
-    const deadlocked = Object.assign(new Error("deadlock detected"), { code: "40P01" });
-    await expect(transaction(sql, async () => {
-      runs++;
-      throw deadlocked;
-    }, 3)).rejects.toBe(deadlocked);
-    expect(runs).toBe(3);
-    runs = 0;
-    await expect(transaction(sql, async (tx) => {
-      runs++;
-      await tx`select 1/0`;
-    })).rejects.toMatchObject({ code: "22012" });
-    expect(runs).toBe(1);
   });
 });

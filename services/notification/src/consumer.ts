@@ -1,6 +1,7 @@
 import { fromBinary } from "@bufbuild/protobuf";
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type ConsumerMessages, type JsMsg } from "@nats-io/jetstream";
 import {
+  backgroundLoop,
   ensureEventStream,
   isId,
   metricsRegistry,
@@ -76,10 +77,7 @@ function isPoison(event: Event): string | undefined {
 export function createEventConsumer(options: ConsumerOptions): EventConsumer {
   const { log, sql } = options;
   const name = consumerName(options.stream.name);
-  let running = false;
   let messages: ConsumerMessages | undefined;
-  let loop: Promise<void> | undefined;
-  let stopTimer: (() => void) | undefined;
   let lag: () => Promise<number> = async () => 0;
 
   async function consumeOnce(): Promise<void> {
@@ -109,7 +107,7 @@ export function createEventConsumer(options: ConsumerOptions): EventConsumer {
     };
     lagSources.add(lag);
     messages = await consumer.consume({ max_messages: STORE_BATCH });
-    if (!running) messages.stop();
+    if (!loop.running) messages.stop();
     for await (const m of messages) {
       let event: Event;
       try {
@@ -185,39 +183,28 @@ export function createEventConsumer(options: ConsumerOptions): EventConsumer {
     }
   }
 
-  async function run() {
-    let failures = 0;
-    while (running) {
-      try {
-        await consumeOnce();
-        failures = 0;
-      } catch (err) {
-        failures++;
-        if (failures === 1 || failures % 30 === 0) log.warn({ err: (err as Error).message, failures }, "event consumer stopped; restarting");
-      }
-      if (running) {
-        await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, Math.min(250 * 2 ** Math.min(failures, 3), 2_000));
-          stopTimer = () => (clearTimeout(timer), resolve());
-        });
-        stopTimer = undefined;
-      }
-    }
-  }
+  // One iteration consumes until the subscription ends (stop, or NATS went away); then, after a
+  // pause, the next subscribes again from the consumer's position.
+  const loop = backgroundLoop({
+    name: "event consumer",
+    log,
+    iteration: async () => {
+      await consumeOnce();
+      return false;
+    },
+    idleMs: 250,
+    backoff: { firstMs: 500, maxMs: 2_000 },
+    failureMessage: "event consumer stopped; restarting",
+  });
 
   return {
-    start() {
-      if (running) return;
-      running = true;
-      loop = run();
-    },
+    start: () => loop.start(),
     async stop() {
-      running = false;
+      const stopped = loop.stop();
       lagSources.delete(lag);
       messages?.stop();
-      stopTimer?.();
       // connected() never resolves while NATS stays down; do not wait on it for ever.
-      await Promise.race([loop, new Promise((resolve) => setTimeout(resolve, 5_000))]);
+      await Promise.race([stopped, new Promise((resolve) => setTimeout(resolve, 5_000))]);
     },
   };
 }

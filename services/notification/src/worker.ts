@@ -1,11 +1,10 @@
 import { randomUUID } from "node:crypto";
 import type { Logger, Sql, Tracing, Tx } from "@ledger/common";
-import { metricsRegistry, recordFailure, SpanKind, startSpan, wakeableSleep } from "@ledger/common";
+import { backgroundLoop, metricsRegistry, recordFailure, SpanKind, startSpan, transaction } from "@ledger/common";
 import { Counter, Histogram } from "prom-client";
 import { signingSecrets } from "./endpoints.js";
 import { signatureHeader } from "./webhook-signer.js";
 import { sendOnce, type AttemptResult } from "./send.js";
-import { transaction } from "./transaction.js";
 
 const attemptsTotal = new Counter({
   name: "webhook_attempts_total",
@@ -145,22 +144,7 @@ export function createWorker(options: WorkerOptions): Worker {
   const { sql, log } = options;
   const pollMs = options.pollMs ?? 250;
   const leaseMs = options.timeoutMs + 30_000;
-  let running = false;
-  let loop: Promise<void> | undefined;
   const inFlight = new Set<Promise<void>>();
-
-  const sleeper = wakeableSleep();
-  // A wake that came while the loop was busy claiming is kept, so the loop looks again at once
-  // instead of sleeping through the slots that attempt freed.
-  let woken = false;
-  const wake = () => {
-    woken = true;
-    sleeper.wake();
-  };
-  const sleep = async (ms: number) => {
-    if (woken) return;
-    await sleeper.sleep(ms);
-  };
 
   async function claim(limit: number): Promise<Claimed[]> {
     const lease = randomUUID();
@@ -366,50 +350,44 @@ export function createWorker(options: WorkerOptions): Worker {
     else log.warn(fields, "delivery attempt failed");
   }
 
-  async function run() {
-    let failures = 0;
-    while (running) {
-      const free = options.concurrency - inFlight.size;
-      if (free <= 0) {
-        // Every slot is busy: wait for one to free. Not `sleep`, which returns at once after a
-        // wake, so a wake noted while the slots are full would make this loop spin on microtasks
-        // alone, starving the process's timers and sockets until it runs out of memory.
-        await Promise.race(inFlight);
-        continue;
-      }
-      let claimed: Claimed[] = [];
-      woken = false;
-      try {
-        claimed = await claim(free);
-        failures = 0;
-      } catch (err) {
-        failures++;
-        if (failures === 1 || failures % 30 === 0) log.warn({ err: (err as Error).message, failures }, "cannot claim deliveries; retrying");
-      }
-      for (const c of claimed) {
-        const p: Promise<void> = attempt(c)
-          .catch((err: unknown) => log.error({ err, delivery_id: c.id }, "recording a delivery attempt failed; the lease will run out and it is retried"))
-          .finally(() => {
-            inFlight.delete(p);
-            wake();
-          });
-        inFlight.add(p);
-      }
-      if (claimed.length === 0) await sleep(failures > 0 ? Math.min(200 * 2 ** Math.min(failures, 4), 2_000) : pollMs);
+  // One claim per iteration. There is more to do when it claimed something; an ended attempt
+  // wakes the loop, which (kept if it comes mid-claim) makes it look again at once for the slot.
+  async function claimAndSend(): Promise<boolean> {
+    const free = options.concurrency - inFlight.size;
+    if (free <= 0) {
+      // Every slot is busy: wait for one to free. Not an idle sleep, which a wake noted while the
+      // slots are full would end at once, making the loop spin on microtasks alone, starving the
+      // process's timers and sockets until it runs out of memory.
+      await Promise.race(inFlight);
+      return true;
     }
+    const claimed = await claim(free);
+    for (const c of claimed) {
+      const p: Promise<void> = attempt(c)
+        .catch((err: unknown) => log.error({ err, delivery_id: c.id }, "recording a delivery attempt failed; the lease will run out and it is retried"))
+        .finally(() => {
+          inFlight.delete(p);
+          loop.wake();
+        });
+      inFlight.add(p);
+    }
+    return claimed.length > 0;
   }
 
+  const loop = backgroundLoop({
+    name: "delivery worker",
+    log,
+    iteration: claimAndSend,
+    idleMs: pollMs,
+    backoff: { firstMs: 400, maxMs: 2_000 },
+    failureMessage: "cannot claim deliveries; retrying",
+  });
+
   return {
-    start() {
-      if (running) return;
-      running = true;
-      loop = run();
-    },
-    wake,
+    start: () => loop.start(),
+    wake: () => loop.wake(),
     async stop() {
-      running = false;
-      wake();
-      await loop;
+      await loop.stop();
       await Promise.allSettled([...inFlight]);
     },
   };

@@ -7,6 +7,7 @@ import {
   principalOf,
   runIdempotent,
   toPage,
+  transaction,
   type Sql,
   type StoredResponseCodec,
   type Tx,
@@ -43,7 +44,6 @@ import {
 } from "./endpoints.js";
 import { getEvent, listEvents } from "./events.js";
 import { isSealed, open, seal } from "./secrets.js";
-import { transaction } from "./transaction.js";
 
 /** What the RPC handlers need. */
 export interface NotificationDeps {

@@ -1,4 +1,4 @@
-import { sqlState, type Sql, type Tx } from "@ledger/common";
+import { sqlState, type Sql, type Tx } from "./db.js";
 
 // A deadlock victim (40P01) or a serialization failure (40001) is a transaction Postgres rolled
 // back whole because of a concurrent one; run again, it sees the other's outcome and goes through.

@@ -1,0 +1,116 @@
+import type { Logger } from "pino";
+
+/** What `backgroundLoop` runs, and how it waits between runs. */
+export interface BackgroundLoopOptions {
+  /** Names the loop in log lines ("outbox relay", "delivery worker"). */
+  name: string;
+  log: Logger;
+  /**
+   * One iteration. Resolves true when there may be more work right now (the next iteration starts
+   * at once), false when there was none (the loop sleeps `idleMs`, or until `wake`). A rejection is a
+   * failure: the loop backs off and tries again.
+   */
+  iteration: () => Promise<boolean>;
+  /** The sleep after an iteration that found nothing to do; `wake` cuts it short. */
+  idleMs: number;
+  /** The sleep after the n-th failure in a row: `firstMs`, doubling each time, at most `maxMs`. `wake` does not cut it. */
+  backoff: { firstMs: number; maxMs: number };
+  /** A pause before the first iteration (default none); only `stop` cuts it short. */
+  firstDelayMs?: number;
+  /** Called on every failure, for what the loop's owner counts or resets (metrics, a cached state). */
+  onFailure?: (err: unknown) => void;
+  /** The warning logged when a streak of failures starts (default: "<name> failed; retrying"). */
+  failureMessage?: string;
+}
+
+/** A loop that runs in the background of a process until stopped. */
+export interface BackgroundLoop {
+  start(): void;
+  /**
+   * There is new work: cut an idle sleep short. A wake during an iteration is kept, so the loop
+   * looks again at once instead of sleeping through the work announced meanwhile.
+   */
+  wake(): void;
+  /** True from `start` until `stop`. */
+  readonly running: boolean;
+  /** Starts no new iteration, cuts any sleep short, and resolves once the current iteration has ended. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Runs `options.iteration` over and over, in the background, until stopped. Failures are logged
+ * once per streak (a warning when it starts, a line when it ends with how many failed), not once
+ * per retry, so an outage of a dependency costs two log lines, not one per backoff step.
+ */
+export function backgroundLoop(options: BackgroundLoopOptions): BackgroundLoop {
+  const { log, name, iteration, idleMs, backoff } = options;
+  const failureMessage = options.failureMessage ?? `${name} failed; retrying`;
+  let running = false;
+  let loop: Promise<void> = Promise.resolve();
+  let woken = false;
+  // The sleep in progress, if any: `endSleep` ends it, and `wake` may when it is an idle one.
+  let endSleep: (() => void) | undefined;
+  let sleepIsIdle = false;
+
+  function sleep(ms: number, idle: boolean): Promise<void> {
+    if (!running || (idle && woken)) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(done, ms);
+      timer.unref();
+      function done() {
+        clearTimeout(timer);
+        endSleep = undefined;
+        resolve();
+      }
+      endSleep = done;
+      sleepIsIdle = idle;
+    });
+  }
+
+  async function run(): Promise<void> {
+    if (options.firstDelayMs) await sleep(options.firstDelayMs, false);
+    let failures = 0;
+    let failingSince = 0;
+    while (running) {
+      woken = false;
+      let more: boolean;
+      try {
+        more = await iteration();
+      } catch (err) {
+        failures++;
+        options.onFailure?.(err);
+        if (failures === 1) {
+          failingSince = Date.now();
+          log.warn({ err: (err as Error).message, loop: name }, failureMessage);
+        }
+        await sleep(Math.min(backoff.firstMs * 2 ** (failures - 1), backoff.maxMs), false);
+        continue;
+      }
+      if (failures > 0) {
+        log.info({ loop: name, after_failures: failures, failing_ms: Date.now() - failingSince }, `${name} works again`);
+        failures = 0;
+      }
+      if (!more) await sleep(idleMs, true);
+    }
+  }
+
+  return {
+    start() {
+      if (running) return;
+      running = true;
+      loop = run();
+    },
+    wake() {
+      woken = true;
+      if (sleepIsIdle) endSleep?.();
+    },
+    get running() {
+      return running;
+    },
+    async stop() {
+      running = false;
+      endSleep?.();
+      await loop;
+    },
+  };
+}
