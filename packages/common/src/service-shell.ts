@@ -8,7 +8,8 @@ import { metricsInterceptor } from "./metrics.js";
 import { connectNats, type NatsHandle } from "./nats.js";
 import { createOutbox, type Outbox } from "./outbox.js";
 import { rateLimitInterceptor } from "./rate-limit.js";
-import { authInterceptor, requestIdInterceptor, type AuthOptions } from "./request-context.js";
+import { authInterceptor, type AuthOptions } from "./auth.js";
+import { requestIdInterceptor } from "./request-id.js";
 import { listen, type ReadinessCheck, type RunningServer } from "./server.js";
 import { tracingInterceptors, type Tracing } from "./tracing.js";
 

@@ -34,8 +34,9 @@ async function posted(id: string): Promise<number> {
   return res.body.entity.balances.posted;
 }
 
+/** This file's groups: the ledger's database is shared by every test file of the run. */
 async function groupCount(): Promise<bigint> {
-  const [row] = await stack.sql<{ n: bigint }[]>`select count(*)::int8 as n from transaction_groups`;
+  const [row] = await stack.sql<{ n: bigint }[]>`select count(*)::int8 as n from transaction_groups where account_id = ${stack.account.account_id}`;
   return row!.n;
 }
 
