@@ -19,6 +19,7 @@ const DEPLOY = join(ROOT, "deploy");
 
 type Obj = { apiVersion: string; kind: string; metadata: { name: string }; [key: string]: unknown };
 type Container = { name: string; image?: string; command?: string[]; ports?: { name?: string; containerPort: number }[]; env?: { name: string; value?: string; valueFrom?: unknown }[]; [k: string]: unknown };
+type PodSpec = { containers: Container[]; securityContext?: Record<string, unknown>; volumes?: unknown[] };
 
 function parseFile(path: string): Obj[] {
   return parseYamlText(readFileSync(path, "utf8"), path);
@@ -64,8 +65,8 @@ async function validateAgainstSchema(obj: Obj, patch: boolean): Promise<void> {
   new Model(obj).validate();
 }
 
-function podSpecOf(obj: Obj): { containers: Container[]; securityContext?: Record<string, unknown>; volumes?: unknown[] } | undefined {
-  const spec = obj["spec"] as Record<string, any> | undefined;
+function podSpecOf(obj: Obj): PodSpec | undefined {
+  const spec = obj["spec"] as { template?: { spec?: PodSpec } } | undefined;
   if (obj.kind === "Deployment" || obj.kind === "StatefulSet" || obj.kind === "Job") return spec?.["template"]?.["spec"];
   return undefined;
 }
@@ -139,20 +140,20 @@ function checkAgainstCode(obj: Obj, envNames: Set<string>, imageName: string | u
       }
       expect(c["resources"], `${where}: resources`).toMatchObject({ requests: { cpu: expect.anything(), memory: expect.anything() }, limits: { memory: expect.anything() } });
     }
-    const sc = c["securityContext"] as Record<string, any> | undefined;
-    expect(sc, `${where}: securityContext`).toMatchObject({ allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ["ALL"] } });
+    expect(c["securityContext"], `${where}: securityContext`).toMatchObject({ allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ["ALL"] } });
     expect(pod.securityContext?.["runAsNonRoot"], `${where}: runAsNonRoot`).toBe(true);
     expect((c as { volumeMounts?: { mountPath: string }[] }).volumeMounts?.some((m) => m.mountPath === "/tmp"), `${where}: /tmp mounted`).toBe(true);
   }
 }
 
 function checkCnpgCluster(obj: Obj): void {
-  const spec = obj["spec"] as Record<string, any>;
+  const spec = obj["spec"] as { instances: number; storage?: { size?: string }; minSyncReplicas?: number };
   expect(typeof spec?.["instances"], "Cluster spec.instances").toBe("number");
   expect(spec["storage"]?.["size"], "Cluster spec.storage.size").toMatch(/^\d+(Mi|Gi|Ti)$/);
   if (spec["minSyncReplicas"] !== undefined) expect(spec["minSyncReplicas"]).toBeLessThan(spec["instances"]);
 }
 
+// biome-ignore lint/suspicious/noExplicitAny: a manifest is an arbitrary YAML tree; the checks below walk many different paths of it, and a type for each would only repeat the path.
 type Spec = Record<string, any>;
 const specOf = (o: Obj) => (o["spec"] ?? {}) as Spec;
 const labelsMatch = (selector: Record<string, string>, labels: Record<string, string> | undefined) => Object.entries(selector).every(([k, v]) => labels?.[k] === v);
@@ -324,7 +325,7 @@ describe("deploy/base", () => {
     // Each Service's targetPort names a port of the pods it selects.
     for (const svc of objects.filter((o) => o.kind === "Service" && o.metadata.name !== "nats-headless")) {
       const spec = svc["spec"] as { selector: Record<string, string>; ports: { targetPort: string }[] };
-      const target = objects.find((o) => podSpecOf(o) && Object.entries(spec.selector).every(([k, v]) => ((o["spec"] as any).template.metadata.labels ?? {})[k] === v));
+      const target = objects.find((o) => podSpecOf(o) && labelsMatch(spec.selector, specOf(o)["template"]?.["metadata"]?.["labels"]));
       expect(target, `Service ${svc.metadata.name} selects a workload`).toBeDefined();
       const portNames = podSpecOf(target!)!.containers.flatMap((c) => (c.ports ?? []).map((p) => p.name));
       for (const p of spec.ports) expect(portNames, `Service ${svc.metadata.name} targetPort`).toContain(p.targetPort);
@@ -354,7 +355,7 @@ describe("deploy/base", () => {
     const policies = objects.filter((o) => o.kind === "NetworkPolicy");
     expect(policies.some((p) => p.metadata.name === "default-deny")).toBe(true);
     for (const p of policies) {
-      const ingress = ((p["spec"] as any).ingress ?? []) as { from?: unknown[]; ports?: { port: number }[] }[];
+      const ingress = (specOf(p)["ingress"] ?? []) as { from?: unknown[]; ports?: { port: number }[] }[];
       for (const rule of ingress.filter((r) => !r.from || r.from.length === 0)) {
         expect(p.metadata.name, "only the gateway policy has an ingress rule without `from`").toBe("gateway");
         // The ops port (/metrics, /readyz) is not among the open ones.
@@ -365,8 +366,8 @@ describe("deploy/base", () => {
 
   it("runs NATS as a three-node JetStream cluster with a route to each node", () => {
     const sts = objects.find((o) => o.kind === "StatefulSet" && o.metadata.name === "nats")!;
-    expect((sts["spec"] as any).replicas).toBe(3);
-    const conf = (objects.find((o) => o.kind === "ConfigMap" && o.metadata.name === "nats-config")!["data"] as any)["nats.conf"] as string;
+    expect(specOf(sts)["replicas"]).toBe(3);
+    const conf = (objects.find((o) => o.kind === "ConfigMap" && o.metadata.name === "nats-config")!["data"] as Record<string, string>)["nats.conf"];
     expect(conf).toMatch(/jetstream\s*\{[^}]*store_dir/);
     for (const i of [0, 1, 2]) expect(conf).toContain(`nats://nats-${i}.nats-headless:6222`);
   });

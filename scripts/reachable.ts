@@ -6,8 +6,14 @@ export function reachable(host: string, port: number): Promise<boolean> {
   return new Promise((done) => {
     const socket = connect(port, host);
     socket.setTimeout(1_000);
-    socket.once("connect", () => (socket.destroy(), done(true)));
+    socket.once("connect", () => {
+      socket.destroy();
+      done(true);
+    });
     socket.once("error", () => done(false));
-    socket.once("timeout", () => (socket.destroy(), done(false)));
+    socket.once("timeout", () => {
+      socket.destroy();
+      done(false);
+    });
   });
 }

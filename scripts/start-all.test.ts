@@ -79,10 +79,16 @@ async function startAll(env: NodeJS.ProcessEnv): Promise<Running> {
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`no "Ledger is up" within 90 s:\n${output}`)), 90_000);
     const check = () => {
-      if (output.includes("Ledger is up")) (clearTimeout(timer), resolve());
+      if (output.includes("Ledger is up")) {
+        clearTimeout(timer);
+        resolve();
+      }
     };
     child.stderr!.on("data", check);
-    child.once("exit", (code) => (clearTimeout(timer), reject(new Error(`start-all exited with ${code}:\n${output}`))));
+    child.once("exit", (code) => {
+      clearTimeout(timer);
+      reject(new Error(`start-all exited with ${code}:\n${output}`));
+    });
   });
   const databaseUrl = /served at (postgres:\/\/\S+) /.exec(output)?.[1];
   expect(output).toMatch(/Database: embedded PostgreSQL \(PGlite, LEDGER_EMBEDDED_POSTGRES=true\), data in \S+pglite,.*set DATABASE_URL/);

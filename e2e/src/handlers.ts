@@ -66,7 +66,7 @@ export async function startHandlers(gateway: Partial<GatewayConfig> = {}): Promi
       throw new Error(`${what} was reached`);
     };
     // `then` is read by await; answering undefined keeps a mere `await dep` from counting as a use.
-    return new Proxy<() => void>(function () {}, { apply: fail, get: (_target, name) => (name === "then" ? undefined : fail()) }) as never;
+    return new Proxy<() => void>(() => {}, { apply: fail, get: (_target, name) => (name === "then" ? undefined : fail()) }) as never;
   };
   const inMemory = (name: string, routes: (router: ConnectRouter) => void, interceptors: Interceptor[]): InProcessService => ({
     name,

@@ -37,7 +37,8 @@ describe("the ledger's endpoints", () => {
     ["negative", -5],
     ["float", 10.5],
     ["string", "10"],
-    ["huge", 9007199254740993],
+    // 2^53, the first integer past Number.MAX_SAFE_INTEGER.
+    ["huge", 2 ** 53],
     ["object", { value: 1 }],
     ["null", null],
     ["boolean", true],

@@ -149,7 +149,7 @@ function fail(err) {
     const where = err.status ? ` (HTTP ${err.status}${err.requestId ? `, request ${err.requestId}` : ""})` : "";
     $("error").textContent = `${err.code}: ${err.message}${where}`;
   } else {
-    $("error").textContent = `unexpected error: ${err && err.message ? err.message : String(err)}`;
+    $("error").textContent = `unexpected error: ${err?.message ? err.message : String(err)}`;
   }
 }
 
@@ -390,6 +390,7 @@ async function openEvent(eventId, focus = true) {
   const e = res.event;
   $("event-heading").textContent = `Event ${e.type} ${e.event_id}`;
   $("event-deliveries-caption").textContent = `Deliveries of event ${e.event_id}`;
+  // A read-only textarea shows its text content (its default value): the user never edits it.
   $("event-data").textContent = JSON.stringify({ id: e.event_id, type: e.type, created_at: e.created_at, deliveries: e.deliveries, data: e.data }, null, 2);
   const destination = (d) => {
     const endpoint = state.endpoints.get(d.endpoint_id);

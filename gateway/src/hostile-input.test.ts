@@ -1,6 +1,6 @@
 import fc from "fast-check";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { startStack, type Stack } from "@ledger/e2e";
+import { startStack, type ApiResponse, type Stack } from "@ledger/e2e";
 import { holdRoutes } from "./hold-routes.js";
 import { notificationRoutes } from "./notification-routes.js";
 import { ledgerRoutes, type Route } from "./routes.js";
@@ -80,7 +80,7 @@ it("never answers 5xx, always uses the envelope, and a refused call changes noth
         const headers: Record<string, string> = {};
         if (r.programId !== null && /^[\x20-\x7e]*$/.test(r.programId)) headers["program_id"] = r.programId;
         if (r.idempotencyKey !== null && /^[\x20-\x7e]*$/.test(r.idempotencyKey)) headers["idempotency-key"] = r.idempotencyKey;
-        let res;
+        let res: ApiResponse;
         if (route.method === "GET" || route.method === "DELETE") {
           const query = Object.fromEntries(Object.entries(r.fields).map(([k, v]) => [k, typeof v === "string" ? v : JSON.stringify(v)]));
           res = await stack.api.request(route.method, route.path, { query, headers });

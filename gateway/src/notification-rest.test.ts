@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startWebhookReceiver, type WebhookReceiver } from "@ledger/testing";
-import { startStack, type Api, type Stack } from "@ledger/e2e";
+import { startStack, type Api, type ApiResponse, type Stack } from "@ledger/e2e";
 
 // The webhook and event endpoints through the gateway: the shapes of docs/webhooks.md#endpoints,
 // refusals that depend on stored destinations, and tenancy: another account's key sees 404
@@ -20,7 +20,7 @@ afterAll(async () => {
   await receiver?.close();
 });
 
-function expectError(res: { status: number; body: any }, status: number, code: string) {
+function expectError(res: ApiResponse, status: number, code: string) {
   expect(res.status).toBe(status);
   expect(res.body.status).toBe("error");
   expect(res.body.error.code).toBe(code);
@@ -46,7 +46,7 @@ describe("destinations", () => {
     const list = await api.get("/webhooks");
     expect(list.status).toBe(200);
     expect(list.body.pagination).toEqual({ limit: 20, has_next: false, next_cursor: null });
-    expect(list.body.endpoints.map((e: any) => e.endpoint_id)).toEqual([named.body.endpoint.endpoint_id, id]);
+    expect(list.body.endpoints.map((e: { endpoint_id: string }) => e.endpoint_id)).toEqual([named.body.endpoint.endpoint_id, id]);
     for (const e of list.body.endpoints) expect(e.secret).toBeUndefined();
 
     const one = await api.get("/webhook", { id });

@@ -9,7 +9,7 @@ import {
   type LedgerService,
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { CreateTransactionRequestSchema, CreateTransactionsItemSchema } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import type { CreateTransactionRequestSchema, CreateTransactionsItemSchema, CreateTransactionsResponse } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import type { NotificationService } from "@ledger/proto/notification/v1/notification_pb.js";
 import {
   amountField,
@@ -246,7 +246,7 @@ export const ledgerRoutes: Route[] = [
     async handle({ body, programId, call }, { ledger }) {
       const atomic = booleanField(body, "atomic") ?? false;
       const { items, malformed } = batchItems(body);
-      let res;
+      let res: CreateTransactionsResponse;
       try {
         res = await ledger.createTransactions({ programId, atomic, transactions: items }, call);
       } catch (err) {

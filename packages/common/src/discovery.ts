@@ -35,7 +35,10 @@ export function addDiscovery(router: ConnectRouter, ready: ReadinessProbe, stopp
   router.service(Health, healthService(router, ready, stopping));
   // The reflection services describe themselves too, so they go in before the index is built.
   const index: { current?: DescriptorIndex } = {};
-  const reflect = <R extends ReflectionRequest>(requests: AsyncIterable<R>) => reflectionStream(requests, (index.current ??= indexOf(router)));
+  const reflect = <R extends ReflectionRequest>(requests: AsyncIterable<R>) => {
+    index.current ??= indexOf(router);
+    return reflectionStream(requests, index.current);
+  };
   router.service(ReflectionV1, { serverReflectionInfo: reflect });
   router.service(ReflectionV1alpha, { serverReflectionInfo: reflect });
 }
@@ -68,7 +71,10 @@ function healthService(router: ConnectRouter, ready: ReadinessProbe, stopping: A
           await sleep(WATCH_EVERY_MS, ended);
           if (ended.aborted || last === ServingStatus.SERVICE_UNKNOWN) continue;
           const now = await status();
-          if (now !== last) yield { status: (last = now) };
+          if (now !== last) {
+            last = now;
+            yield { status: last };
+          }
         }
       } finally {
         watches--;

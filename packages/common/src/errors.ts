@@ -95,7 +95,7 @@ export function httpStatusOf(err: ConnectError): number {
 /** The error code carried by a ConnectError, or its RPC code's default from `ERROR_STATUS`. */
 export function errorCodeOf(err: ConnectError): { code: ErrorCode; details?: JsonObject } {
   const [detail] = err.findDetails(ErrorDetailSchema);
-  if (detail && detail.code) {
+  if (detail?.code) {
     return { code: detail.code as ErrorCode, details: detail.details as JsonObject | undefined };
   }
   return { code: ERROR_STATUS[err.code].code };

@@ -59,10 +59,12 @@ export function createGroupScheduler<J extends Queued>(options: GroupSchedulerOp
       if (inFlight > 0 && queuedSize < options.maxBatch) {
         const waited = performance.now() - queue[0]!.queuedAt;
         if (waited < options.lingerMs) {
-          lingerTimer ??= setTimeout(() => {
-            lingerTimer = undefined;
-            pump();
-          }, Math.ceil(options.lingerMs - waited));
+          if (lingerTimer === undefined) {
+            lingerTimer = setTimeout(() => {
+              lingerTimer = undefined;
+              pump();
+            }, Math.ceil(options.lingerMs - waited));
+          }
           return;
         }
       }

@@ -133,8 +133,14 @@ function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error("timeout")), ms);
     promise.then(
-      (value) => (clearTimeout(timer), resolve(value)),
-      (err: unknown) => (clearTimeout(timer), reject(err)),
+      (value) => {
+        clearTimeout(timer);
+        resolve(value);
+      },
+      (err: unknown) => {
+        clearTimeout(timer);
+        reject(err);
+      },
     );
   });
 }

@@ -116,7 +116,13 @@ function decodeProtobufExport(bytes: Uint8Array): JsonExport {
       else if (no === 5) s.name = r.string();
       else if (no === 6) s.kind = r.int32();
       else if (no === 9) s.attributes!.push(attribute(r.bytes()));
-      else if (no === 15) fields(r.bytes(), (n, st) => (n === 3 ? ((s.status!.code = st.int32()), true) : false));
+      else if (no === 15) {
+        fields(r.bytes(), (n, st) => {
+          if (n !== 3) return false;
+          s.status!.code = st.int32();
+          return true;
+        });
+      }
       else return false;
       return true;
     });
@@ -127,10 +133,19 @@ function decodeProtobufExport(bytes: Uint8Array): JsonExport {
     if (no !== 1) return false;
     const resourceSpans: { resource: { attributes: JsonAttribute[] }; scopeSpans: Array<{ spans: JsonSpan[] }> } = { resource: { attributes: [] }, scopeSpans: [] };
     fields(r.bytes(), (n, rs) => {
-      if (n === 1) fields(rs.bytes(), (m, res) => (m === 1 ? (resourceSpans.resource.attributes.push(attribute(res.bytes())), true) : false));
-      else if (n === 2) {
+      if (n === 1) {
+        fields(rs.bytes(), (m, res) => {
+          if (m !== 1) return false;
+          resourceSpans.resource.attributes.push(attribute(res.bytes()));
+          return true;
+        });
+      } else if (n === 2) {
         const scope = { spans: [] as JsonSpan[] };
-        fields(rs.bytes(), (m, ss) => (m === 2 ? (scope.spans.push(span(ss.bytes())), true) : false));
+        fields(rs.bytes(), (m, ss) => {
+          if (m !== 2) return false;
+          scope.spans.push(span(ss.bytes()));
+          return true;
+        });
         resourceSpans.scopeSpans.push(scope);
       } else return false;
       return true;

@@ -49,7 +49,10 @@ export async function ownNats(extraArgs: string[] = []): Promise<OwnNats> {
       while (Date.now() < deadline) {
         const up = await new Promise<boolean>((resolve) => {
           const socket = connectTcp(port, "127.0.0.1");
-          socket.once("connect", () => (socket.destroy(), resolve(true)));
+          socket.once("connect", () => {
+            socket.destroy();
+            resolve(true);
+          });
           socket.once("error", () => resolve(false));
         });
         if (up) return;

@@ -1,7 +1,7 @@
 import { createHmac } from "node:crypto";
 import Stripe from "stripe";
 import { describe, expect, it } from "vitest";
-import { verifyWebhook, WebhookVerificationError } from "./index.js";
+import { verifyWebhook, type WebhookVerificationError } from "./index.js";
 
 const secret = "whsec_first";
 const rolled = "whsec_second";

@@ -38,7 +38,10 @@ describe("group commit", () => {
       await txid(tx);
       throw new Error("refused after reading");
     };
-    const blocker = commits.transaction(["x"], async (tx) => (await tx`select pg_sleep(0.2)`, "blocker"));
+    const blocker = commits.transaction(["x"], async (tx) => {
+      await tx`select pg_sleep(0.2)`;
+      return "blocker";
+    });
 
     const shared = await Promise.allSettled([
       commits.transaction(["a"], insert(1)),
@@ -58,7 +61,10 @@ describe("group commit", () => {
     expect(ids[2]).not.toBe(ids[0]);
 
     // A duplicate row fails the shared transaction as a whole: the others still commit, each alone.
-    const blocker2 = commits.transaction(["x"], async (tx) => (await tx`select pg_sleep(0.2)`, "blocker"));
+    const blocker2 = commits.transaction(["x"], async (tx) => {
+      await tx`select pg_sleep(0.2)`;
+      return "blocker";
+    });
     const failing = await Promise.allSettled([commits.transaction(["d"], insert(4)), commits.transaction(["e"], insert(0)), commits.transaction(["f"], insert(5))]);
     await blocker2;
     expect(failing.map((r) => r.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);

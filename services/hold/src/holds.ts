@@ -19,6 +19,7 @@ import {
   type Tx,
 } from "@ledger/common";
 import { EventSchema, type Event } from "@ledger/proto/events/v1/events_pb.js";
+import type { Reservation } from "@ledger/proto/ledger/v1/reservation_pb.js";
 import {
   CaptureHoldResponseSchema,
   CreateHoldResponseSchema,
@@ -193,7 +194,7 @@ export function createHolds(deps: HoldDeps) {
 
   /** Reserves in the ledger and completes a hold in `creating`. Safe to repeat. */
   async function finishCreate(hold: HoldRow, origin: CallOrigin): Promise<MessageShape<typeof CreateHoldResponseSchema>> {
-    let reservation;
+    let reservation: Reservation;
     try {
       const res = await ledger.reservations.reserve(
         { programId: hold.program_id, reservationId: hold.id, entityId: hold.entity_id, amount: hold.amount },
