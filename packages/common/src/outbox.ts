@@ -122,7 +122,8 @@ export function createOutbox(options: OutboxOptions): Outbox {
         select seq, event_id, subject, payload from outbox order by seq limit ${batchSize} for update skip locked`;
       if (rows.length === 0) return 0;
       await publishAcked(nc, rows.map((row) => ({ subject: row.subject, payload: row.payload, msgId: row.event_id })), 5_000);
-      await tx`delete from outbox where seq in ${tx(rows.map((row) => row.seq))}`;
+      // One array parameter, not one parameter per row.
+      await tx`delete from outbox where seq = any(${rows.map((row) => `${row.seq}`)}::int8[])`;
       published.inc({ service: options.service }, rows.length);
       return rows.length;
     });
