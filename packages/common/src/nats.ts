@@ -175,6 +175,11 @@ function ackRefusal(msg: Msg): string | undefined {
   // No stream listens on the subject: the server answers with a 503 status and no body.
   if (msg.headers?.hasError) return `no stream answered the publish (status ${msg.headers.code})`;
   if (msg.data.length === 0) return "empty answer to a JetStream publish";
-  const ack = JSON.parse(msg.string()) as { error?: { description?: string; code?: number } };
+  let ack: { error?: { description?: string; code?: number } };
+  try {
+    ack = JSON.parse(msg.string()) as typeof ack;
+  } catch {
+    return "unreadable answer to a JetStream publish";
+  }
   return ack.error ? `JetStream refused a publish: ${ack.error.description ?? ack.error.code}` : undefined;
 }
