@@ -25,11 +25,14 @@ import {
   stringField,
   type Fields,
 } from "./input.js";
+import type { CreateTransactionsCall } from "./batch-answer.js";
 import { renderEntity, renderGroup, renderLeg, renderPage, renderProgram, renderRetrievedLeg, enumParam } from "./render.js";
 
 /** The RPC clients routes call. */
 export interface Clients {
   ledger: Client<typeof LedgerService>;
+  /** The ledger's CreateTransactions with its answer read by the wire reader (batch-answer.ts). */
+  createTransactions: CreateTransactionsCall;
   hold: Client<typeof HoldService>;
   notification: Client<typeof NotificationService>;
 }
@@ -243,12 +246,12 @@ export const ledgerRoutes: Route[] = [
     path: "/transaction/batch",
     body: ["transactions", "atomic"],
     largeBody: true,
-    async handle({ body, programId, call }, { ledger }) {
+    async handle({ body, programId, call }, { createTransactions }) {
       const atomic = booleanField(body, "atomic") ?? false;
       const { items, malformed } = batchItems(body);
       let res: CreateTransactionsResponse;
       try {
-        res = await ledger.createTransactions({ programId, atomic, transactions: items }, call);
+        res = await createTransactions({ programId, atomic, transactions: items }, call);
       } catch (err) {
         const error = ConnectError.from(err);
         const index = errorCodeOf(error).details?.["index"];

@@ -1,12 +1,11 @@
 import { toBinary } from "@bufbuild/protobuf";
-import { jetstream } from "@nats-io/jetstream";
 import { EventSchema, type Event } from "@ledger/proto/events/v1/events_pb.js";
 import type { Logger } from "pino";
 import { Counter, Gauge } from "prom-client";
 import { backgroundLoop } from "./background-loop.js";
 import type { Sql, Tx } from "./db.js";
 import { metricsRegistry } from "./metrics.js";
-import { ensureEventStream, eventSubject, type NatsHandle, type StreamSettings } from "./nats.js";
+import { ensureEventStream, eventSubject, publishAcked, type NatsHandle, type StreamSettings } from "./nats.js";
 
 const published = new Counter({
   name: "outbox_published_total",
@@ -107,7 +106,6 @@ export function createOutbox(options: OutboxOptions): Outbox {
       await ensureEventStream(nc, options.stream);
       streamReady = true;
     }
-    const js = jetstream(nc);
     return sql.begin(async (tx) => {
       // SKIP LOCKED lets lanes and replicas relay side by side without publishing a row twice at
       // once. A row is deleted only in the transaction that saw every publish of its batch acked;
@@ -116,8 +114,9 @@ export function createOutbox(options: OutboxOptions): Outbox {
       const rows = await tx<{ seq: bigint; event_id: string; subject: string; payload: Uint8Array }[]>`
         select seq, event_id, subject, payload from outbox order by seq limit ${batchSize} for update skip locked`;
       if (rows.length === 0) return 0;
-      await Promise.all(rows.map((row) => js.publish(row.subject, row.payload, { msgID: row.event_id, timeout: 5_000 })));
-      await tx`delete from outbox where seq in ${tx(rows.map((row) => row.seq))}`;
+      await publishAcked(nc, rows.map((row) => ({ subject: row.subject, payload: row.payload, msgId: row.event_id })), 5_000);
+      // One array parameter, not one parameter per row.
+      await tx`delete from outbox where seq = any(${rows.map((row) => `${row.seq}`)}::int8[])`;
       published.inc({ service: options.service }, rows.length);
       return rows.length;
     });

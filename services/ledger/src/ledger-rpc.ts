@@ -1,4 +1,4 @@
-import { create, type DescMessage, type MessageInitShape } from "@bufbuild/protobuf";
+import { create, type DescMessage } from "@bufbuild/protobuf";
 import { ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import {
   appError,
@@ -29,8 +29,6 @@ import {
   CreateTransactionsRequestSchema,
   CreateTransactionsResponseSchema,
   type CreateTransactionRequest,
-  type CreateTransactionResponse,
-  type CreateTransactionsResultSchema,
   DefundEntityRequestSchema,
   DefundEntityResponseSchema,
   Direction,
@@ -49,7 +47,8 @@ import {
   UpdateProgramRequestSchema,
   UpdateProgramResponseSchema,
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
-import { AtomicRefusal, type Applied, type createBatcher, type ItemAnswer, type Submission } from "./batcher.js";
+import { batchResponse } from "./batch-response.js";
+import { AtomicRefusal, type Applied, type createBatcher, type Submission } from "./batcher.js";
 import { createWritePath, groupOf } from "./write-path.js";
 import { entityToProto, findEntity, insertEntity, listEntities } from "./entities.js";
 import { findGroup, findLeg, groupToProto, legToProto, listLegs, statusFromProto } from "./groups.js";
@@ -116,21 +115,6 @@ function transactionCommand(req: CreateTransactionRequest, base: CommandScope): 
     throw invalidArgument("give either amount with account {from, to}, or entries");
   }
   return { kind: "create", ...base, description, metadata, status, legs };
-}
-
-/** The whole answer of a batch: one result per item, in request order. */
-function batchResponse(answers: ItemAnswer[]): MessageInitShape<typeof CreateTransactionsResponseSchema> {
-  let failed = 0;
-  const results = answers.map((answer): MessageInitShape<typeof CreateTransactionsResultSchema> => {
-    if (answer instanceof ConnectError) {
-      failed++;
-      const { code, details } = errorCodeOf(answer);
-      return { result: { case: "error", value: { code, message: answer.rawMessage, ...(details ? { details } : {}) } } };
-    }
-    const response = answer.response as CreateTransactionResponse;
-    return { result: { case: "transactionGroup", value: response.transactionGroup! }, replayed: answer.replayed };
-  });
-  return { succeeded: answers.length - failed, failed, results };
 }
 
 
