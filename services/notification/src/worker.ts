@@ -77,6 +77,8 @@ interface Outcome {
 const CLAIM_LOCK_SPACE = 7_301;
 // Destinations looked at per claim, oldest due first.
 const CLAIM_ENDPOINTS = 1_000;
+// Outcomes written per turn at most; more wait for the next turn.
+const OUTCOMES_PER_TURN = 1_000;
 
 /**
  * Leases and outcomes commit without waiting for the WAL flush: they are visible to every other
@@ -147,7 +149,13 @@ export function createWorker(options: WorkerOptions): Worker {
   const leaseMs = options.timeoutMs + 30_000;
   let running = false;
   let loop: Promise<void> | undefined;
+  // Attempts from claim to written outcome, which stop() waits for.
   const inFlight = new Set<Promise<void>>();
+  // Attempts from claim to HTTP answer: what `concurrency` counts. A slot frees when the answer
+  // arrives, before its outcome is written. Resolves when the slot frees.
+  const sending = new Set<Promise<void>>();
+  // Per destination, this process's attempts waiting for an answer.
+  const sendingTo = new Map<string, number>();
 
   const sleeper = wakeableSleep();
   // A wake that came while the loop was busy claiming is kept, so the loop looks again at once
@@ -162,13 +170,17 @@ export function createWorker(options: WorkerOptions): Worker {
     await sleeper.sleep(ms);
   };
 
-  async function claim(limit: number): Promise<Claimed[]> {
+  /**
+   * Leases up to `limit` due deliveries in `tx`. `contended` says some destination with due work
+   * got nothing because another process held its lock or its slots: worth looking again soon.
+   */
+  async function claimIn(tx: Tx, limit: number): Promise<{ claimed: Claimed[]; contended: boolean }> {
     const lease = randomUUID();
-    return sql.begin(async (tx): Promise<Claimed[]> => {
-      commitWithoutFlushWait(tx);
+    const none = { claimed: [] as Claimed[], contended: false };
+    {
       // Destinations with due work, oldest due first, locked for this claim; a destination whose
       // lock another process holds is skipped now and looked at by the next claim.
-      const endpoints = await tx<{ id: string; enabled: boolean; deleted: boolean; max_concurrency: number }[]>`
+      const candidates = await tx<{ id: string; enabled: boolean; deleted: boolean; max_concurrency: number; locked: boolean }[]>`
         with recursive pending_endpoints(endpoint_id) as (
           -- Each destination with pending deliveries, one index probe apiece (a loose index scan
           -- of deliveries_due_by_endpoint): a destination with a huge backlog costs no more than
@@ -188,10 +200,11 @@ export function createWorker(options: WorkerOptions): Worker {
             order by d.next_attempt_at limit 1) oldest
           where oldest.at <= now()
           order by oldest.at limit ${CLAIM_ENDPOINTS})
-        select id, enabled, deleted, max_concurrency from candidates
-        where pg_try_advisory_xact_lock(${CLAIM_LOCK_SPACE}, hashtext(id))
-        order by oldest`;
-      if (endpoints.length === 0) return [];
+        select id, enabled, deleted, max_concurrency, pg_try_advisory_xact_lock(${CLAIM_LOCK_SPACE}, hashtext(id)) as locked
+        from candidates order by oldest`;
+      const endpoints = candidates.filter((e) => e.locked);
+      none.contended = endpoints.length < candidates.length;
+      if (endpoints.length === 0) return none;
       // A destination switched off while its deliveries waited: they stop here (docs/webhooks.md#retries-and-delivery-states).
       const stopped = endpoints.filter((e) => !e.enabled || e.deleted);
       for (const e of stopped) {
@@ -201,18 +214,21 @@ export function createWorker(options: WorkerOptions): Worker {
           where endpoint_id = ${e.id} and status = 'pending' and next_attempt_at <= now()`;
       }
       const live = endpoints.filter((e) => e.enabled && !e.deleted);
-      if (live.length === 0) return [];
+      if (live.length === 0) return none;
       const busy = await tx<{ endpoint_id: string; n: number }[]>`
         select endpoint_id, count(*)::int as n from deliveries
         where endpoint_id = any(${live.map((e) => e.id)}::text[]) and status = 'pending' and lease_id is not null and next_attempt_at > now()
         group by endpoint_id`;
       const used = new Map(busy.map((b) => [b.endpoint_id, b.n]));
-      const quota = shareSlots(live.map((e) => ({ id: e.id, room: Math.max(0, e.max_concurrency - (used.get(e.id) ?? 0)) })), limit);
-      if (quota.size === 0) return [];
+      const room = live.map((e) => ({ id: e.id, room: Math.max(0, e.max_concurrency - (used.get(e.id) ?? 0)) }));
+      // A destination whose slots are all leased elsewhere frees some when that process writes its outcomes.
+      if (room.some((r) => r.room === 0 && (used.get(r.id) ?? 0) > (sendingTo.get(r.id) ?? 0))) none.contended = true;
+      const quota = shareSlots(room, limit);
+      if (quota.size === 0) return none;
       // Per destination, its oldest due deliveries through the (endpoint_id, next_attempt_at)
       // index. The due conditions stand on the locked rows themselves, so a row leased after
       // this statement's snapshot is re-read by the lock and dropped, never sent twice.
-      return tx<Claimed[]>`
+      const claimed = await tx<Claimed[]>`
         with quota as (
           select * from unnest(${[...quota.keys()]}::text[], ${[...quota.values()]}::int[]) as q(endpoint_id, n)),
         picked as (
@@ -231,43 +247,69 @@ export function createWorker(options: WorkerOptions): Worker {
                coalesce(en.previous_secret_expires_at > now(), false) as previous_active,
                ${lease} as lease_id
         from leased l join endpoints en on en.id = l.endpoint_id join events ev on ev.id = l.event_id`;
-    });
+      return { claimed, contended: none.contended };
+    }
   }
 
-  // Ended attempts wait here and are written together: one transaction per batch, not per attempt.
+  // Attempts whose answer arrived wait here for the next turn, which writes their outcomes and
+  // claims the next deliveries in one transaction: one commit per turn, not one per batch of each.
   const ended: Array<{ outcome: Outcome; done: (err?: unknown) => void }> = [];
-  let writing: Promise<void> | undefined;
 
+  /** Queues an ended attempt's outcome; resolves once it is written. */
   function record(outcome: Outcome): Promise<void> {
     return new Promise<void>((resolve, reject) => {
       ended.push({ outcome, done: (err) => (err ? reject(err) : resolve()) });
-      writing ??= writeEnded();
+      wake();
     });
   }
 
-  async function writeEnded(): Promise<void> {
-    while (ended.length > 0) {
-      const batch = ended.splice(0, 1_000);
-      try {
-        await writeOutcomes(batch.map((b) => b.outcome));
-        for (const b of batch) b.done();
-      } catch (err) {
-        for (const b of batch) b.done(err);
-      }
+  /**
+   * One turn of the loop: writes the queued outcomes, then leases up to `free` due deliveries,
+   * in one transaction. The outcomes go first, so the claim's count of live leases no longer
+   * has the attempts that just ended: a slot frees when its answer arrives, not a turn later.
+   * When the transaction fails the outcomes stay queued for the next turn (their write is
+   * idempotent: it applies only on the attempt's own lease).
+   */
+  async function turn(free: number): Promise<{ claimed: Claimed[]; contended: boolean }> {
+    const batch = ended.splice(0, OUTCOMES_PER_TURN);
+    let result: { claimed: Claimed[]; contended: boolean };
+    try {
+      result = await transaction(sql, async (tx) => {
+        commitWithoutFlushWait(tx);
+        if (batch.length > 0) await writeOutcomes(tx, batch.map((b) => b.outcome));
+        return free > 0 ? claimIn(tx, free) : { claimed: [], contended: false };
+      });
+    } catch (err) {
+      ended.unshift(...batch);
+      throw err;
     }
-    writing = undefined;
+    for (const b of batch) b.done();
+    return result;
   }
 
-  async function writeOutcomes(outcomes: Outcome[]): Promise<void> {
+  /** Writes what is still queued, for stop(); outcomes that cannot be written fail their attempts' promises. */
+  async function flushEnded(): Promise<void> {
+    for (let tries = 0; ended.length > 0 && tries < 3; tries++) await turn(0).catch(() => {});
+    for (const b of ended.splice(0)) b.done(new Error("the outcome could not be written"));
+  }
+
+  async function writeOutcomes(tx: Tx, outcomes: Outcome[]): Promise<void> {
     const column = <T>(f: (o: Outcome) => T) => outcomes.map(f);
-    // Retried on a deadlock: losing this write would leave the leases to run out and the
-    // attempts to be sent again.
-    await transaction(sql, async (tx) => {
-      commitWithoutFlushWait(tx);
-      // Every expression on the right reads the row as it was: a delivery that was stopped while
-      // its attempt ran keeps its `failed` status and stop reason, and only gains the attempt.
-      // Rows are updated in id order, so two writers never wait on each other crosswise.
-      await tx`
+    // Every expression on the right reads the row as it was: a delivery that was stopped while
+    // its attempt ran keeps its `failed` status and stop reason, and only gains the attempt.
+    // Rows are updated in id order, so two writers never wait on each other crosswise. The
+    // attempt's row is added only when its delivery row still had the attempt's lease, so a
+    // turn written again after a commit whose answer was lost adds nothing twice.
+    await tx`
+      with o as (
+        select * from unnest(
+          ${column((o) => o.c.id)}::text[], ${column((o) => o.c.lease_id)}::text[], ${column((o) => o.c.endpoint_id)}::text[],
+          ${column((o) => (o.succeeded ? "t" : "f"))}::text[],
+          ${column((o) => o.result.status || null)}::int[], ${column((o) => o.excerpt)}::text[],
+          ${column((o) => o.result.durationMs)}::int[], ${column((o) => o.result.error || null)}::text[],
+          ${column((o) => o.next)}::text[], ${column((o) => o.delayMs)}::int[])
+          as o(id, lease_id, endpoint_id, succeeded, status, excerpt, duration_ms, error, next, delay_ms)),
+      written as (
         update deliveries d set
           attempts = d.attempts + 1,
           response_status = o.status,
@@ -280,25 +322,15 @@ export function createWorker(options: WorkerOptions): Worker {
           lease_id = null,
           last_attempt_at = now(),
           updated_at = now()
-        from (select * from unnest(
-                ${column((o) => o.c.id)}::text[], ${column((o) => o.c.lease_id)}::text[],
-                ${column((o) => o.result.status || null)}::int[], ${column((o) => o.excerpt)}::text[],
-                ${column((o) => o.result.durationMs)}::int[], ${column((o) => o.result.error || null)}::text[],
-                ${column((o) => o.next)}::text[], ${column((o) => o.delayMs)}::int[])
-                as o(id, lease_id, status, excerpt, duration_ms, error, next, delay_ms)
-              order by id) o
-        where d.id = o.id and d.lease_id = o.lease_id`;
-      await tx`
-        insert into delivery_attempts (delivery_id, endpoint_id, succeeded, response_status, duration_ms, error)
-        select delivery_id, endpoint_id, succeeded = 't', response_status, duration_ms, error
-        from unnest(${column((o) => o.c.id)}::text[], ${column((o) => o.c.endpoint_id)}::text[], ${column((o) => (o.succeeded ? "t" : "f"))}::text[],
-                    ${column((o) => o.result.status || null)}::int[], ${column((o) => o.result.durationMs)}::int[],
-                    ${column((o) => o.result.error || null)}::text[])
-          as a(delivery_id, endpoint_id, succeeded, response_status, duration_ms, error)`;
-    });
+        from (select * from o order by id) o
+        where d.id = o.id and d.lease_id = o.lease_id
+        returning d.id)
+      insert into delivery_attempts (delivery_id, endpoint_id, succeeded, response_status, duration_ms, error)
+      select o.id, o.endpoint_id, o.succeeded = 't', o.status, o.duration_ms, o.error
+      from o join written w on w.id = o.id`;
   }
 
-  async function attempt(c: Claimed): Promise<void> {
+  async function attempt(c: Claimed, answered: () => void): Promise<void> {
     const number = c.attempts + 1;
     const traced = options.tracing
       ? startSpan(options.tracing, `deliver ${c.event_type}`, SpanKind.CLIENT, { traceparent: c.traceparent, tracestate: "" }, {
@@ -311,7 +343,7 @@ export function createWorker(options: WorkerOptions): Worker {
         })
       : undefined;
     try {
-      await attemptOnce(c, number, (result, succeeded) => {
+      await attemptOnce(c, number, answered, (result, succeeded) => {
         if (!traced) return;
         if (result.status) traced.span.setAttribute("http.response.status_code", result.status);
         if (!succeeded) recordFailure(traced.span, result.error || String(result.status));
@@ -326,7 +358,7 @@ export function createWorker(options: WorkerOptions): Worker {
 
   // The URL stays out of the span (its query may hold the receiver's token), and the request
   // carries no traceparent: internal trace ids are not the receiver's business.
-  async function attemptOnce(c: Claimed, number: number, onResult: (result: AttemptResult, succeeded: boolean) => void): Promise<void> {
+  async function attemptOnce(c: Claimed, number: number, answered: () => void, onResult: (result: AttemptResult, succeeded: boolean) => void): Promise<void> {
     let result: AttemptResult;
     try {
       const t = Math.floor(Date.now() / 1000);
@@ -358,7 +390,9 @@ export function createWorker(options: WorkerOptions): Worker {
     attemptDuration.observe(result.durationMs / 1000);
     // Postgres text cannot hold NUL; a binary answer keeps the rest of its excerpt.
     const excerpt = result.bodyExcerpt.replace(/\u0000/g, "");
-    await record({ c, result, succeeded, next, delayMs: delay ?? 0, excerpt });
+    const written = record({ c, result, succeeded, next, delayMs: delay ?? 0, excerpt });
+    answered();
+    await written;
     // One line per attempt, carrying the request id of the call that caused the event, so a
     // delivery can be traced back to the gateway's log line and forward from it.
     const fields = { request_id: c.request_id, event_id: c.event_id, delivery_id: c.id, endpoint_id: c.endpoint_id, attempt: number, status: result.status, error: result.error || undefined, ms: result.durationMs, next };
@@ -366,36 +400,58 @@ export function createWorker(options: WorkerOptions): Worker {
     else log.warn(fields, "delivery attempt failed");
   }
 
+  /** Sends one claimed attempt; its slot frees when the answer arrives (or the attempt fails). */
+  function launch(c: Claimed): void {
+    let free!: () => void;
+    const slot = new Promise<void>((resolve) => (free = resolve));
+    sending.add(slot);
+    sendingTo.set(c.endpoint_id, (sendingTo.get(c.endpoint_id) ?? 0) + 1);
+    const answered = () => {
+      if (!sending.delete(slot)) return;
+      const left = sendingTo.get(c.endpoint_id)! - 1;
+      if (left === 0) sendingTo.delete(c.endpoint_id);
+      else sendingTo.set(c.endpoint_id, left);
+      free();
+      wake();
+    };
+    const p: Promise<void> = attempt(c, answered)
+      .catch((err: unknown) => log.error({ err, delivery_id: c.id }, "recording a delivery attempt failed; the lease will run out and it is retried"))
+      .finally(() => {
+        answered();
+        inFlight.delete(p);
+      });
+    inFlight.add(p);
+  }
+
   async function run() {
     let failures = 0;
+    // Pause before looking again at destinations another process holds; doubles while they stay held.
+    let contendedMs = 0;
     while (running) {
-      const free = options.concurrency - inFlight.size;
-      if (free <= 0) {
+      const free = options.concurrency - sending.size;
+      if (free <= 0 && ended.length === 0) {
         // Every slot is busy: wait for one to free. Not `sleep`, which returns at once after a
         // wake, so a wake noted while the slots are full would make this loop spin on microtasks
         // alone, starving the process's timers and sockets until it runs out of memory.
-        await Promise.race(inFlight);
+        await Promise.race(sending);
         continue;
       }
       let claimed: Claimed[] = [];
+      let contended = false;
       woken = false;
       try {
-        claimed = await claim(free);
+        ({ claimed, contended } = await turn(free));
         failures = 0;
       } catch (err) {
         failures++;
         if (failures === 1 || failures % 30 === 0) log.warn({ err: (err as Error).message, failures }, "cannot claim deliveries; retrying");
       }
-      for (const c of claimed) {
-        const p: Promise<void> = attempt(c)
-          .catch((err: unknown) => log.error({ err, delivery_id: c.id }, "recording a delivery attempt failed; the lease will run out and it is retried"))
-          .finally(() => {
-            inFlight.delete(p);
-            wake();
-          });
-        inFlight.add(p);
-      }
-      if (claimed.length === 0) await sleep(failures > 0 ? Math.min(200 * 2 ** Math.min(failures, 4), 2_000) : pollMs);
+      for (const c of claimed) launch(c);
+      contendedMs = contended ? Math.min(Math.max(2 * contendedMs, 2), pollMs) : 0;
+      if (failures > 0) await sleep(Math.min(200 * 2 ** Math.min(failures, 4), 2_000));
+      // Fewer than asked: nothing more is due that this process may take. Wait for an answer (a
+      // slot), for new events, or, when another process holds a destination, a short while.
+      else if (claimed.length < free) await sleep(contendedMs || pollMs);
     }
   }
 
@@ -410,6 +466,8 @@ export function createWorker(options: WorkerOptions): Worker {
       running = false;
       wake();
       await loop;
+      await Promise.allSettled([...sending]);
+      await flushEnded();
       await Promise.allSettled([...inFlight]);
     },
   };
