@@ -1,11 +1,11 @@
 import { randomUUID } from "node:crypto";
 import type { Logger, Sql, Tracing, Tx } from "@ledger/common";
-import { metricsRegistry, recordFailure, SpanKind, startSpan, wakeableSleep } from "@ledger/common";
+import { metricsRegistry, pipelinedTransaction, recordFailure, SpanKind, startSpan, wakeableSleep } from "@ledger/common";
 import { Counter, Histogram } from "prom-client";
 import { signingSecrets } from "./endpoints.js";
 import { signatureHeader } from "./secrets.js";
 import { sendOnce, type AttemptResult } from "./send.js";
-import { transaction } from "./transaction.js";
+import { retried } from "./transaction.js";
 
 const attemptsTotal = new Counter({
   name: "webhook_attempts_total",
@@ -84,12 +84,11 @@ const OUTCOMES_PER_TURN = 1_000;
  * Leases and outcomes commit without waiting for the WAL flush: they are visible to every other
  * process at once (what keeps one attempt from being sent twice), and only a crash of Postgres
  * itself within its WAL writer's delay could forget one, which makes the attempt go again, as a
- * notification process dying mid-attempt does. Sent ahead of the transaction's first statement,
- * so it costs no round trip of its own. Events are stored with full durability (they are acked
- * to JetStream after their commit).
+ * notification process dying mid-attempt does. Events are stored with full durability (they are
+ * acked to JetStream after their commit).
  */
-function commitWithoutFlushWait(tx: Tx): void {
-  tx`set local synchronous_commit = off`.execute().catch(() => {});
+function commitWithoutFlushWait(tx: Tx): Promise<unknown> {
+  return tx`set local synchronous_commit = off`.execute();
 }
 
 /**
@@ -111,32 +110,11 @@ export function retryDelayMs(schedule: number[], attempt: number, result: Attemp
 }
 
 /**
- * Shares `free` slots among destinations, one at a time in turn, each up to its own room, so a
- * destination with a large backlog cannot take every slot of a claim.
- */
-function shareSlots(room: Array<{ id: string; room: number }>, free: number): Map<string, number> {
-  const quota = new Map<string, number>();
-  let left = free;
-  for (let round = 1; left > 0; round++) {
-    let gave = false;
-    for (const r of room) {
-      if (left === 0) break;
-      if (r.room < round) continue;
-      quota.set(r.id, round);
-      left--;
-      gave = true;
-    }
-    if (!gave) break;
-  }
-  return quota;
-}
-
-/**
- * Creates the workers. Due deliveries are claimed many at once in one short transaction that
- * sets a lease (lease_id, and next_attempt_at pushed past the attempt's timeout) before it
- * commits: another process then sees them as not due, so no attempt is sent twice, and a process
- * that dies mid-attempt only leaves leases that run out and are retried. Outcomes are written
- * many at once too, in one transaction per batch of ended attempts.
+ * Creates the workers. Each turn of the loop is one short transaction that writes the outcomes of
+ * the attempts answered since the last turn and claims many due deliveries at once, setting a
+ * lease (lease_id, and next_attempt_at pushed past the attempt's timeout) before it commits:
+ * another process then sees them as not due, so no attempt is sent twice, and a process that
+ * dies mid-attempt only leaves leases that run out and are retried.
  *
  * Per destination, at most its `max_concurrency` attempts are leased at once across every
  * process: a claim takes a transaction-scoped advisory lock per destination (skipping those
@@ -171,84 +149,93 @@ export function createWorker(options: WorkerOptions): Worker {
   };
 
   /**
-   * Leases up to `limit` due deliveries in `tx`. `contended` says some destination with due work
-   * got nothing because another process held its lock or its slots: worth looking again soon.
+   * Leases up to `limit` due deliveries in `tx`; statements whose answer it does not need go
+   * into `writes`, sent at once and awaited with the commit. `contended` says some destination
+   * with due work got nothing because another process held its lock, its slots or its rows:
+   * worth looking again soon.
    */
-  async function claimIn(tx: Tx, limit: number): Promise<{ claimed: Claimed[]; contended: boolean }> {
+  async function claimIn(tx: Tx, limit: number, writes: Promise<unknown>[]): Promise<{ claimed: Claimed[]; contended: boolean }> {
     const lease = randomUUID();
-    const none = { claimed: [] as Claimed[], contended: false };
-    {
-      // Destinations with due work, oldest due first, locked for this claim; a destination whose
-      // lock another process holds is skipped now and looked at by the next claim.
-      const candidates = await tx<{ id: string; enabled: boolean; deleted: boolean; max_concurrency: number; locked: boolean }[]>`
-        with recursive pending_endpoints(endpoint_id) as (
-          -- Each destination with pending deliveries, one index probe apiece (a loose index scan
-          -- of deliveries_due_by_endpoint): a destination with a huge backlog costs no more than
-          -- one with a single delivery, and cannot hide the others from the claim.
-          (select endpoint_id from deliveries where status = 'pending' order by endpoint_id limit 1)
-          union all
-          select (select d.endpoint_id from deliveries d
-                  where d.status = 'pending' and d.endpoint_id > p.endpoint_id order by d.endpoint_id limit 1)
-          from pending_endpoints p where p.endpoint_id is not null),
-        candidates as materialized (
-          select en.id, en.enabled, en.deleted_at is not null as deleted, en.max_concurrency, oldest.at as oldest
-          from pending_endpoints p
-          join endpoints en on en.id = p.endpoint_id
-          cross join lateral (
-            select d.next_attempt_at as at from deliveries d
-            where d.endpoint_id = p.endpoint_id and d.status = 'pending'
-            order by d.next_attempt_at limit 1) oldest
-          where oldest.at <= now()
-          order by oldest.at limit ${CLAIM_ENDPOINTS})
-        select id, enabled, deleted, max_concurrency, pg_try_advisory_xact_lock(${CLAIM_LOCK_SPACE}, hashtext(id)) as locked
-        from candidates order by oldest`;
-      const endpoints = candidates.filter((e) => e.locked);
-      none.contended = endpoints.length < candidates.length;
-      if (endpoints.length === 0) return none;
-      // A destination switched off while its deliveries waited: they stop here (docs/webhooks.md#retries-and-delivery-states).
-      const stopped = endpoints.filter((e) => !e.enabled || e.deleted);
-      for (const e of stopped) {
-        await tx`
-          update deliveries set status = 'failed', error = ${e.deleted ? "endpoint_deleted" : "endpoint_disabled"},
-            next_attempt_at = null, updated_at = now()
-          where endpoint_id = ${e.id} and status = 'pending' and next_attempt_at <= now()`;
-      }
-      const live = endpoints.filter((e) => e.enabled && !e.deleted);
-      if (live.length === 0) return none;
-      const busy = await tx<{ endpoint_id: string; n: number }[]>`
-        select endpoint_id, count(*)::int as n from deliveries
-        where endpoint_id = any(${live.map((e) => e.id)}::text[]) and status = 'pending' and lease_id is not null and next_attempt_at > now()
-        group by endpoint_id`;
-      const used = new Map(busy.map((b) => [b.endpoint_id, b.n]));
-      const room = live.map((e) => ({ id: e.id, room: Math.max(0, e.max_concurrency - (used.get(e.id) ?? 0)) }));
-      // A destination whose slots are all leased elsewhere frees some when that process writes its outcomes.
-      if (room.some((r) => r.room === 0 && (used.get(r.id) ?? 0) > (sendingTo.get(r.id) ?? 0))) none.contended = true;
-      const quota = shareSlots(room, limit);
-      if (quota.size === 0) return none;
-      // Per destination, its oldest due deliveries through the (endpoint_id, next_attempt_at)
-      // index. The due conditions stand on the locked rows themselves, so a row leased after
-      // this statement's snapshot is re-read by the lock and dropped, never sent twice.
-      const claimed = await tx<Claimed[]>`
-        with quota as (
-          select * from unnest(${[...quota.keys()]}::text[], ${[...quota.values()]}::int[]) as q(endpoint_id, n)),
-        picked as (
-          select d.id from quota q cross join lateral (
-            select id from deliveries d
-            where d.endpoint_id = q.endpoint_id and d.status = 'pending' and d.next_attempt_at <= now()
-            order by d.next_attempt_at, d.id
-            limit q.n
-            for update skip locked) d),
-        leased as (
-          update deliveries set lease_id = ${lease}, next_attempt_at = now() + make_interval(secs => ${leaseMs / 1000}), updated_at = now()
-          where id in (select id from picked)
-          returning id, endpoint_id, event_id, attempts)
-        select l.id, l.endpoint_id, l.event_id, ev.type as event_type, ev.request_id, ev.traceparent, en.url, ev.body, l.attempts,
-               en.secret, en.previous_secret,
-               coalesce(en.previous_secret_expires_at > now(), false) as previous_active,
-               ${lease} as lease_id
-        from leased l join endpoints en on en.id = l.endpoint_id join events ev on ev.id = l.event_id`;
-      return { claimed, contended: none.contended };
+    // Destinations with due work, oldest due first, locked for this claim; a destination whose
+    // lock another process holds is skipped now and looked at by the next claim.
+    const candidates = await tx<{ id: string; enabled: boolean; deleted: boolean; max_concurrency: number; locked: boolean }[]>`
+      with recursive pending_endpoints(endpoint_id) as (
+        -- Each destination with pending deliveries, one index probe apiece (a loose index scan
+        -- of deliveries_due_by_endpoint): a destination with a huge backlog costs no more than
+        -- one with a single delivery, and cannot hide the others from the claim.
+        (select endpoint_id from deliveries where status = 'pending' order by endpoint_id limit 1)
+        union all
+        select (select d.endpoint_id from deliveries d
+                where d.status = 'pending' and d.endpoint_id > p.endpoint_id order by d.endpoint_id limit 1)
+        from pending_endpoints p where p.endpoint_id is not null),
+      candidates as materialized (
+        select en.id, en.enabled, en.deleted_at is not null as deleted, en.max_concurrency, oldest.at as oldest
+        from pending_endpoints p
+        join endpoints en on en.id = p.endpoint_id
+        cross join lateral (
+          select d.next_attempt_at as at from deliveries d
+          where d.endpoint_id = p.endpoint_id and d.status = 'pending'
+          order by d.next_attempt_at limit 1) oldest
+        where oldest.at <= now()
+        order by oldest.at limit ${CLAIM_ENDPOINTS})
+      select id, enabled, deleted, max_concurrency, pg_try_advisory_xact_lock(${CLAIM_LOCK_SPACE}, hashtext(id)) as locked
+      from candidates order by oldest`;
+    const endpoints = candidates.filter((e) => e.locked);
+    let contended = endpoints.length < candidates.length;
+    // A destination switched off while its deliveries waited: they stop here (docs/webhooks.md#retries-and-delivery-states).
+    for (const e of endpoints.filter((e) => !e.enabled || e.deleted)) {
+      writes.push(tx`
+        update deliveries set status = 'failed', error = ${e.deleted ? "endpoint_deleted" : "endpoint_disabled"},
+          next_attempt_at = null, updated_at = now()
+        where endpoint_id = ${e.id} and status = 'pending' and next_attempt_at <= now()`.execute());
     }
+    const live = endpoints.filter((e) => e.enabled && !e.deleted);
+    if (live.length === 0) return { claimed: [], contended };
+    // One statement counts each destination's live leases and takes new ones up to its
+    // max_concurrency. It starts after the statement above got the destinations' locks, so its
+    // snapshot has every lease another process committed before; none can commit more until
+    // this transaction ends. This process's free slots are shared among the destinations one
+    // round at a time, oldest due first, so one with a large backlog cannot take them all.
+    // Per destination, its oldest due deliveries come through the (endpoint_id, next_attempt_at)
+    // index. The due conditions stand on the locked rows themselves, so a row leased after this
+    // statement's snapshot is re-read by the lock and dropped, never sent twice.
+    const claimed = await tx<Claimed[]>`
+      with live as (
+        select * from unnest(${live.map((e) => e.id)}::text[], ${live.map((e) => e.max_concurrency)}::int[])
+          with ordinality as l(endpoint_id, max_concurrency, ord)),
+      room as (
+        select l.endpoint_id, l.ord, l.max_concurrency - (
+          select count(*) from deliveries d
+          where d.endpoint_id = l.endpoint_id and d.status = 'pending' and d.lease_id is not null and d.next_attempt_at > now())::int as room
+        from live l),
+      quota as (
+        select endpoint_id, count(*)::int as n from (
+          select r.endpoint_id from room r cross join generate_series(1, r.room) as s(round)
+          order by s.round, r.ord limit ${limit}) s
+        group by endpoint_id),
+      picked as (
+        select d.id from quota q cross join lateral (
+          select id from deliveries d
+          where d.endpoint_id = q.endpoint_id and d.status = 'pending' and d.next_attempt_at <= now()
+          order by d.next_attempt_at, d.id
+          limit q.n
+          for update skip locked) d),
+      leased as (
+        update deliveries set lease_id = ${lease}, next_attempt_at = now() + make_interval(secs => ${leaseMs / 1000}), updated_at = now()
+        where id in (select id from picked)
+        returning id, endpoint_id, event_id, attempts)
+      select l.id, l.endpoint_id, l.event_id, ev.type as event_type, ev.request_id, ev.traceparent, en.url, ev.body, l.attempts,
+             en.secret, en.previous_secret,
+             coalesce(en.previous_secret_expires_at > now(), false) as previous_active,
+             ${lease} as lease_id
+      from leased l join endpoints en on en.id = l.endpoint_id join events ev on ev.id = l.event_id`;
+    if (claimed.length < limit) {
+      // A destination that got nothing though this process has room for it: its slots or its
+      // due rows are held by another process, which frees them when it writes its outcomes.
+      const got = new Set(claimed.map((c) => c.endpoint_id));
+      if (live.some((e) => !got.has(e.id) && (sendingTo.get(e.id) ?? 0) < e.max_concurrency)) contended = true;
+    }
+    return { claimed, contended };
   }
 
   // Attempts whose answer arrived wait here for the next turn, which writes their outcomes and
@@ -274,11 +261,15 @@ export function createWorker(options: WorkerOptions): Worker {
     const batch = ended.splice(0, OUTCOMES_PER_TURN);
     let result: { claimed: Claimed[]; contended: boolean };
     try {
-      result = await transaction(sql, async (tx) => {
-        commitWithoutFlushWait(tx);
-        if (batch.length > 0) await writeOutcomes(tx, batch.map((b) => b.outcome));
-        return free > 0 ? claimIn(tx, free) : { claimed: [], contended: false };
-      });
+      // Pipelined: BEGIN, the outcomes and COMMIT travel with the claim's statements, so a turn
+      // waits on Postgres once per claim statement and once for the commit.
+      result = await retried(() =>
+        pipelinedTransaction(sql, async (tx, writes) => {
+          writes.push(commitWithoutFlushWait(tx));
+          if (batch.length > 0) writes.push(writeOutcomes(tx, batch.map((b) => b.outcome)));
+          return free > 0 ? claimIn(tx, free, writes) : { claimed: [], contended: false };
+        }),
+      );
     } catch (err) {
       ended.unshift(...batch);
       throw err;
@@ -293,14 +284,14 @@ export function createWorker(options: WorkerOptions): Worker {
     for (const b of ended.splice(0)) b.done(new Error("the outcome could not be written"));
   }
 
-  async function writeOutcomes(tx: Tx, outcomes: Outcome[]): Promise<void> {
+  function writeOutcomes(tx: Tx, outcomes: Outcome[]): Promise<unknown> {
     const column = <T>(f: (o: Outcome) => T) => outcomes.map(f);
     // Every expression on the right reads the row as it was: a delivery that was stopped while
     // its attempt ran keeps its `failed` status and stop reason, and only gains the attempt.
     // Rows are updated in id order, so two writers never wait on each other crosswise. The
     // attempt's row is added only when its delivery row still had the attempt's lease, so a
     // turn written again after a commit whose answer was lost adds nothing twice.
-    await tx`
+    return tx`
       with o as (
         select * from unnest(
           ${column((o) => o.c.id)}::text[], ${column((o) => o.c.lease_id)}::text[], ${column((o) => o.c.endpoint_id)}::text[],
@@ -327,7 +318,7 @@ export function createWorker(options: WorkerOptions): Worker {
         returning d.id)
       insert into delivery_attempts (delivery_id, endpoint_id, succeeded, response_status, duration_ms, error)
       select o.id, o.endpoint_id, o.succeeded = 't', o.status, o.duration_ms, o.error
-      from o join written w on w.id = o.id`;
+      from o join written w on w.id = o.id`.execute();
   }
 
   async function attempt(c: Claimed, answered: () => void): Promise<void> {
