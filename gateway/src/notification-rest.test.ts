@@ -73,9 +73,9 @@ describe("destinations", () => {
     expect((await api.get("/webhook", { id })).body.endpoint).toMatchObject({ enabled: true, url: receiver.endpoint("/bad") });
   });
 
-  it("keeps max_concurrency: 32 by default, as given, and changed by PUT", async () => {
+  it("keeps max_concurrency: 128 by default, as given, and changed by PUT", async () => {
     const plain = await api.post("/webhooks", { url: receiver.endpoint("/cap-default") });
-    expect(plain.body.endpoint.max_concurrency).toBe(32);
+    expect(plain.body.endpoint.max_concurrency).toBe(128);
     const given = await api.post("/webhooks", { url: receiver.endpoint("/cap-given"), max_concurrency: 3 });
     expect(given.status).toBe(200);
     expect(given.body.endpoint.max_concurrency).toBe(3);

@@ -89,6 +89,24 @@ describe("backgroundLoop", () => {
     await loop.stop();
   });
 
+  it("sleeps the milliseconds an iteration asks for instead of its idle sleep, and wake cuts that short too", async () => {
+    const started: number[] = [];
+    const { loop } = loopOf(async () => {
+      started.push(Date.now());
+      return started.length < 3 ? 40 : false;
+    });
+    loop.start();
+    await until(() => started.length === 3);
+    // Two short sleeps of about 40 ms, not the idle 10 s.
+    expect(started[2]! - started[0]!).toBeGreaterThanOrEqual(70);
+    expect(started[2]! - started[0]!).toBeLessThan(2_000);
+    await delay(50);
+    expect(started).toHaveLength(3);
+    loop.wake();
+    await until(() => started.length === 4);
+    await loop.stop();
+  });
+
   it("wake cuts an idle sleep short; a wake during an iteration makes the loop look again at once", async () => {
     let runs = 0;
     let release: (() => void) | undefined;

@@ -7,10 +7,12 @@ export interface BackgroundLoopOptions {
   log: Logger;
   /**
    * One iteration. Resolves true when there may be more work right now (the next iteration starts
-   * at once), false when there was none (the loop sleeps `idleMs`, or until `wake`). A rejection is a
-   * failure: the loop backs off and tries again.
+   * at once), false when there was none (the loop sleeps `idleMs`, or until `wake`), or a number of
+   * milliseconds to sleep instead of `idleMs` (work that will be worth a look sooner, such as rows
+   * another process holds for a moment; `wake` cuts it short too). A rejection is a failure: the
+   * loop backs off and tries again.
    */
-  iteration: () => Promise<boolean>;
+  iteration: () => Promise<boolean | number>;
   /** The sleep after an iteration that found nothing to do; `wake` cuts it short. */
   idleMs: number;
   /** The sleep after the n-th failure in a row: `firstMs`, doubling each time, at most `maxMs`. `wake` does not cut it. */
@@ -73,7 +75,7 @@ export function backgroundLoop(options: BackgroundLoopOptions): BackgroundLoop {
     let failingSince = 0;
     while (running) {
       woken = false;
-      let more: boolean;
+      let more: boolean | number;
       try {
         more = await iteration();
       } catch (err) {
@@ -90,7 +92,8 @@ export function backgroundLoop(options: BackgroundLoopOptions): BackgroundLoop {
         log.info({ loop: name, after_failures: failures, failing_ms: Date.now() - failingSince }, `${name} works again`);
         failures = 0;
       }
-      if (!more) await sleep(idleMs, true);
+      if (more === false) await sleep(idleMs, true);
+      else if (typeof more === "number") await sleep(more, true);
     }
   }
 

@@ -13,13 +13,18 @@ export const TRANSACTION_ATTEMPTS = 5;
  * collision. `work` must do nothing outside the transaction that cannot be repeated.
  */
 export async function transaction<T>(sql: Sql, work: (tx: Tx) => Promise<T>, attempts = TRANSACTION_ATTEMPTS): Promise<T> {
-  for (let run = 1; ; run++) {
+  return retried(async () => (await sql.begin(work)) as T, attempts);
+}
+
+/** Runs `run`, one whole transaction, again when Postgres rolled it back for a conflict, as `transaction` does. */
+export async function retried<T>(run: () => Promise<T>, attempts = TRANSACTION_ATTEMPTS): Promise<T> {
+  for (let n = 1; ; n++) {
     try {
-      return (await sql.begin(work)) as T;
+      return await run();
     } catch (err) {
-      if (run >= attempts || !RETRYABLE.has(sqlState(err) ?? "")) throw err;
+      if (n >= attempts || !RETRYABLE.has(sqlState(err) ?? "")) throw err;
       // Random, so two transactions that collided do not start again in step.
-      await new Promise((resolve) => setTimeout(resolve, Math.random() * 20 * run));
+      await new Promise((resolve) => setTimeout(resolve, Math.random() * 20 * n));
     }
   }
 }

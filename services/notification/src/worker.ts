@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import type { Logger, Sql, Tracing, Tx } from "@ledger/common";
-import { backgroundLoop, metricsRegistry, recordFailure, SpanKind, startSpan, transaction } from "@ledger/common";
+import { backgroundLoop, metricsRegistry, pipelinedTransaction, recordFailure, retried, SpanKind, startSpan } from "@ledger/common";
 import { Counter, Histogram } from "prom-client";
 import { signingSecrets } from "./endpoints.js";
 import { signatureHeader } from "./webhook-signer.js";
@@ -76,17 +76,18 @@ interface Outcome {
 const CLAIM_LOCK_SPACE = 7_301;
 // Destinations looked at per claim, oldest due first.
 const CLAIM_ENDPOINTS = 1_000;
+// Outcomes written per turn at most; more wait for the next turn.
+const OUTCOMES_PER_TURN = 1_000;
 
 /**
  * Leases and outcomes commit without waiting for the WAL flush: they are visible to every other
  * process at once (what keeps one attempt from being sent twice), and only a crash of Postgres
  * itself within its WAL writer's delay could forget one, which makes the attempt go again, as a
- * notification process dying mid-attempt does. Sent ahead of the transaction's first statement,
- * so it costs no round trip of its own. Events are stored with full durability (they are acked
- * to JetStream after their commit).
+ * notification process dying mid-attempt does. Events are stored with full durability (they are
+ * acked to JetStream after their commit).
  */
-function commitWithoutFlushWait(tx: Tx): void {
-  tx`set local synchronous_commit = off`.execute().catch(() => {});
+function commitWithoutFlushWait(tx: Tx): Promise<unknown> {
+  return tx`set local synchronous_commit = off`.execute();
 }
 
 /**
@@ -108,32 +109,11 @@ export function retryDelayMs(schedule: number[], attempt: number, result: Attemp
 }
 
 /**
- * Shares `free` slots among destinations, one at a time in turn, each up to its own room, so a
- * destination with a large backlog cannot take every slot of a claim.
- */
-function shareSlots(room: Array<{ id: string; room: number }>, free: number): Map<string, number> {
-  const quota = new Map<string, number>();
-  let left = free;
-  for (let round = 1; left > 0; round++) {
-    let gave = false;
-    for (const r of room) {
-      if (left === 0) break;
-      if (r.room < round) continue;
-      quota.set(r.id, round);
-      left--;
-      gave = true;
-    }
-    if (!gave) break;
-  }
-  return quota;
-}
-
-/**
- * Creates the workers. Due deliveries are claimed many at once in one short transaction that
- * sets a lease (lease_id, and next_attempt_at pushed past the attempt's timeout) before it
- * commits: another process then sees them as not due, so no attempt is sent twice, and a process
- * that dies mid-attempt only leaves leases that run out and are retried. Outcomes are written
- * many at once too, in one transaction per batch of ended attempts.
+ * Creates the workers. Each turn of the loop is one short transaction that writes the outcomes of
+ * the attempts answered since the last turn and claims many due deliveries at once, setting a
+ * lease (lease_id, and next_attempt_at pushed past the attempt's timeout) before it commits:
+ * another process then sees them as not due, so no attempt is sent twice, and a process that
+ * dies mid-attempt only leaves leases that run out and are retried.
  *
  * Per destination, at most its `max_concurrency` attempts are leased at once across every
  * process: a claim takes a transaction-scoped advisory lock per destination (skipping those
@@ -144,114 +124,171 @@ export function createWorker(options: WorkerOptions): Worker {
   const { sql, log } = options;
   const pollMs = options.pollMs ?? 250;
   const leaseMs = options.timeoutMs + 30_000;
+  // Attempts from claim to written outcome, which stop() waits for.
   const inFlight = new Set<Promise<void>>();
+  // Attempts from claim to HTTP answer: what `concurrency` counts. A slot frees when the answer
+  // arrives, before its outcome is written. Resolves when the slot frees.
+  const sending = new Set<Promise<void>>();
+  // Per destination, this process's attempts waiting for an answer.
+  const sendingTo = new Map<string, number>();
 
-  async function claim(limit: number): Promise<Claimed[]> {
+  // A wake that comes while the loop is busy claiming is kept by the loop, so it looks again at
+  // once instead of sleeping through the slots that attempt freed.
+  const wake = () => loop.wake();
+
+  /**
+   * Leases up to `limit` due deliveries in `tx`; statements whose answer it does not need go
+   * into `writes`, sent at once and awaited with the commit. `contended` says some destination
+   * with due work got nothing because another process held its lock, its slots or its rows:
+   * worth looking again soon.
+   */
+  async function claimIn(tx: Tx, limit: number, writes: Promise<unknown>[]): Promise<{ claimed: Claimed[]; contended: boolean }> {
     const lease = randomUUID();
-    return sql.begin(async (tx): Promise<Claimed[]> => {
-      commitWithoutFlushWait(tx);
-      // Destinations with due work, oldest due first, locked for this claim; a destination whose
-      // lock another process holds is skipped now and looked at by the next claim.
-      const endpoints = await tx<{ id: string; enabled: boolean; deleted: boolean; max_concurrency: number }[]>`
-        with recursive pending_endpoints(endpoint_id) as (
-          -- Each destination with pending deliveries, one index probe apiece (a loose index scan
-          -- of deliveries_due_by_endpoint): a destination with a huge backlog costs no more than
-          -- one with a single delivery, and cannot hide the others from the claim.
-          (select endpoint_id from deliveries where status = 'pending' order by endpoint_id limit 1)
-          union all
-          select (select d.endpoint_id from deliveries d
-                  where d.status = 'pending' and d.endpoint_id > p.endpoint_id order by d.endpoint_id limit 1)
-          from pending_endpoints p where p.endpoint_id is not null),
-        candidates as materialized (
-          select en.id, en.enabled, en.deleted_at is not null as deleted, en.max_concurrency, oldest.at as oldest
-          from pending_endpoints p
-          join endpoints en on en.id = p.endpoint_id
-          cross join lateral (
-            select d.next_attempt_at as at from deliveries d
-            where d.endpoint_id = p.endpoint_id and d.status = 'pending'
-            order by d.next_attempt_at limit 1) oldest
-          where oldest.at <= now()
-          order by oldest.at limit ${CLAIM_ENDPOINTS})
-        select id, enabled, deleted, max_concurrency from candidates
-        where pg_try_advisory_xact_lock(${CLAIM_LOCK_SPACE}, hashtext(id))
-        order by oldest`;
-      if (endpoints.length === 0) return [];
-      // A destination switched off while its deliveries waited: they stop here (docs/webhooks.md#retries-and-delivery-states).
-      const stopped = endpoints.filter((e) => !e.enabled || e.deleted);
-      for (const e of stopped) {
-        await tx`
-          update deliveries set status = 'failed', error = ${e.deleted ? "endpoint_deleted" : "endpoint_disabled"},
-            next_attempt_at = null, updated_at = now()
-          where endpoint_id = ${e.id} and status = 'pending' and next_attempt_at <= now()`;
-      }
-      const live = endpoints.filter((e) => e.enabled && !e.deleted);
-      if (live.length === 0) return [];
-      const busy = await tx<{ endpoint_id: string; n: number }[]>`
-        select endpoint_id, count(*)::int as n from deliveries
-        where endpoint_id = any(${live.map((e) => e.id)}::text[]) and status = 'pending' and lease_id is not null and next_attempt_at > now()
-        group by endpoint_id`;
-      const used = new Map(busy.map((b) => [b.endpoint_id, b.n]));
-      const quota = shareSlots(live.map((e) => ({ id: e.id, room: Math.max(0, e.max_concurrency - (used.get(e.id) ?? 0)) })), limit);
-      if (quota.size === 0) return [];
-      // Per destination, its oldest due deliveries through the (endpoint_id, next_attempt_at)
-      // index. The due conditions stand on the locked rows themselves, so a row leased after
-      // this statement's snapshot is re-read by the lock and dropped, never sent twice.
-      return tx<Claimed[]>`
-        with quota as (
-          select * from unnest(${[...quota.keys()]}::text[], ${[...quota.values()]}::int[]) as q(endpoint_id, n)),
-        picked as (
-          select d.id from quota q cross join lateral (
-            select id from deliveries d
-            where d.endpoint_id = q.endpoint_id and d.status = 'pending' and d.next_attempt_at <= now()
-            order by d.next_attempt_at, d.id
-            limit q.n
-            for update skip locked) d),
-        leased as (
-          update deliveries set lease_id = ${lease}, next_attempt_at = now() + make_interval(secs => ${leaseMs / 1000}), updated_at = now()
-          where id in (select id from picked)
-          returning id, endpoint_id, event_id, attempts)
-        select l.id, l.endpoint_id, l.event_id, ev.type as event_type, ev.request_id, ev.traceparent, en.url, ev.body, l.attempts,
-               en.secret, en.previous_secret,
-               coalesce(en.previous_secret_expires_at > now(), false) as previous_active,
-               ${lease} as lease_id
-        from leased l join endpoints en on en.id = l.endpoint_id join events ev on ev.id = l.event_id`;
-    });
+    // Destinations with due work, oldest due first, locked for this claim; a destination whose
+    // lock another process holds is skipped now and looked at by the next claim.
+    const candidates = await tx<{ id: string; enabled: boolean; deleted: boolean; max_concurrency: number; locked: boolean }[]>`
+      with recursive pending_endpoints(endpoint_id) as (
+        -- Each destination with pending deliveries, one index probe apiece (a loose index scan
+        -- of deliveries_due_by_endpoint): a destination with a huge backlog costs no more than
+        -- one with a single delivery, and cannot hide the others from the claim.
+        (select endpoint_id from deliveries where status = 'pending' order by endpoint_id limit 1)
+        union all
+        select (select d.endpoint_id from deliveries d
+                where d.status = 'pending' and d.endpoint_id > p.endpoint_id order by d.endpoint_id limit 1)
+        from pending_endpoints p where p.endpoint_id is not null),
+      candidates as materialized (
+        select en.id, en.enabled, en.deleted_at is not null as deleted, en.max_concurrency, oldest.at as oldest
+        from pending_endpoints p
+        join endpoints en on en.id = p.endpoint_id
+        cross join lateral (
+          select d.next_attempt_at as at from deliveries d
+          where d.endpoint_id = p.endpoint_id and d.status = 'pending'
+          order by d.next_attempt_at limit 1) oldest
+        where oldest.at <= now()
+        order by oldest.at limit ${CLAIM_ENDPOINTS})
+      select id, enabled, deleted, max_concurrency, pg_try_advisory_xact_lock(${CLAIM_LOCK_SPACE}, hashtext(id)) as locked
+      from candidates order by oldest`;
+    const endpoints = candidates.filter((e) => e.locked);
+    let contended = endpoints.length < candidates.length;
+    // A destination switched off while its deliveries waited: they stop here (docs/webhooks.md#retries-and-delivery-states).
+    for (const e of endpoints.filter((e) => !e.enabled || e.deleted)) {
+      writes.push(tx`
+        update deliveries set status = 'failed', error = ${e.deleted ? "endpoint_deleted" : "endpoint_disabled"},
+          next_attempt_at = null, updated_at = now()
+        where endpoint_id = ${e.id} and status = 'pending' and next_attempt_at <= now()`.execute());
+    }
+    const live = endpoints.filter((e) => e.enabled && !e.deleted);
+    if (live.length === 0) return { claimed: [], contended };
+    // One statement counts each destination's live leases and takes new ones up to its
+    // max_concurrency. It starts after the statement above got the destinations' locks, so its
+    // snapshot has every lease another process committed before; none can commit more until
+    // this transaction ends. This process's free slots are shared among the destinations one
+    // round at a time, oldest due first, so one with a large backlog cannot take them all.
+    // Per destination, its oldest due deliveries come through the (endpoint_id, next_attempt_at)
+    // index. The due conditions stand on the locked rows themselves, so a row leased after this
+    // statement's snapshot is re-read by the lock and dropped, never sent twice.
+    const claimed = await tx<Claimed[]>`
+      with live as (
+        select * from unnest(${live.map((e) => e.id)}::text[], ${live.map((e) => e.max_concurrency)}::int[])
+          with ordinality as l(endpoint_id, max_concurrency, ord)),
+      room as (
+        select l.endpoint_id, l.ord, l.max_concurrency - (
+          select count(*) from deliveries d
+          where d.endpoint_id = l.endpoint_id and d.status = 'pending' and d.lease_id is not null and d.next_attempt_at > now())::int as room
+        from live l),
+      quota as (
+        select endpoint_id, count(*)::int as n from (
+          select r.endpoint_id from room r cross join generate_series(1, r.room) as s(round)
+          order by s.round, r.ord limit ${limit}) s
+        group by endpoint_id),
+      picked as (
+        select d.id from quota q cross join lateral (
+          select id from deliveries d
+          where d.endpoint_id = q.endpoint_id and d.status = 'pending' and d.next_attempt_at <= now()
+          order by d.next_attempt_at, d.id
+          limit q.n
+          for update skip locked) d),
+      leased as (
+        update deliveries set lease_id = ${lease}, next_attempt_at = now() + make_interval(secs => ${leaseMs / 1000}), updated_at = now()
+        where id in (select id from picked)
+        returning id, endpoint_id, event_id, attempts)
+      select l.id, l.endpoint_id, l.event_id, ev.type as event_type, ev.request_id, ev.traceparent, en.url, ev.body, l.attempts,
+             en.secret, en.previous_secret,
+             coalesce(en.previous_secret_expires_at > now(), false) as previous_active,
+             ${lease} as lease_id
+      from leased l join endpoints en on en.id = l.endpoint_id join events ev on ev.id = l.event_id`;
+    if (claimed.length < limit) {
+      // A destination that got nothing though this process has room for it: its slots or its
+      // due rows are held by another process, which frees them when it writes its outcomes.
+      const got = new Set(claimed.map((c) => c.endpoint_id));
+      if (live.some((e) => !got.has(e.id) && (sendingTo.get(e.id) ?? 0) < e.max_concurrency)) contended = true;
+    }
+    return { claimed, contended };
   }
 
-  // Ended attempts wait here and are written together: one transaction per batch, not per attempt.
+  // Attempts whose answer arrived wait here for the next turn, which writes their outcomes and
+  // claims the next deliveries in one transaction: one commit per turn, not one per batch of each.
   const ended: Array<{ outcome: Outcome; done: (err?: unknown) => void }> = [];
-  let writing: Promise<void> | undefined;
 
+  /** Queues an ended attempt's outcome; resolves once it is written. */
   function record(outcome: Outcome): Promise<void> {
     return new Promise<void>((resolve, reject) => {
       ended.push({ outcome, done: (err) => (err ? reject(err) : resolve()) });
-      writing ??= writeEnded();
+      wake();
     });
   }
 
-  async function writeEnded(): Promise<void> {
-    while (ended.length > 0) {
-      const batch = ended.splice(0, 1_000);
-      try {
-        await writeOutcomes(batch.map((b) => b.outcome));
-        for (const b of batch) b.done();
-      } catch (err) {
-        for (const b of batch) b.done(err);
-      }
+  /**
+   * One turn of the loop: writes the queued outcomes, then leases up to `free` due deliveries,
+   * in one transaction. The outcomes go first, so the claim's count of live leases no longer
+   * has the attempts that just ended: a slot frees when its answer arrives, not a turn later.
+   * When the transaction fails the outcomes stay queued for the next turn (their write is
+   * idempotent: it applies only on the attempt's own lease).
+   */
+  async function turn(free: number): Promise<{ claimed: Claimed[]; contended: boolean }> {
+    const batch = ended.splice(0, OUTCOMES_PER_TURN);
+    let result: { claimed: Claimed[]; contended: boolean };
+    try {
+      // Pipelined: BEGIN, the outcomes and COMMIT travel with the claim's statements, so a turn
+      // waits on Postgres once per claim statement and once for the commit.
+      result = await retried(() =>
+        pipelinedTransaction(sql, async (tx, writes) => {
+          writes.push(commitWithoutFlushWait(tx));
+          if (batch.length > 0) writes.push(writeOutcomes(tx, batch.map((b) => b.outcome)));
+          return free > 0 ? claimIn(tx, free, writes) : { claimed: [], contended: false };
+        }),
+      );
+    } catch (err) {
+      ended.unshift(...batch);
+      throw err;
     }
-    writing = undefined;
+    for (const b of batch) b.done();
+    return result;
   }
 
-  async function writeOutcomes(outcomes: Outcome[]): Promise<void> {
+  /** Writes what is still queued, for stop(); outcomes that cannot be written fail their attempts' promises. */
+  async function flushEnded(): Promise<void> {
+    for (let tries = 0; ended.length > 0 && tries < 3; tries++) await turn(0).catch(() => {});
+    for (const b of ended.splice(0)) b.done(new Error("the outcome could not be written"));
+  }
+
+  function writeOutcomes(tx: Tx, outcomes: Outcome[]): Promise<unknown> {
     const column = <T>(f: (o: Outcome) => T) => outcomes.map(f);
-    // Retried on a deadlock: losing this write would leave the leases to run out and the
-    // attempts to be sent again.
-    await transaction(sql, async (tx) => {
-      commitWithoutFlushWait(tx);
-      // Every expression on the right reads the row as it was: a delivery that was stopped while
-      // its attempt ran keeps its `failed` status and stop reason, and only gains the attempt.
-      // Rows are updated in id order, so two writers never wait on each other crosswise.
-      await tx`
+    // Every expression on the right reads the row as it was: a delivery that was stopped while
+    // its attempt ran keeps its `failed` status and stop reason, and only gains the attempt.
+    // Rows are updated in id order, so two writers never wait on each other crosswise. The
+    // attempt's row is added only when its delivery row still had the attempt's lease, so a
+    // turn written again after a commit whose answer was lost adds nothing twice.
+    return tx`
+      with o as (
+        select * from unnest(
+          ${column((o) => o.c.id)}::text[], ${column((o) => o.c.lease_id)}::text[], ${column((o) => o.c.endpoint_id)}::text[],
+          ${column((o) => (o.succeeded ? "t" : "f"))}::text[],
+          ${column((o) => o.result.status || null)}::int[], ${column((o) => o.excerpt)}::text[],
+          ${column((o) => o.result.durationMs)}::int[], ${column((o) => o.result.error || null)}::text[],
+          ${column((o) => o.next)}::text[], ${column((o) => o.delayMs)}::int[])
+          as o(id, lease_id, endpoint_id, succeeded, status, excerpt, duration_ms, error, next, delay_ms)),
+      written as (
         update deliveries d set
           attempts = d.attempts + 1,
           response_status = o.status,
@@ -264,25 +301,15 @@ export function createWorker(options: WorkerOptions): Worker {
           lease_id = null,
           last_attempt_at = now(),
           updated_at = now()
-        from (select * from unnest(
-                ${column((o) => o.c.id)}::text[], ${column((o) => o.c.lease_id)}::text[],
-                ${column((o) => o.result.status || null)}::int[], ${column((o) => o.excerpt)}::text[],
-                ${column((o) => o.result.durationMs)}::int[], ${column((o) => o.result.error || null)}::text[],
-                ${column((o) => o.next)}::text[], ${column((o) => o.delayMs)}::int[])
-                as o(id, lease_id, status, excerpt, duration_ms, error, next, delay_ms)
-              order by id) o
-        where d.id = o.id and d.lease_id = o.lease_id`;
-      await tx`
-        insert into delivery_attempts (delivery_id, endpoint_id, succeeded, response_status, duration_ms, error)
-        select delivery_id, endpoint_id, succeeded = 't', response_status, duration_ms, error
-        from unnest(${column((o) => o.c.id)}::text[], ${column((o) => o.c.endpoint_id)}::text[], ${column((o) => (o.succeeded ? "t" : "f"))}::text[],
-                    ${column((o) => o.result.status || null)}::int[], ${column((o) => o.result.durationMs)}::int[],
-                    ${column((o) => o.result.error || null)}::text[])
-          as a(delivery_id, endpoint_id, succeeded, response_status, duration_ms, error)`;
-    });
+        from (select * from o order by id) o
+        where d.id = o.id and d.lease_id = o.lease_id
+        returning d.id)
+      insert into delivery_attempts (delivery_id, endpoint_id, succeeded, response_status, duration_ms, error)
+      select o.id, o.endpoint_id, o.succeeded = 't', o.status, o.duration_ms, o.error
+      from o join written w on w.id = o.id`.execute();
   }
 
-  async function attempt(c: Claimed): Promise<void> {
+  async function attempt(c: Claimed, answered: () => void): Promise<void> {
     const number = c.attempts + 1;
     const traced = options.tracing
       ? startSpan(options.tracing, `deliver ${c.event_type}`, SpanKind.CLIENT, { traceparent: c.traceparent, tracestate: "" }, {
@@ -295,7 +322,7 @@ export function createWorker(options: WorkerOptions): Worker {
         })
       : undefined;
     try {
-      await attemptOnce(c, number, (result, succeeded) => {
+      await attemptOnce(c, number, answered, (result, succeeded) => {
         if (!traced) return;
         if (result.status) traced.span.setAttribute("http.response.status_code", result.status);
         if (!succeeded) recordFailure(traced.span, result.error || String(result.status));
@@ -310,7 +337,7 @@ export function createWorker(options: WorkerOptions): Worker {
 
   // The URL stays out of the span (its query may hold the receiver's token), and the request
   // carries no traceparent: internal trace ids are not the receiver's business.
-  async function attemptOnce(c: Claimed, number: number, onResult: (result: AttemptResult, succeeded: boolean) => void): Promise<void> {
+  async function attemptOnce(c: Claimed, number: number, answered: () => void, onResult: (result: AttemptResult, succeeded: boolean) => void): Promise<void> {
     let result: AttemptResult;
     try {
       const t = Math.floor(Date.now() / 1000);
@@ -342,7 +369,9 @@ export function createWorker(options: WorkerOptions): Worker {
     attemptDuration.observe(result.durationMs / 1000);
     // Postgres text cannot hold NUL; a binary answer keeps the rest of its excerpt.
     const excerpt = result.bodyExcerpt.replace(/\u0000/g, "");
-    await record({ c, result, succeeded, next, delayMs: delay ?? 0, excerpt });
+    const written = record({ c, result, succeeded, next, delayMs: delay ?? 0, excerpt });
+    answered();
+    await written;
     // One line per attempt, carrying the request id of the call that caused the event, so a
     // delivery can be traced back to the gateway's log line and forward from it.
     const fields = { request_id: c.request_id, event_id: c.event_id, delivery_id: c.id, endpoint_id: c.endpoint_id, attempt: number, status: result.status, error: result.error || undefined, ms: result.durationMs, next };
@@ -350,34 +379,55 @@ export function createWorker(options: WorkerOptions): Worker {
     else log.warn(fields, "delivery attempt failed");
   }
 
-  // One claim per iteration. There is more to do when it claimed something; an ended attempt
-  // wakes the loop, which (kept if it comes mid-claim) makes it look again at once for the slot.
-  async function claimAndSend(): Promise<boolean> {
-    const free = options.concurrency - inFlight.size;
-    if (free <= 0) {
+  /** Sends one claimed attempt; its slot frees when the answer arrives (or the attempt fails). */
+  function launch(c: Claimed): void {
+    let free!: () => void;
+    const slot = new Promise<void>((resolve) => (free = resolve));
+    sending.add(slot);
+    sendingTo.set(c.endpoint_id, (sendingTo.get(c.endpoint_id) ?? 0) + 1);
+    const answered = () => {
+      if (!sending.delete(slot)) return;
+      const left = sendingTo.get(c.endpoint_id)! - 1;
+      if (left === 0) sendingTo.delete(c.endpoint_id);
+      else sendingTo.set(c.endpoint_id, left);
+      free();
+      wake();
+    };
+    const p: Promise<void> = attempt(c, answered)
+      .catch((err: unknown) => log.error({ err, delivery_id: c.id }, "recording a delivery attempt failed; the lease will run out and it is retried"))
+      .finally(() => {
+        answered();
+        inFlight.delete(p);
+      });
+    inFlight.add(p);
+  }
+
+  // Pause before looking again at destinations another process holds; doubles while they stay held.
+  let contendedMs = 0;
+
+  /** One turn, then what the loop does next: at once, after a short pause, or its idle poll. */
+  async function iteration(): Promise<boolean | number> {
+    const free = options.concurrency - sending.size;
+    if (free <= 0 && ended.length === 0) {
       // Every slot is busy: wait for one to free. Not an idle sleep, which a wake noted while the
       // slots are full would end at once, making the loop spin on microtasks alone, starving the
       // process's timers and sockets until it runs out of memory.
-      await Promise.race(inFlight);
+      await Promise.race(sending);
       return true;
     }
-    const claimed = await claim(free);
-    for (const c of claimed) {
-      const p: Promise<void> = attempt(c)
-        .catch((err: unknown) => log.error({ err, delivery_id: c.id }, "recording a delivery attempt failed; the lease will run out and it is retried"))
-        .finally(() => {
-          inFlight.delete(p);
-          loop.wake();
-        });
-      inFlight.add(p);
-    }
-    return claimed.length > 0;
+    const { claimed, contended } = await turn(free);
+    for (const c of claimed) launch(c);
+    contendedMs = contended ? Math.min(Math.max(2 * contendedMs, 2), pollMs) : 0;
+    // Fewer than asked: nothing more is due that this process may take. Wait for an answer (a
+    // slot), for new events, or, when another process holds a destination, a short while.
+    if (claimed.length < free) return contendedMs || false;
+    return true;
   }
 
   const loop = backgroundLoop({
     name: "delivery worker",
     log,
-    iteration: claimAndSend,
+    iteration,
     idleMs: pollMs,
     backoff: { firstMs: 400, maxMs: 2_000 },
     failureMessage: "cannot claim deliveries; retrying",
@@ -385,9 +435,11 @@ export function createWorker(options: WorkerOptions): Worker {
 
   return {
     start: () => loop.start(),
-    wake: () => loop.wake(),
+    wake,
     async stop() {
       await loop.stop();
+      await Promise.allSettled([...sending]);
+      await flushEnded();
       await Promise.allSettled([...inFlight]);
     },
   };

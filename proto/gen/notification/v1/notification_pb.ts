@@ -494,7 +494,7 @@ export type CreateEndpointRequest = Message<"notification.v1.CreateEndpointReque
   eventTypes?: EventTypes | undefined;
 
   /**
-   * Attempts in flight to it at once, 1 to 256; absent for the default, 32.
+   * Attempts in flight to it at once, 1 to 256; absent for the default, 128.
    *
    * @generated from field: optional int32 max_concurrency = 5;
    */
