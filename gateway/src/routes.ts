@@ -9,7 +9,7 @@ import {
   type LedgerService,
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { CreateTransactionRequestSchema, CreateTransactionsItemSchema, CreateTransactionsResponse } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import type { CreateTransactionRequestSchema, CreateTransactionsItemSchema } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import type { NotificationService } from "@ledger/proto/notification/v1/notification_pb.js";
 import {
   amountField,
@@ -25,7 +25,7 @@ import {
   stringField,
   type Fields,
 } from "./input.js";
-import type { CreateTransactionsCall } from "./batch-answer.js";
+import type { BatchAnswer, CreateTransactionsCall } from "./batch-answer.js";
 import { renderEntity, renderGroup, renderLeg, renderPage, renderProgram, renderRetrievedLeg, enumParam } from "./render.js";
 
 /** The RPC clients routes call. */
@@ -249,7 +249,7 @@ export const ledgerRoutes: Route[] = [
     async handle({ body, programId, call }, { createTransactions }) {
       const atomic = booleanField(body, "atomic") ?? false;
       const { items, malformed } = batchItems(body);
-      let res: CreateTransactionsResponse;
+      let res: BatchAnswer;
       try {
         res = await createTransactions({ programId, atomic, transactions: items }, call);
       } catch (err) {

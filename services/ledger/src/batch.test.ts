@@ -219,7 +219,10 @@ describe("POST /v1/transaction/batch", () => {
     const start = new Map<string, number>();
     for (const w of wallets) start.set(w, await posted(w));
     let seed = 7;
-    const random = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+    const random = () => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31;
+      return seed / 2 ** 31;
+    };
     const items = Array.from({ length: 1000 }, (_, i) => {
       const from = wallets[Math.floor(random() * wallets.length)]!;
       let to = wallets[Math.floor(random() * wallets.length)]!;

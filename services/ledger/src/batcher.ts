@@ -192,7 +192,9 @@ export function createBatcher(options: BatcherOptions) {
       return;
     }
     outbox.wake();
-    units.forEach((unit, i) => unit.resolve(finish(unit, results[i]!)));
+    units.forEach((unit, i) => {
+      unit.resolve(finish(unit, results[i]!));
+    });
   }
 
   /** Builds, after commit, the responses the transaction left for later. */

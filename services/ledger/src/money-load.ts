@@ -69,12 +69,12 @@ export async function loadBook(tx: Tx, commands: MoneyCommand[], externals: Exte
 
   const entityIds = new Set<string>();
   for (const command of commands) {
-    if (command.kind === "create") command.legs.forEach((leg) => entityIds.add(leg.entityId));
+    if (command.kind === "create") for (const leg of command.legs) entityIds.add(leg.entityId);
     if (command.kind === "fund" || command.kind === "defund" || command.kind === "reserve") entityIds.add(command.entityId);
     if (command.kind === "capture") entityIds.add(command.destinationEntityId);
   }
   for (const reservation of reservations.values()) entityIds.add(reservation.entity_id);
-  for (const group of groups.values()) group.legs.forEach((leg) => entityIds.add(leg.entity_id));
+  for (const group of groups.values()) for (const leg of group.legs) entityIds.add(leg.entity_id);
   const ids = [...entityIds].filter((id) => isId("entity", id)).sort();
   const entities = new Map<string, EntityState>();
   const track = (row: EntityRow) => entities.set(row.id, entityState(row));

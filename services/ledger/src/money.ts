@@ -2,7 +2,7 @@
 // loading and locking what a set of commands needs (money-load.ts), and writing what they did in
 // one statement (money-persist.ts). This file puts them together for a transaction.
 import type { Tx } from "@ledger/common";
-import { ExternalEntityCache, loadBook } from "./money-load.js";
+import { type ExternalEntityCache, loadBook } from "./money-load.js";
 import { persist, type OutboxRow } from "./money-persist.js";
 import type { Book, MoneyCommand } from "./money-rules.js";
 

@@ -81,7 +81,10 @@ export class Writer {
   /** An int32 or enum as protobuf writes it (a negative one takes ten bytes, as int64); 0 is left out. */
   int32(field: number, value: number): void {
     if (value === 0) return;
-    if (value < 0) return this.int64(field, BigInt(value));
+    if (value < 0) {
+      this.int64(field, BigInt(value));
+      return;
+    }
     this.varint(field << 3);
     this.room(5);
     this.varintUnsigned(value);

@@ -44,7 +44,7 @@ async function fund(amount = 1_000): Promise<string> {
 async function deliveriesOf(endpointId: string) {
   const res = await api.get("/webhooks/deliveries", { endpoint_id: endpointId, limit: "100" });
   expect(res.status).toBe(200);
-  return res.body.deliveries as Array<Record<string, any>>;
+  return res.body.deliveries as Array<Record<string, unknown>>;
 }
 
 async function settled(endpointId: string, count: number, timeoutMs = 15_000) {

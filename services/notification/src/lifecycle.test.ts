@@ -157,7 +157,7 @@ describe("events list", () => {
     await expect
       .poll(async () => {
         const events = (await own.get("/events", { limit: "100" })).body.events;
-        return events.length === funded && events.every((e: any) => e.deliveries.pending === 0);
+        return events.length === funded && events.every((e: { deliveries: { pending: number } }) => e.deliveries.pending === 0);
       })
       .toBe(true);
     const all = (await own.get("/events", { limit: "100" })).body.events;

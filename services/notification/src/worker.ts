@@ -368,7 +368,7 @@ export function createWorker(options: WorkerOptions): Worker {
     attemptsTotal.inc({ outcome: succeeded ? "succeeded" : "failed", error: result.error || "none" });
     attemptDuration.observe(result.durationMs / 1000);
     // Postgres text cannot hold NUL; a binary answer keeps the rest of its excerpt.
-    const excerpt = result.bodyExcerpt.replace(/\u0000/g, "");
+    const excerpt = result.bodyExcerpt.replaceAll("\u0000", "");
     const written = record({ c, result, succeeded, next, delayMs: delay ?? 0, excerpt });
     answered();
     await written;
