@@ -4,7 +4,14 @@ import { defineConfig } from "vitest/config";
 // whole system and belong to no one service are in e2e/.
 export default defineConfig({
   test: {
-    include: ["packages/*/src/**/*.test.ts", "services/*/src/**/*.test.ts", "gateway/src/**/*.test.ts", "e2e/src/**/*.test.ts", "deploy/**/*.test.ts", "scripts/**/*.test.ts"],
+    include: [
+      "packages/*/src/**/*.test.ts",
+      "services/*/src/**/*.test.ts",
+      "gateway/src/**/*.test.ts",
+      "e2e/src/**/*.test.ts",
+      "deploy/**/*.test.ts",
+      "scripts/**/*.test.ts",
+    ],
     exclude: ["**/node_modules/**", "**/*.faults.test.ts"],
     globalSetup: ["packages/testing/src/global-setup.ts"],
     pool: "forks",

@@ -13,7 +13,15 @@
 import { fileURLToPath } from "node:url";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
-import { createLogger, ensureEventStream, envInt, natsConnectionOptions, openDatabase, readDatabaseUrl, readInfraConfig } from "@ledger/common";
+import {
+  createLogger,
+  ensureEventStream,
+  envInt,
+  natsConnectionOptions,
+  openDatabase,
+  readDatabaseUrl,
+  readInfraConfig,
+} from "@ledger/common";
 
 const env = process.env;
 const log = createLogger("migrate", env["LOG_LEVEL"] ?? "info");

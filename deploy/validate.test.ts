@@ -18,7 +18,14 @@ const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
 const DEPLOY = join(ROOT, "deploy");
 
 type Obj = { apiVersion: string; kind: string; metadata: { name: string }; [key: string]: unknown };
-type Container = { name: string; image?: string; command?: string[]; ports?: { name?: string; containerPort: number }[]; env?: { name: string; value?: string; valueFrom?: unknown }[]; [k: string]: unknown };
+type Container = {
+  name: string;
+  image?: string;
+  command?: string[];
+  ports?: { name?: string; containerPort: number }[];
+  env?: { name: string; value?: string; valueFrom?: unknown }[];
+  [k: string]: unknown;
+};
 type PodSpec = { containers: Container[]; securityContext?: Record<string, unknown>; volumes?: unknown[] };
 
 function parseFile(path: string): Obj[] {
@@ -57,7 +64,12 @@ const CUSTOM = new Set([
 /** Constructs and validates an object with its kubernetes-models class, found by apiVersion and kind. */
 async function validateAgainstSchema(obj: Obj, patch: boolean): Promise<void> {
   if (CUSTOM.has(`${obj.apiVersion}/${obj.kind}`)) return;
-  const mod = (await import(/* @vite-ignore */ `kubernetes-models/${obj.apiVersion}`)) as Record<string, new (data: unknown) => { validate(): void }>;
+  const mod = (await import(/* @vite-ignore */ `kubernetes-models/${obj.apiVersion}`)) as Record<
+    string,
+    new (
+      data: unknown,
+    ) => { validate(): void }
+  >;
   const Model = mod[obj.kind];
   if (!Model) throw new Error(`kubernetes-models has no ${obj.apiVersion} ${obj.kind}`);
   // A strategic-merge patch is a partial object: only its types are checked, not required fields.
@@ -117,9 +129,21 @@ function checkAgainstCode(obj: Obj, envNames: Set<string>, imageName: string | u
     const env = new Map((c.env ?? []).map((e) => [e.name, e]));
     for (const name of env.keys()) expect(envNames.has(name), `${where}: env ${name} is read by the code`).toBe(true);
     // Secrets are referenced, never inlined.
-    for (const secret of ["DATABASE_URL", "SERVICE_TOKEN", "NOTIFICATION_SECRET_KEY", "LEDGER_DATABASE_URL", "HOLD_DATABASE_URL", "NOTIFICATION_DATABASE_URL", "NATS_PASSWORD"]) {
+    for (const secret of [
+      "DATABASE_URL",
+      "SERVICE_TOKEN",
+      "NOTIFICATION_SECRET_KEY",
+      "LEDGER_DATABASE_URL",
+      "HOLD_DATABASE_URL",
+      "NOTIFICATION_DATABASE_URL",
+      "NATS_PASSWORD",
+    ]) {
       const e = env.get(secret);
-      if (e) expect((e.valueFrom as { secretKeyRef?: unknown } | undefined)?.secretKeyRef, `${where}: ${secret} from a secretKeyRef`).toBeDefined();
+      if (e)
+        expect(
+          (e.valueFrom as { secretKeyRef?: unknown } | undefined)?.secretKeyRef,
+          `${where}: ${secret} from a secretKeyRef`,
+        ).toBeDefined();
       if (e) expect(e.value, `${where}: ${secret} has no inline value`).toBeUndefined();
     }
     const portEnv = PORT_ENV[entry];
@@ -129,7 +153,10 @@ function checkAgainstCode(obj: Obj, envNames: Set<string>, imageName: string | u
       const opsPort = portEnv.ops ? Number(env.get(portEnv.ops)?.value) : undefined;
       const probedPort = opsPort ?? port;
       const ports = c.ports ?? [];
-      expect(ports.map((p) => p.containerPort), `${where}: containerPorts equal ${portEnv.port}${portEnv.ops ? ` and ${portEnv.ops}` : ""}`).toEqual(opsPort ? [port, opsPort] : [port]);
+      expect(
+        ports.map((p) => p.containerPort),
+        `${where}: containerPorts equal ${portEnv.port}${portEnv.ops ? ` and ${portEnv.ops}` : ""}`,
+      ).toEqual(opsPort ? [port, opsPort] : [port]);
       for (const probe of ["readinessProbe", "livenessProbe", "startupProbe"] as const) {
         const get = (c[probe] as { httpGet?: { path: string; port: string | number } } | undefined)?.httpGet;
         if (probe !== "startupProbe") expect(get, `${where}: ${probe}`).toBeDefined();
@@ -138,11 +165,21 @@ function checkAgainstCode(obj: Obj, envNames: Set<string>, imageName: string | u
         const probePort = typeof get.port === "number" ? get.port : ports.find((p) => p.name === get.port)?.containerPort;
         expect(probePort, `${where}: ${probe} port`).toBe(probedPort);
       }
-      expect(c["resources"], `${where}: resources`).toMatchObject({ requests: { cpu: expect.anything(), memory: expect.anything() }, limits: { memory: expect.anything() } });
+      expect(c["resources"], `${where}: resources`).toMatchObject({
+        requests: { cpu: expect.anything(), memory: expect.anything() },
+        limits: { memory: expect.anything() },
+      });
     }
-    expect(c["securityContext"], `${where}: securityContext`).toMatchObject({ allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ["ALL"] } });
+    expect(c["securityContext"], `${where}: securityContext`).toMatchObject({
+      allowPrivilegeEscalation: false,
+      readOnlyRootFilesystem: true,
+      capabilities: { drop: ["ALL"] },
+    });
     expect(pod.securityContext?.["runAsNonRoot"], `${where}: runAsNonRoot`).toBe(true);
-    expect((c as { volumeMounts?: { mountPath: string }[] }).volumeMounts?.some((m) => m.mountPath === "/tmp"), `${where}: /tmp mounted`).toBe(true);
+    expect(
+      (c as { volumeMounts?: { mountPath: string }[] }).volumeMounts?.some((m) => m.mountPath === "/tmp"),
+      `${where}: /tmp mounted`,
+    ).toBe(true);
   }
 }
 
@@ -156,7 +193,8 @@ function checkCnpgCluster(obj: Obj): void {
 // biome-ignore lint/suspicious/noExplicitAny: a manifest is an arbitrary YAML tree; the checks below walk many different paths of it, and a type for each would only repeat the path.
 type Spec = Record<string, any>;
 const specOf = (o: Obj) => (o["spec"] ?? {}) as Spec;
-const labelsMatch = (selector: Record<string, string>, labels: Record<string, string> | undefined) => Object.entries(selector).every(([k, v]) => labels?.[k] === v);
+const labelsMatch = (selector: Record<string, string>, labels: Record<string, string> | undefined) =>
+  Object.entries(selector).every(([k, v]) => labels?.[k] === v);
 
 /**
  * What the operations pieces need to agree on, checked by hand where kubernetes-models has no
@@ -176,7 +214,9 @@ function checkOperations(objects: Obj[], exampleSecrets: Obj[]): void {
   }
 
   const cluster = objects.find((o) => o.kind === "Cluster")!;
-  expect(specOf(cluster)["imageName"], "Postgres image pinned to a minor version or a digest").toMatch(/^[\w./-]+(:\d+\.\d+[\w.-]*)?(@sha256:[0-9a-f]{64})?$/);
+  expect(specOf(cluster)["imageName"], "Postgres image pinned to a minor version or a digest").toMatch(
+    /^[\w./-]+(:\d+\.\d+[\w.-]*)?(@sha256:[0-9a-f]{64})?$/,
+  );
   expect(specOf(cluster)["imageName"]).toMatch(/:\d+\.\d+|@sha256:/);
 
   // NATS: a password from the Secret the clients read, and TLS from the Secret cert-manager writes.
@@ -191,7 +231,9 @@ function checkOperations(objects: Obj[], exampleSecrets: Obj[]): void {
   expect(natsPod.volumes.find((v) => v["name"] === "tls")?.["secret"]?.["secretName"]).toBe("nats-tls");
   const certificate = named("Certificate", "nats-tls");
   expect(specOf(certificate!)["secretName"]).toBe("nats-tls");
-  expect(specOf(certificate!)["dnsNames"]).toEqual(expect.arrayContaining(["nats", "nats-0.nats-headless", "nats-1.nats-headless", "nats-2.nats-headless"]));
+  expect(specOf(certificate!)["dnsNames"]).toEqual(
+    expect.arrayContaining(["nats", "nats-0.nats-headless", "nats-1.nats-headless", "nats-2.nats-headless"]),
+  );
   for (const cert of objects.filter((o) => o.kind === "Certificate")) {
     expect(named("Issuer", specOf(cert)["issuerRef"]["name"]), `Certificate ${cert.metadata.name}'s Issuer`).toBeDefined();
   }
@@ -202,7 +244,10 @@ function checkOperations(objects: Obj[], exampleSecrets: Obj[]): void {
       if (!env.has("NATS_URL")) continue;
       const where = `${workload.kind}/${workload.metadata.name}`;
       expect(env.get("NATS_USER")?.value, `${where}: NATS_USER`).toBe("ledger");
-      expect((env.get("NATS_PASSWORD")?.valueFrom as Spec | undefined)?.["secretKeyRef"], `${where}: NATS_PASSWORD as the server's`).toEqual(serverPassword!["secretKeyRef"]);
+      expect(
+        (env.get("NATS_PASSWORD")?.valueFrom as Spec | undefined)?.["secretKeyRef"],
+        `${where}: NATS_PASSWORD as the server's`,
+      ).toEqual(serverPassword!["secretKeyRef"]);
       const ca = env.get("NATS_TLS_CA")?.value ?? "";
       const mount = ((c as Spec)["volumeMounts"] as Spec[] | undefined)?.find((m) => ca.startsWith(`${m["mountPath"]}/`));
       expect(mount, `${where}: NATS_TLS_CA ${ca} is in a mounted volume`).toBeDefined();
@@ -216,17 +261,26 @@ function checkOperations(objects: Obj[], exampleSecrets: Obj[]): void {
   for (const monitor of objects.filter((o) => o.kind === "ServiceMonitor")) {
     const selector = specOf(monitor)["selector"]["matchLabels"] as Record<string, string>;
     const services = objects.filter((o) => o.kind === "Service" && labelsMatch(selector, (o.metadata as Spec)["labels"]));
-    expect(services.map((s) => s.metadata.name), `ServiceMonitor ${monitor.metadata.name} selects one Service`).toHaveLength(1);
+    expect(
+      services.map((s) => s.metadata.name),
+      `ServiceMonitor ${monitor.metadata.name} selects one Service`,
+    ).toHaveLength(1);
     const service = specOf(services[0]!);
     for (const endpoint of specOf(monitor)["endpoints"] as Spec[]) {
-      expect((service["ports"] as Spec[]).map((p) => p["name"]), `ServiceMonitor ${monitor.metadata.name} port`).toContain(endpoint["port"]);
+      expect(
+        (service["ports"] as Spec[]).map((p) => p["name"]),
+        `ServiceMonitor ${monitor.metadata.name} port`,
+      ).toContain(endpoint["port"]);
       expect(endpoint["path"]).toBe("/metrics");
     }
-    for (const o of objects) if (podSpecOf(o) && labelsMatch(service["selector"], specOf(o)["template"]?.["metadata"]?.["labels"])) monitoredWorkloads.add(o.metadata.name);
+    for (const o of objects)
+      if (podSpecOf(o) && labelsMatch(service["selector"], specOf(o)["template"]?.["metadata"]?.["labels"]))
+        monitoredWorkloads.add(o.metadata.name);
     // The public Service is never a metrics target: its port is the one the Ingress exposes.
     expect(services[0]!.metadata.name, "metrics are not scraped through the public gateway Service").not.toBe("gateway");
   }
-  if (objects.some((o) => o.kind === "ServiceMonitor")) expect([...monitoredWorkloads].sort()).toEqual(["gateway", "hold", "ledger", "notification"]);
+  if (objects.some((o) => o.kind === "ServiceMonitor"))
+    expect([...monitoredWorkloads].sort()).toEqual(["gateway", "hold", "ledger", "notification"]);
   for (const monitor of objects.filter((o) => o.kind === "PodMonitor")) {
     const selector = specOf(monitor)["selector"]["matchLabels"] as Record<string, string>;
     const ports = (specOf(monitor)["podMetricsEndpoints"] as Spec[]).map((e) => e["port"]);
@@ -242,7 +296,12 @@ function checkOperations(objects: Obj[], exampleSecrets: Obj[]): void {
     for (const port of ports) expect(podPorts, `PodMonitor ${monitor.metadata.name} port`).toContain(port);
   }
   if (objects.some((o) => o.kind === "PodMonitor")) {
-    expect(objects.filter((o) => o.kind === "PodMonitor").map((o) => o.metadata.name).sort()).toEqual(["ledger-postgres", "nats"]);
+    expect(
+      objects
+        .filter((o) => o.kind === "PodMonitor")
+        .map((o) => o.metadata.name)
+        .sort(),
+    ).toEqual(["ledger-postgres", "nats"]);
   }
 
   // Backups: the Cluster archives through the plugin to the ObjectStore, whose credentials are the documented Secret.
@@ -269,13 +328,18 @@ function checkOperations(objects: Obj[], exampleSecrets: Obj[]): void {
 }
 
 /** Every `*.example.yaml` under deploy/: Secrets shown, never applied. */
-const exampleSecrets = yamlFiles(DEPLOY).filter((f) => f.endsWith(".example.yaml")).flatMap(parseFile);
+const exampleSecrets = yamlFiles(DEPLOY)
+  .filter((f) => f.endsWith(".example.yaml"))
+  .flatMap(parseFile);
 
 /** A component's own objects and the patches it applies to Clusters, merged by hand (no kubectl needed). */
 function withComponents(base: Obj[], components: string[]): Obj[] {
   const objects = base.map((o) => structuredClone(o));
   for (const dir of components) {
-    const component = parseFile(join(DEPLOY, "components", dir, "kustomization.yaml"))[0] as unknown as { resources?: string[]; patches?: { path: string }[] };
+    const component = parseFile(join(DEPLOY, "components", dir, "kustomization.yaml"))[0] as unknown as {
+      resources?: string[];
+      patches?: { path: string }[];
+    };
     objects.push(...(component.resources ?? []).flatMap((r) => parseFile(join(DEPLOY, "components", dir, r))));
     for (const { path } of component.patches ?? []) {
       for (const patch of parseFile(join(DEPLOY, "components", dir, path))) {
@@ -367,21 +431,31 @@ describe("deploy/base", () => {
   it("runs NATS as a three-node JetStream cluster with a route to each node", () => {
     const sts = objects.find((o) => o.kind === "StatefulSet" && o.metadata.name === "nats")!;
     expect(specOf(sts)["replicas"]).toBe(3);
-    const conf = (objects.find((o) => o.kind === "ConfigMap" && o.metadata.name === "nats-config")!["data"] as Record<string, string>)["nats.conf"];
+    const conf = (objects.find((o) => o.kind === "ConfigMap" && o.metadata.name === "nats-config")!["data"] as Record<string, string>)[
+      "nats.conf"
+    ];
     expect(conf).toMatch(/jetstream\s*\{[^}]*store_dir/);
     for (const i of [0, 1, 2]) expect(conf).toContain(`nats://nats-${i}.nats-headless:6222`);
   });
 });
 
 describe("deploy/components", () => {
-  const base = (parseFile(join(DEPLOY, "base/kustomization.yaml"))[0] as unknown as { resources: string[] }).resources.flatMap((r) => parseFile(join(DEPLOY, "base", r)));
+  const base = (parseFile(join(DEPLOY, "base/kustomization.yaml"))[0] as unknown as { resources: string[] }).resources.flatMap((r) =>
+    parseFile(join(DEPLOY, "base", r)),
+  );
 
   it("lists every manifest file of each component except the secret example", () => {
     for (const dir of readdirSync(join(DEPLOY, "components"))) {
-      const component = parseFile(join(DEPLOY, "components", dir, "kustomization.yaml"))[0] as unknown as { kind: string; resources?: string[]; patches?: { path: string }[] };
+      const component = parseFile(join(DEPLOY, "components", dir, "kustomization.yaml"))[0] as unknown as {
+        kind: string;
+        resources?: string[];
+        patches?: { path: string }[];
+      };
       expect(component.kind).toBe("Component");
       const listed = [...(component.resources ?? []), ...(component.patches ?? []).map((p) => p.path)];
-      const files = readdirSync(join(DEPLOY, "components", dir)).filter((f) => f.endsWith(".yaml") && f !== "kustomization.yaml" && !f.endsWith(".example.yaml"));
+      const files = readdirSync(join(DEPLOY, "components", dir)).filter(
+        (f) => f.endsWith(".yaml") && f !== "kustomization.yaml" && !f.endsWith(".example.yaml"),
+      );
       expect(new Set(listed), dir).toEqual(new Set(files));
     }
   });
@@ -402,7 +476,8 @@ describe("deploy/overlays", () => {
         for (const obj of parseFile(file)) {
           await validateAgainstSchema(obj, true);
           // A Deployment an HPA manages takes its count from the HPA, in overlays too.
-          if (obj.kind === "Deployment") expect(specOf(obj)["replicas"], `${file}: Deployment ${obj.metadata.name} replicas`).toBeUndefined();
+          if (obj.kind === "Deployment")
+            expect(specOf(obj)["replicas"], `${file}: Deployment ${obj.metadata.name} replicas`).toBeUndefined();
           for (const c of podSpecOf(obj)?.containers ?? []) {
             for (const e of c.env ?? []) expect(envNames.has(e.name), `${file}: env ${e.name}`).toBe(true);
           }
@@ -440,7 +515,11 @@ describe("Dockerfile", () => {
   it("copies every workspace package's package.json, so --frozen-lockfile can install", () => {
     const workspace = parseAllDocuments(readFileSync(join(ROOT, "pnpm-workspace.yaml"), "utf8"))[0]!.toJS() as { packages: string[] };
     const dirs = workspace.packages.flatMap((p) =>
-      p.endsWith("/*") ? readdirSync(join(ROOT, p.slice(0, -2)), { withFileTypes: true }).filter((e) => e.isDirectory()).map((e) => `${p.slice(0, -2)}/${e.name}`) : [p],
+      p.endsWith("/*")
+        ? readdirSync(join(ROOT, p.slice(0, -2)), { withFileTypes: true })
+            .filter((e) => e.isDirectory())
+            .map((e) => `${p.slice(0, -2)}/${e.name}`)
+        : [p],
     );
     for (const dir of dirs.filter((d) => existsSync(join(ROOT, d, "package.json")))) {
       expect(dockerfile, `Dockerfile copies ${dir}/package.json`).toContain(`COPY ${dir}/package.json ${dir}/`);

@@ -26,7 +26,10 @@ function hostAndPort(url: string): { host: string; port: number } {
  */
 export async function chooseDatabase(env: Record<string, string | undefined>, dataRoot: string): Promise<DatabaseChoice> {
   const explicit = envOptional(env, "DATABASE_URL");
-  const forced = env["LEDGER_EMBEDDED_POSTGRES"] === undefined || env["LEDGER_EMBEDDED_POSTGRES"] === "" ? undefined : envBool(env, "LEDGER_EMBEDDED_POSTGRES", false);
+  const forced =
+    env["LEDGER_EMBEDDED_POSTGRES"] === undefined || env["LEDGER_EMBEDDED_POSTGRES"] === ""
+      ? undefined
+      : envBool(env, "LEDGER_EMBEDDED_POSTGRES", false);
   if (explicit && forced) {
     throw new ConfigError("LEDGER_EMBEDDED_POSTGRES", "is true and DATABASE_URL is set too: unset one of them");
   }
@@ -45,13 +48,18 @@ export async function chooseDatabase(env: Record<string, string | undefined>, da
     const { host, port } = hostAndPort(DEFAULT_DATABASE_URL);
     if (await reachable(host, port)) return { embedded: false, url: DEFAULT_DATABASE_URL };
     if (forced === false) {
-      throw new ConfigError("LEDGER_EMBEDDED_POSTGRES", `is false and no PostgreSQL answers at ${host}:${port}: start one, or set DATABASE_URL`);
+      throw new ConfigError(
+        "LEDGER_EMBEDDED_POSTGRES",
+        `is false and no PostgreSQL answers at ${host}:${port}: start one, or set DATABASE_URL`,
+      );
     }
   }
   const dataDir = resolve(dataRoot, "pglite");
   const port = envInt(env, "LEDGER_EMBEDDED_POSTGRES_PORT", 0, 0, 65535);
   const embedded = await startEmbeddedPostgres({ dataDir, host: "127.0.0.1", port });
-  const why = forced ? "LEDGER_EMBEDDED_POSTGRES=true" : `no PostgreSQL answers at ${hostAndPort(DEFAULT_DATABASE_URL).host}:${hostAndPort(DEFAULT_DATABASE_URL).port}`;
+  const why = forced
+    ? "LEDGER_EMBEDDED_POSTGRES=true"
+    : `no PostgreSQL answers at ${hostAndPort(DEFAULT_DATABASE_URL).host}:${hostAndPort(DEFAULT_DATABASE_URL).port}`;
   console.error(
     `Database: embedded PostgreSQL (PGlite, ${why}), data in ${dataDir}, served at ${embedded.url} while this runs ` +
       `(for pnpm ledger, set DATABASE_URL to it); to use a real server instead, set DATABASE_URL (e.g. ${DEFAULT_DATABASE_URL}).`,
@@ -106,7 +114,9 @@ function lockFolder(lockPath: string): () => void {
       if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
       const holder = Number(readFileSync(lockPath, "utf8").trim());
       if (holder && alive(holder)) {
-        throw new Error(`the embedded database in ${lockPath.replace(/\.lock$/, "")} is in use by process ${holder}; stop it first, or set LEDGER_DATA_DIR to another folder`);
+        throw new Error(
+          `the embedded database in ${lockPath.replace(/\.lock$/, "")} is in use by process ${holder}; stop it first, or set LEDGER_DATA_DIR to another folder`,
+        );
       }
       // Left by a process that died without cleaning up: take it over.
       rmSync(lockPath, { force: true });

@@ -54,7 +54,8 @@ describe("packages/ depends on no service, no gateway and no e2e", () => {
     const offending: string[] = [];
     for (const file of sourceFiles(PACKAGES)) {
       for (const specifier of specifiers(readFileSync(file, "utf8"))) {
-        const reachesUp = specifier.startsWith(".") && UPPER_DIRS.some((dir) => !relative(dir, resolve(dirname(file), specifier)).startsWith(".."));
+        const reachesUp =
+          specifier.startsWith(".") && UPPER_DIRS.some((dir) => !relative(dir, resolve(dirname(file), specifier)).startsWith(".."));
         if (UPPER.test(specifier) || reachesUp) offending.push(`${relative(ROOT, file)}: ${specifier}`);
       }
     }
@@ -62,7 +63,11 @@ describe("packages/ depends on no service, no gateway and no e2e", () => {
   });
 
   it("catches what it looks for", () => {
-    expect(specifiers(`import { a } from "@ledger/gateway";\nexport * from '@ledger/hold-service';\nawait import("@ledger/e2e")`).filter((s) => UPPER.test(s))).toHaveLength(3);
+    expect(
+      specifiers(`import { a } from "@ledger/gateway";\nexport * from '@ledger/hold-service';\nawait import("@ledger/e2e")`).filter((s) =>
+        UPPER.test(s),
+      ),
+    ).toHaveLength(3);
     expect(UPPER.test("@ledger/common")).toBe(false);
     expect(UPPER.test("@ledger/webhooks")).toBe(false);
   });

@@ -49,7 +49,9 @@ afterAll(async () => {
 it("gives every connection the search_path of its own startup parameters", async () => {
   const a = pool("a", 4);
   const b = pool("b", 4);
-  const reads = Array.from({ length: 60 }, (_, i) => (i % 2 === 0 ? a`select v from t`.then((r) => ["a", r[0]!["v"]]) : b`select v from t`.then((r) => ["b", r[0]!["v"]])));
+  const reads = Array.from({ length: 60 }, (_, i) =>
+    i % 2 === 0 ? a`select v from t`.then((r) => ["a", r[0]!["v"]]) : b`select v from t`.then((r) => ["b", r[0]!["v"]]),
+  );
   for (const [expected, seen] of await Promise.all(reads)) expect(seen).toBe(expected);
 });
 

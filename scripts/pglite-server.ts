@@ -46,7 +46,15 @@ const UNIT_END = new Set(["S", "Q", "H", "F", "c", "f"]);
 const NOT_SETTINGS = new Set(["user", "database", "replication", "options", "client_encoding"]);
 
 /** Settings a client learns at connection time (ParameterStatus), read once from PGlite. */
-const REPORTED = ["server_version", "server_encoding", "DateStyle", "IntervalStyle", "TimeZone", "integer_datetimes", "standard_conforming_strings"];
+const REPORTED = [
+  "server_version",
+  "server_encoding",
+  "DateStyle",
+  "IntervalStyle",
+  "TimeZone",
+  "integer_datetimes",
+  "standard_conforming_strings",
+];
 
 /** Options of `servePglite`. */
 export interface PgliteServerOptions {
@@ -90,7 +98,9 @@ interface Client {
 export async function servePglite(db: PGlite, options: PgliteServerOptions): Promise<PgliteServer> {
   const warn = options.warn ?? ((m: string) => console.error(m));
   const idleLimitMs = options.idleInTransactionTimeoutMs ?? 60_000;
-  const reported = await db.query<{ name: string; setting: string }>("select name, setting from pg_settings where name = any($1)", [REPORTED]);
+  const reported = await db.query<{ name: string; setting: string }>("select name, setting from pg_settings where name = any($1)", [
+    REPORTED,
+  ]);
   const serverParameters = new Map(reported.rows.map((r) => [r.name, r.setting]));
   serverParameters.set("client_encoding", "UTF8");
 
@@ -145,7 +155,8 @@ export async function servePglite(db: PGlite, options: PgliteServerOptions): Pro
         const code = inbox.readInt32BE(4);
         client.inbox = inbox.subarray(length);
         if (code === SSL_REQUEST || code === GSSENC_REQUEST) client.socket.write("N");
-        else if (code === CANCEL_REQUEST) client.socket.destroy(); // No backend to signal: the query runs to its end.
+        else if (code === CANCEL_REQUEST)
+          client.socket.destroy(); // No backend to signal: the query runs to its end.
         else if (code === PROTOCOL_3_0) start(client, inbox.subarray(8, length));
         else {
           client.socket.end(errorResponse("FATAL", "0A000", `unsupported frontend protocol ${code >>> 16}.${code & 0xffff}`));
@@ -178,7 +189,9 @@ export async function servePglite(db: PGlite, options: PgliteServerOptions): Pro
     const parameters = new Map<string, string>();
     const parts = body.toString("utf8").split("\0");
     for (let i = 0; i + 1 < parts.length && parts[i] !== ""; i += 2) parameters.set(parts[i]!, parts[i + 1]!);
-    client.settings = [...parameters].filter(([name]) => !NOT_SETTINGS.has(name) && /^[A-Za-z_][A-Za-z0-9_.]*$/.test(name)).sort(([a], [b]) => a.localeCompare(b));
+    client.settings = [...parameters]
+      .filter(([name]) => !NOT_SETTINGS.has(name) && /^[A-Za-z_][A-Za-z0-9_.]*$/.test(name))
+      .sort(([a], [b]) => a.localeCompare(b));
     client.settingsKey = JSON.stringify(client.settings);
     client.started = true;
     const statuses = new Map(serverParameters);
@@ -224,7 +237,9 @@ export async function servePglite(db: PGlite, options: PgliteServerOptions): Pro
       clearTimeout(idleTimer);
       idleTimer = setTimeout(() => {
         if (owner !== stuck || stuck.ready.length > 0) return;
-        warn(`embedded postgres: a connection stayed idle in a transaction for ${idleLimitMs} ms while others waited; it was closed and its transaction rolled back`);
+        warn(
+          `embedded postgres: a connection stayed idle in a transaction for ${idleLimitMs} ms while others waited; it was closed and its transaction rolled back`,
+        );
         stuck.socket.destroy();
       }, idleLimitMs);
       idleTimer.unref();
@@ -255,7 +270,10 @@ export async function servePglite(db: PGlite, options: PgliteServerOptions): Pro
 
   /** Makes the session's settings the client's startup parameters; false when they are refused. */
   async function applySettings(client: Client): Promise<boolean> {
-    const statements = ["reset all", ...client.settings.map(([name, value]) => `select pg_catalog.set_config(${literal(name)}, ${literal(value)}, false)`)];
+    const statements = [
+      "reset all",
+      ...client.settings.map(([name, value]) => `select pg_catalog.set_config(${literal(name)}, ${literal(value)}, false)`),
+    ];
     const output = await db.execProtocolRaw(message("Q", Buffer.from(statements.join(";\n") + "\0")));
     const error = firstError(output);
     if (error === undefined) {
@@ -322,7 +340,11 @@ export async function servePglite(db: PGlite, options: PgliteServerOptions): Pro
     if (type === "C" && msg[5] === 0x53 && renamed[0]) client.statements.delete(renamed[0]);
     if (renamed.every((n, i) => n === names[i])) return msg;
     const consumed = names.reduce((sum, n) => sum + Buffer.byteLength(n) + 1, 0);
-    const body = Buffer.concat([msg.subarray(5, start), Buffer.from(renamed.map((n) => n + "\0").join("")), msg.subarray(start + consumed)]);
+    const body = Buffer.concat([
+      msg.subarray(5, start),
+      Buffer.from(renamed.map((n) => n + "\0").join("")),
+      msg.subarray(start + consumed),
+    ]);
     return message(type, body);
   }
 

@@ -44,7 +44,16 @@ async function freePort(): Promise<number> {
 /** The environment of a laptop: no DATABASE_URL, whatever the test run has. */
 async function laptopEnv(extra: Record<string, string>): Promise<NodeJS.ProcessEnv> {
   const env: NodeJS.ProcessEnv = { ...process.env };
-  for (const name of ["DATABASE_URL", "LEDGER_DATABASE_URL", "HOLD_DATABASE_URL", "NOTIFICATION_DATABASE_URL", "LEDGER_URL", "HOLD_URL", "NOTIFICATION_URL"]) delete env[name];
+  for (const name of [
+    "DATABASE_URL",
+    "LEDGER_DATABASE_URL",
+    "HOLD_DATABASE_URL",
+    "NOTIFICATION_DATABASE_URL",
+    "LEDGER_URL",
+    "HOLD_URL",
+    "NOTIFICATION_URL",
+  ])
+    delete env[name];
   return {
     ...env,
     LEDGER_DATA_DIR: dataRoot,
@@ -128,16 +137,32 @@ it("runs everything on the embedded database, and keeps the data across a restar
 
   // Concurrent writes from several gateway connections: transfers both ways, deposits, a hold.
   const answers = await Promise.all([
-    ...Array.from({ length: 16 }, () => api.post("/transaction", { description: "a to b", status: "posted", amount: 300, account: { from: alice, to: bob } })),
-    ...Array.from({ length: 8 }, () => api.post("/transaction", { description: "b to a", status: "posted", amount: 100, account: { from: bob, to: alice } })),
+    ...Array.from({ length: 16 }, () =>
+      api.post("/transaction", { description: "a to b", status: "posted", amount: 300, account: { from: alice, to: bob } }),
+    ),
+    ...Array.from({ length: 8 }, () =>
+      api.post("/transaction", { description: "b to a", status: "posted", amount: 100, account: { from: bob, to: alice } }),
+    ),
     ...Array.from({ length: 8 }, () => api.post("/entity/fund", { entity_id: bob, amount: 50 })),
     api.post("/hold", { entity_id: alice, amount: 700 }),
   ]);
   for (const answer of answers) expect(answer.status, JSON.stringify(answer.body)).toBe(200);
 
   const balances = async (client: typeof api, id: string) => (await client.get("/entity", { entity_id: id })).body.entity.balances;
-  const expectedAlice = { posted: 10_000 - 16 * 300 + 8 * 100, pending_debits: 0, pending_credits: 0, held: 700, available: 10_000 - 16 * 300 + 8 * 100 - 700 };
-  const expectedBob = { posted: 16 * 300 - 8 * 100 + 8 * 50, pending_debits: 0, pending_credits: 0, held: 0, available: 16 * 300 - 8 * 100 + 8 * 50 };
+  const expectedAlice = {
+    posted: 10_000 - 16 * 300 + 8 * 100,
+    pending_debits: 0,
+    pending_credits: 0,
+    held: 700,
+    available: 10_000 - 16 * 300 + 8 * 100 - 700,
+  };
+  const expectedBob = {
+    posted: 16 * 300 - 8 * 100 + 8 * 50,
+    pending_debits: 0,
+    pending_credits: 0,
+    held: 0,
+    available: 16 * 300 - 8 * 100 + 8 * 50,
+  };
   expect(await balances(api, alice)).toEqual(expectedAlice);
   expect(await balances(api, bob)).toEqual(expectedBob);
   // Posted balances of the program sum to zero: the external entity holds minus the deposits.
@@ -195,7 +220,11 @@ function expectNoTypeScriptLoader(pid: number): void {
   const argv = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").filter(Boolean);
   expect(argv).toEqual([process.execPath, START_ALL]);
   const environ = readFileSync(`/proc/${pid}/environ`, "utf8").split("\0");
-  expect(environ.find((v) => v.startsWith("NODE_OPTIONS="))?.slice("NODE_OPTIONS=".length) ?? "").not.toMatch(/tsx|loader|--import|--require/);
-  const children = readdirSync(`/proc/${pid}/task`).flatMap((task) => readFileSync(`/proc/${pid}/task/${task}/children`, "utf8").trim().split(/\s+/).filter(Boolean));
+  expect(environ.find((v) => v.startsWith("NODE_OPTIONS="))?.slice("NODE_OPTIONS=".length) ?? "").not.toMatch(
+    /tsx|loader|--import|--require/,
+  );
+  const children = readdirSync(`/proc/${pid}/task`).flatMap((task) =>
+    readFileSync(`/proc/${pid}/task/${task}/children`, "utf8").trim().split(/\s+/).filter(Boolean),
+  );
   expect(children, "child processes of start-all").toEqual([]);
 }

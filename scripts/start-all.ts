@@ -30,10 +30,12 @@ runMain("ledger-all", async () => {
     const stopNats = await ensureLocalNats(env["NATS_URL"] ?? "nats://127.0.0.1:4222", dataRoot);
     if (stopNats) lifecycle.onClose("local nats-server", stopNats);
     const internalCalls = env["LEDGER_INTERNAL_CALLS"] ?? "memory";
-    if (internalCalls !== "memory" && internalCalls !== "http") throw new Error(`LEDGER_INTERNAL_CALLS must be memory or http, not ${JSON.stringify(internalCalls)}`);
+    if (internalCalls !== "memory" && internalCalls !== "http")
+      throw new Error(`LEDGER_INTERNAL_CALLS must be memory or http, not ${JSON.stringify(internalCalls)}`);
     // A service named by its *_URL variable is called there; one of this process, in memory
     // (or at its loopback port with LEDGER_INTERNAL_CALLS=http).
-    const local = (variable: string, server: RunningServer) => (env[variable] === undefined && internalCalls === "memory" ? server.inProcess : undefined);
+    const local = (variable: string, server: RunningServer) =>
+      env[variable] === undefined && internalCalls === "memory" ? server.inProcess : undefined;
     const ledger = await startLedger(readLedgerConfig(env));
     lifecycle.onClose("ledger", () => ledger.close());
     const ledgerUrl = env["LEDGER_URL"] ?? ledger.server.url;
@@ -42,7 +44,11 @@ runMain("ledger-all", async () => {
     lifecycle.onClose("hold", () => hold.close());
     const notification = await startNotification({ ...readNotificationConfig(env), ledgerUrl }, { ledger: ledgerPeer });
     lifecycle.onClose("notification", () => notification.close());
-    const peers = { ledger: ledgerPeer, hold: local("HOLD_URL", hold.server), notification: local("NOTIFICATION_URL", notification.server) };
+    const peers = {
+      ledger: ledgerPeer,
+      hold: local("HOLD_URL", hold.server),
+      notification: local("NOTIFICATION_URL", notification.server),
+    };
     const gateway = await startGateway(
       {
         ...readGatewayConfig(env),

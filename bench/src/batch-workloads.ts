@@ -24,7 +24,12 @@ export function isBatchWorkload(name: string): name is BatchWorkloadName {
 }
 
 /** One call of a batch workload; a refused item is an error of the call (none is expected). */
-export function batchOperation(workload: BatchWorkloadName, transport: Transport, clients: { rest: Rest; rpc: Rpc }, fixtures: Fixtures): Operation {
+export function batchOperation(
+  workload: BatchWorkloadName,
+  transport: Transport,
+  clients: { rest: Rest; rpc: Rpc },
+  fixtures: Fixtures,
+): Operation {
   const { entities, hot } = fixtures;
   const randomEntity = () => entities[Math.floor(Math.random() * entities.length)]!;
   const pair = (): [string, string] => {
@@ -45,7 +50,11 @@ export function batchOperation(workload: BatchWorkloadName, transport: Transport
     } else {
       const res = await clients.rpc.ledger.createTransactions({
         transactions: pairs.map(([from, to]) => ({
-          transaction: { description: "bench", status: TransactionStatus.POSTED, form: { case: "transfer", value: { fromEntityId: from, toEntityId: to, amount: 1n } } },
+          transaction: {
+            description: "bench",
+            status: TransactionStatus.POSTED,
+            form: { case: "transfer", value: { fromEntityId: from, toEntityId: to, amount: 1n } },
+          },
         })),
       });
       failed = res.failed;

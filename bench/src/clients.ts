@@ -87,7 +87,13 @@ export function rpcClients(ledgerUrl: string, holdUrl: string, apiKey: string): 
     return next(req);
   };
   const transport = (baseUrl: string) =>
-    createConnectTransport({ baseUrl, httpVersion: "2", useBinaryFormat: true, interceptors: [auth], defaultTimeoutMs: REQUEST_TIMEOUT_MS });
+    createConnectTransport({
+      baseUrl,
+      httpVersion: "2",
+      useBinaryFormat: true,
+      interceptors: [auth],
+      defaultTimeoutMs: REQUEST_TIMEOUT_MS,
+    });
   return { ledger: createClient(LedgerService, transport(ledgerUrl)), hold: createClient(HoldService, transport(holdUrl)) };
 }
 

@@ -36,9 +36,7 @@ export async function runClosedLoop(options: LoopOptions): Promise<LoopResult> {
   const errors: Record<string, number> = {};
   let ok = 0;
   let failed = 0;
-  const progress = options.onProgress
-    ? setInterval(() => options.onProgress!(performance.now() - start, ok, failed), 1_000)
-    : undefined;
+  const progress = options.onProgress ? setInterval(() => options.onProgress!(performance.now() - start, ok, failed), 1_000) : undefined;
   const worker = async (id: number) => {
     while (performance.now() < end) {
       const t0 = performance.now();

@@ -29,12 +29,22 @@ export async function moneyViolations(sql: Sql, accountIds: string[]): Promise<s
  * Every event of the webhook account was delivered to the receiver exactly once, and every
  * delivery ended `succeeded`. Waits (bounded) for deliveries still in flight.
  */
-export async function deliveryViolations(sql: Sql, accountId: string, tracker: DeliveryTracker, endpointId: string | undefined, capMs = 60_000): Promise<string[]> {
+export async function deliveryViolations(
+  sql: Sql,
+  accountId: string,
+  tracker: DeliveryTracker,
+  endpointId: string | undefined,
+  capMs = 60_000,
+): Promise<string[]> {
   // Only the tracked destination's deliveries: another one (the slow destination) was stopped on purpose.
   const ofEndpoint = endpointId ? sql`and endpoint_id = ${endpointId}` : sql``;
   const deadline = Date.now() + capMs;
   const pending = async () =>
-    (await sql<{ n: number }[]>`select count(*)::int as n from notification.deliveries where account_id = ${accountId} ${ofEndpoint} and status = 'pending'`)[0]?.n ?? 0;
+    (
+      await sql<
+        { n: number }[]
+      >`select count(*)::int as n from notification.deliveries where account_id = ${accountId} ${ofEndpoint} and status = 'pending'`
+    )[0]?.n ?? 0;
   while ((await pending()) > 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 100));
   tracker.update();
   const events = await sql<{ id: string }[]>`select id from notification.events where account_id = ${accountId}`;

@@ -14,9 +14,35 @@ import { runClosedLoop } from "./closed-loop.js";
 import { deliveryViolations, moneyViolations } from "./invariants.js";
 import { runPgbench, type PgbenchResult } from "./pgbench.js";
 import { cellsTable, machineInfo, toJson, toMarkdown, type Cell, type Report } from "./report.js";
-import { cpuPercent, cpuSnapshot, LAYOUTS, peakRssMb, resetPeakRss, SERVICES, startSystem, type Layout, type ServiceName } from "./system.js";
-import { drain, DeliveryTracker, HOOK_PATH, pacedLatency, slowBeside, type DrainResult, type SlowBeside, type WebhookLatency } from "./webhooks.js";
-import { BATCH_CONCURRENCY, BATCH_ITEMS, BATCH_WORKLOADS, batchOperation, isBatchWorkload, type BatchWorkloadName } from "./batch-workloads.js";
+import {
+  cpuPercent,
+  cpuSnapshot,
+  LAYOUTS,
+  peakRssMb,
+  resetPeakRss,
+  SERVICES,
+  startSystem,
+  type Layout,
+  type ServiceName,
+} from "./system.js";
+import {
+  drain,
+  DeliveryTracker,
+  HOOK_PATH,
+  pacedLatency,
+  slowBeside,
+  type DrainResult,
+  type SlowBeside,
+  type WebhookLatency,
+} from "./webhooks.js";
+import {
+  BATCH_CONCURRENCY,
+  BATCH_ITEMS,
+  BATCH_WORKLOADS,
+  batchOperation,
+  isBatchWorkload,
+  type BatchWorkloadName,
+} from "./batch-workloads.js";
 import { createFixtures, operation, WORKLOADS, type Transport, type WorkloadName } from "./workloads.js";
 
 const ALL_WORKLOADS = [...WORKLOADS, ...BATCH_WORKLOADS];
@@ -88,17 +114,25 @@ function readSettings(argv: string[]): Settings {
     if (!Number.isFinite(n) || n <= 0 || n > 3600) throw new Error(`--${name} must be a number of seconds above 0, got ${raw}\n\n${USAGE}`);
     return n;
   };
-  const list = (raw: string | undefined, fallback: string[]) => (raw === undefined ? fallback : raw.split(",").map((s) => s.trim()).filter(Boolean));
+  const list = (raw: string | undefined, fallback: string[]) =>
+    raw === undefined
+      ? fallback
+      : raw
+          .split(",")
+          .map((s) => s.trim())
+          .filter(Boolean);
   const only = list(values.only, ["pgbench", ...ALL_WORKLOADS, "webhooks"]);
   const known = new Set<string>(["pgbench", ...ALL_WORKLOADS, "webhooks"]);
   const unknown = only.filter((o) => !known.has(o));
   if (unknown.length) throw new Error(`--only: unknown ${unknown.join(", ")}\n\n${USAGE}`);
   const concurrency = list(values.concurrency, smoke ? ["16"] : ["1", "16", "64"]).map(Number);
-  if (concurrency.some((c) => !Number.isInteger(c) || c < 1 || c > 1024)) throw new Error(`--concurrency must list integers 1 to 1024\n\n${USAGE}`);
+  if (concurrency.some((c) => !Number.isInteger(c) || c < 1 || c > 1024))
+    throw new Error(`--concurrency must list integers 1 to 1024\n\n${USAGE}`);
   const transports = list(values.transport, ["rest", "rpc"]);
   if (transports.some((t) => t !== "rest" && t !== "rpc")) throw new Error(`--transport takes rest and/or rpc\n\n${USAGE}`);
   const layouts = list(values.layout, [...LAYOUTS]);
-  if (layouts.length === 0 || layouts.some((l) => !(LAYOUTS as readonly string[]).includes(l))) throw new Error(`--layout takes ${LAYOUTS.join(" and/or ")}\n\n${USAGE}`);
+  if (layouts.length === 0 || layouts.some((l) => !(LAYOUTS as readonly string[]).includes(l)))
+    throw new Error(`--layout takes ${LAYOUTS.join(" and/or ")}\n\n${USAGE}`);
   const durationS = number(values.duration, smoke ? 0.4 : 10, "duration");
   return {
     smoke,
@@ -136,7 +170,8 @@ async function main(): Promise<number> {
   const natsUrl = process.env["NATS_URL"] ?? "nats://127.0.0.1:4222";
   for (const url of [databaseUrl, natsUrl]) {
     // The bench generates heavy traffic: make sure none of it leaves the machine.
-    if (new URL(url).hostname !== "127.0.0.1" && new URL(url).hostname !== "localhost") throw new Error(`the bench only runs against 127.0.0.1, not ${url}`);
+    if (new URL(url).hostname !== "127.0.0.1" && new URL(url).hostname !== "localhost")
+      throw new Error(`the bench only runs against 127.0.0.1, not ${url}`);
   }
   const databaseName = decodeURIComponent(new URL(databaseUrl).pathname.slice(1));
   const adminUrl = new URL(databaseUrl);
@@ -150,7 +185,9 @@ async function main(): Promise<number> {
     progress(`pgbench: init scale ${settings.pgbenchScale}, then ${settings.pgbenchSeconds} s with 32 clients`);
     pgbench = await runPgbench(admin, adminUrl.toString(), settings.pgbenchScale, settings.pgbenchSeconds);
     endProgress();
-    console.log(`pgbench: ${Math.round(pgbench.tps)} TPS (scale ${pgbench.scale}, ${pgbench.clients} clients, ${pgbench.seconds} s, latency avg ${pgbench.latencyMs.toFixed(2)} ms)`);
+    console.log(
+      `pgbench: ${Math.round(pgbench.tps)} TPS (scale ${pgbench.scale}, ${pgbench.clients} clients, ${pgbench.seconds} s, latency avg ${pgbench.latencyMs.toFixed(2)} ms)`,
+    );
   }
   const ratioOf = (perSecond: number) => (pgbench ? perSecond / pgbench.tps : 0);
 
@@ -171,7 +208,11 @@ async function main(): Promise<number> {
   try {
     for (const layout of settings.layouts) {
       await admin.unsafe(`drop database if exists "${databaseName.replace(/"/g, '""')}" with (force)`);
-      progress(layout === "processes" ? "starting ledger, hold, notification and gateway as four processes" : "starting everything in one process (dist/start-all.js)");
+      progress(
+        layout === "processes"
+          ? "starting ledger, hold, notification and gateway as four processes"
+          : "starting everything in one process (dist/start-all.js)",
+      );
       const system = await startSystem({ databaseUrl, natsUrl, repoRoot, caFile, layout });
       endProgress();
       console.log(`\n${layout}: system up (logs in ${system.logDir})`);
@@ -216,7 +257,8 @@ async function main(): Promise<number> {
               for (const concurrency of levels) {
                 const label = `${workload} ${transport} c=${concurrency}`;
                 const settled = await probe.settle(settings.settleMs);
-                if (settled.waitedMs > 1_000) progress(`${label}: waited ${(settled.waitedMs / 1000).toFixed(1)} s for the previous events to flow out`);
+                if (settled.waitedMs > 1_000)
+                  progress(`${label}: waited ${(settled.waitedMs / 1000).toFixed(1)} s for the previous events to flow out`);
                 for (const s of SERVICES) if (!resetPeakRss(system.pids[s])) perCellPeakRss = false;
                 let windowCpu = cpuSnapshot(system.pids);
                 const cpuTimer = setTimeout(() => (windowCpu = cpuSnapshot(system.pids)), settings.warmupS * 1000);
@@ -227,8 +269,11 @@ async function main(): Promise<number> {
                   concurrency,
                   warmupMs: settings.warmupS * 1000,
                   durationMs: settings.durationS * 1000,
-                  operation: batch ? batchOperation(workload, transport, { rest, rpc }, fixtures) : operation(workload, transport, { rest, rpc }, fixtures),
-                  onProgress: (ms, ok, failed) => progress(`${label}: ${(ms / 1000).toFixed(0)}/${total} s, ${ok} ok in window, ${failed} errors`),
+                  operation: batch
+                    ? batchOperation(workload, transport, { rest, rpc }, fixtures)
+                    : operation(workload, transport, { rest, rpc }, fixtures),
+                  onProgress: (ms, ok, failed) =>
+                    progress(`${label}: ${(ms / 1000).toFixed(0)}/${total} s, ${ok} ok in window, ${failed} errors`),
                 });
                 clearTimeout(cpuTimer);
                 const cpu = cpuPercent(windowCpu, cpuSnapshot(system.pids));
@@ -271,15 +316,21 @@ async function main(): Promise<number> {
           tracker = new DeliveryTracker(receiver);
           const hookApi = restClient(system.restUrl, hookAccount.api_key, 4);
           try {
-            const hook = await hookApi.post<{ endpoint: { endpoint_id: string } }>("/webhooks", { url: receiver.endpoint(HOOK_PATH), name: `bench receiver (${layout})` });
+            const hook = await hookApi.post<{ endpoint: { endpoint_id: string } }>("/webhooks", {
+              url: receiver.endpoint(HOOK_PATH),
+              name: `bench receiver (${layout})`,
+            });
             hookEndpoint = hook.endpoint.endpoint_id;
             const hookRpc = rpcClients(system.urls.ledger, system.urls.hold, hookAccount.api_key);
             const hookFixtures = await createFixtures(hookRpc, 50);
             progress("webhooks: waiting for the workloads' events to be consumed first");
             const settled = await probe.settle(180_000);
             endProgress();
-            console.log(`\nwebhooks (waited ${(settled.waitedMs / 1000).toFixed(1)} s for the earlier backlog to clear; left ${settled.left.outbox + settled.left.consumer})`);
-            const label = (result: WebhookLatency) => `${result.rate}/s: sent ${result.sent} (committed at ${Math.round(result.achievedPerSecond)}/s), commit-to-receipt p50 ${Math.round(result.p50)} ms, p99 ${Math.round(result.p99)} ms, max ${Math.round(result.max)} ms, missing ${result.missing}`;
+            console.log(
+              `\nwebhooks (waited ${(settled.waitedMs / 1000).toFixed(1)} s for the earlier backlog to clear; left ${settled.left.outbox + settled.left.consumer})`,
+            );
+            const label = (result: WebhookLatency) =>
+              `${result.rate}/s: sent ${result.sent} (committed at ${Math.round(result.achievedPerSecond)}/s), commit-to-receipt p50 ${Math.round(result.p50)} ms, p99 ${Math.round(result.p99)} ms, max ${Math.round(result.max)} ms, missing ${result.missing}`;
             const latency = (result: WebhookLatency, what: string) => {
               webhooks.push({ ...result, layout });
               for (const [code, n] of Object.entries(result.errors)) unexpectedErrors.push(`${layout} webhooks ${what}: ${n} × ${code}`);
@@ -287,7 +338,8 @@ async function main(): Promise<number> {
               endProgress();
               console.log(`  ${what} ${label(result)}`);
             };
-            for (const rate of settings.webhookRates) latency(await pacedLatency(hookRpc, hookFixtures, tracker, rate, settings.webhookSeconds, progress), "");
+            for (const rate of settings.webhookRates)
+              latency(await pacedLatency(hookRpc, hookFixtures, tracker, rate, settings.webhookSeconds, progress), "");
             // The targets pause notification processes and start a second one, which only the
             // processes layout has: one process drains, then runs the steady rate alone and beside
             // a slow destination; then a second process joins for the last drain.
@@ -296,17 +348,33 @@ async function main(): Promise<number> {
                 const result = await drain(system, probe, hookRpc, hookFixtures, tracker!, settings.drainEvents, processes, progress);
                 drains.push(result);
                 endProgress();
-                console.log(`  drain: ${result.events} events in ${result.seconds.toFixed(2)} s = ${Math.round(result.perSecond)} deliveries/s by ${processes} notification process${processes > 1 ? "es" : ""}`);
+                console.log(
+                  `  drain: ${result.events} events in ${result.seconds.toFixed(2)} s = ${Math.round(result.perSecond)} deliveries/s by ${processes} notification process${processes > 1 ? "es" : ""}`,
+                );
                 if (result.missing) unexpectedErrors.push(`drain (${processes}): ${result.missing} events not received within 120 s`);
               };
               await drainWith(1);
               // Half of pgbench's TPS, steady, alone and then beside a destination that answers after 2 s.
               const steadyRate = Math.max(1, Math.round((pgbench?.tps ?? 2_000) / 2));
-              beside = await slowBeside(hookRpc, hookFixtures, tracker, receiver, async (url) => {
-                const created = await hookApi.post<{ endpoint: { endpoint_id: string } }>("/webhooks", { url, name: "bench slow receiver", event_types: ["transaction.created"] });
-                // Disabled, not deleted (the bench client sends bodies, not queries): its backlog ends `endpoint_disabled`.
-                return async () => void (await hookApi.send("PUT", "/webhooks", { endpoint_id: created.endpoint.endpoint_id, enabled: false }));
-              }, steadyRate, settings.webhookSteadySeconds, progress);
+              beside = await slowBeside(
+                hookRpc,
+                hookFixtures,
+                tracker,
+                receiver,
+                async (url) => {
+                  const created = await hookApi.post<{ endpoint: { endpoint_id: string } }>("/webhooks", {
+                    url,
+                    name: "bench slow receiver",
+                    event_types: ["transaction.created"],
+                  });
+                  // Disabled, not deleted (the bench client sends bodies, not queries): its backlog ends `endpoint_disabled`.
+                  return async () =>
+                    void (await hookApi.send("PUT", "/webhooks", { endpoint_id: created.endpoint.endpoint_id, enabled: false }));
+                },
+                steadyRate,
+                settings.webhookSteadySeconds,
+                progress,
+              );
               latency(beside.alone, "steady, alone:");
               latency(beside.beside, "steady, beside a slow destination:");
               await probe.settle(60_000);
@@ -322,7 +390,8 @@ async function main(): Promise<number> {
         progress("checking invariants");
         await probe.settle(60_000);
         violations.push(...(await moneyViolations(sql, [mainAccount.account_id, hookAccount.account_id])).map((v) => `${layout}: ${v}`));
-        if (tracker) violations.push(...(await deliveryViolations(sql, hookAccount.account_id, tracker, hookEndpoint)).map((v) => `${layout}: ${v}`));
+        if (tracker)
+          violations.push(...(await deliveryViolations(sql, hookAccount.account_id, tracker, hookEndpoint)).map((v) => `${layout}: ${v}`));
         endProgress();
         notePeaks();
       } finally {
@@ -336,7 +405,14 @@ async function main(): Promise<number> {
       date: new Date(runStarted).toISOString(),
       smoke: settings.smoke,
       machine: machine!,
-      settings: { warmupS: settings.warmupS, durationS: settings.durationS, concurrency: settings.concurrency, entities: settings.entities, perCellPeakRss, layouts: settings.layouts },
+      settings: {
+        warmupS: settings.warmupS,
+        durationS: settings.durationS,
+        concurrency: settings.concurrency,
+        entities: settings.entities,
+        perCellPeakRss,
+        layouts: settings.layouts,
+      },
       ...(pgbench ? { pgbench } : {}),
       cells,
       webhooks,

@@ -96,7 +96,9 @@ export function cellsTable(cells: Cell[]): string {
   ];
   for (const c of cells) {
     const one = c.layout === "one-process";
-    const rss = one ? `all ${f0(c.rssMb.ledger)}` : `${f0(c.rssMb.ledger)}/${f0(c.rssMb.hold)}/${f0(c.rssMb.notification)}/${f0(c.rssMb.gateway)}`;
+    const rss = one
+      ? `all ${f0(c.rssMb.ledger)}`
+      : `${f0(c.rssMb.ledger)}/${f0(c.rssMb.hold)}/${f0(c.rssMb.notification)}/${f0(c.rssMb.gateway)}`;
     const cpu = one ? `all ${c.cpu.ledger}` : `${c.cpu.ledger}/${c.cpu.hold}/${c.cpu.notification}/${c.cpu.gateway}`;
     lines.push(
       `| ${c.layout} | ${c.itemsPerCall > 1 ? `${c.workload} (${c.itemsPerCall}/call)` : c.workload} | ${c.transport} | ${c.concurrency} | ${c.ok} | ${f0(c.perSecond)} | ${f2(c.ratio)} | ${f1(c.p50)} | ${f1(c.p95)} | ${f1(c.p99)} | ${errorsText(c.errors)} | ` +
@@ -110,7 +112,10 @@ export function toMarkdown(report: Report): string {
   const m = report.machine;
   const out: string[] = [];
   out.push(`# Benchmark results${report.smoke ? " (smoke: durations too short to mean anything)" : ""}`, "");
-  out.push(`${report.date} · ${m.cpu}, ${m.cores} cores, ${m.memoryGb} GB · Linux ${m.kernel} · Node ${m.node} · ${m.postgres} · NATS ${m.nats}`, "");
+  out.push(
+    `${report.date} · ${m.cpu}, ${m.cores} cores, ${m.memoryGb} GB · Linux ${m.kernel} · Node ${m.node} · ${m.postgres} · NATS ${m.nats}`,
+    "",
+  );
   out.push(
     `Warm-up ${report.settings.warmupS} s, measured ${report.settings.durationS} s per cell, concurrency ${report.settings.concurrency.join(", ")}, ` +
       `${report.settings.entities} pre-funded entities. RSS is the peak during each cell${report.settings.perCellPeakRss ? "" : " (cumulative since start: this kernel refused to reset it)"}.`,
@@ -118,19 +123,33 @@ export function toMarkdown(report: Report): string {
   );
   if (report.pgbench) {
     const p = report.pgbench;
-    out.push(`**pgbench reference** (TPC-B-like, scale ${p.scale}, ${p.clients} clients, -j 2, ${p.seconds} s, prepared): **${f0(p.tps)} TPS**, latency average ${f2(p.latencyMs)} ms.`, "");
+    out.push(
+      `**pgbench reference** (TPC-B-like, scale ${p.scale}, ${p.clients} clients, -j 2, ${p.seconds} s, prepared): **${f0(p.tps)} TPS**, latency average ${f2(p.latencyMs)} ms.`,
+      "",
+    );
   }
   if (report.cells.length) out.push(cellsTable(report.cells), "");
   if (report.webhooks.length) {
-    out.push("**Webhooks** (one HTTPS receiver; commit = the transaction's RPC response, receipt = the receiver got its `transaction.created`):", "");
-    out.push("| layout | rate asked | sent | achieved/s | p50 ms | p99 ms | max ms | missing | errors |", "|---|---:|---:|---:|---:|---:|---:|---:|---|");
+    out.push(
+      "**Webhooks** (one HTTPS receiver; commit = the transaction's RPC response, receipt = the receiver got its `transaction.created`):",
+      "",
+    );
+    out.push(
+      "| layout | rate asked | sent | achieved/s | p50 ms | p99 ms | max ms | missing | errors |",
+      "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    );
     for (const w of report.webhooks) {
-      out.push(`| ${w.layout ?? ""} | ${w.rate}/s | ${w.sent} | ${f0(w.achievedPerSecond)} | ${f0(w.p50)} | ${f0(w.p99)} | ${f0(w.max)} | ${w.missing} | ${errorsText(w.errors)} |`);
+      out.push(
+        `| ${w.layout ?? ""} | ${w.rate}/s | ${w.sent} | ${f0(w.achievedPerSecond)} | ${f0(w.p50)} | ${f0(w.p99)} | ${f0(w.max)} | ${w.missing} | ${errorsText(w.errors)} |`,
+      );
     }
     out.push("");
   }
   for (const d of report.drains) {
-    out.push(`**Drain**: ${d.processes === 1 ? "one notification process" : `${d.processes} notification processes`} delivered a backlog of ${d.events} events in ${f2(d.seconds)} s: **${f0(d.perSecond)} deliveries/s**${d.missing ? `, ${d.missing} missing` : ""}.`, "");
+    out.push(
+      `**Drain**: ${d.processes === 1 ? "one notification process" : `${d.processes} notification processes`} delivered a backlog of ${d.events} events in ${f2(d.seconds)} s: **${f0(d.perSecond)} deliveries/s**${d.missing ? `, ${d.missing} missing` : ""}.`,
+      "",
+    );
   }
   const targets = webhookTargets(report);
   if (targets.length) {
@@ -141,7 +160,11 @@ export function toMarkdown(report: Report): string {
   }
   const processes = report.peakRssMb.processes;
   const one = report.peakRssMb["one-process"];
-  if (processes) out.push(`**Peak RSS over the run, four processes** (MB): ledger ${f0(processes.ledger)}, hold ${f0(processes.hold)}, notification ${f0(processes.notification)}, gateway ${f0(processes.gateway)}.`, "");
+  if (processes)
+    out.push(
+      `**Peak RSS over the run, four processes** (MB): ledger ${f0(processes.ledger)}, hold ${f0(processes.hold)}, notification ${f0(processes.notification)}, gateway ${f0(processes.gateway)}.`,
+      "",
+    );
   if (one) out.push(`**Peak RSS over the run, one process** (\`npm start\`, MB): ${f0(one.ledger)}.`, "");
   out.push(
     report.invariants.ok
@@ -160,27 +183,52 @@ export function webhookTargets(report: Report): Array<{ target: string; measured
   const [one, two] = report.drains;
   if (one) {
     const ratio = tps ? one.perSecond / tps : undefined;
-    rows.push({ target: `one process drains ${one.events} events`, measured: `${f0(one.perSecond)}/s${ratio !== undefined ? ` (${f2(ratio)}x pgbench)` : ""}`, goal: "≥ 1x pgbench TPS", met: ratio !== undefined && ratio >= 1 && one.missing === 0 });
+    rows.push({
+      target: `one process drains ${one.events} events`,
+      measured: `${f0(one.perSecond)}/s${ratio !== undefined ? ` (${f2(ratio)}x pgbench)` : ""}`,
+      goal: "≥ 1x pgbench TPS",
+      met: ratio !== undefined && ratio >= 1 && one.missing === 0,
+    });
   }
   const beside = report.slowBeside;
   if (beside) {
-    rows.push({ target: `commit-to-receipt p99 at ${beside.rate}/s (half pgbench) for ${f0(beside.alone.sent / beside.rate)} s`, measured: `${f0(beside.alone.p99)} ms (committed at ${f0(beside.alone.achievedPerSecond)}/s)`, goal: "< 1000 ms", met: beside.alone.p99 < 1000 && beside.alone.missing === 0 });
+    rows.push({
+      target: `commit-to-receipt p99 at ${beside.rate}/s (half pgbench) for ${f0(beside.alone.sent / beside.rate)} s`,
+      measured: `${f0(beside.alone.p99)} ms (committed at ${f0(beside.alone.achievedPerSecond)}/s)`,
+      goal: "< 1000 ms",
+      met: beside.alone.p99 < 1000 && beside.alone.missing === 0,
+    });
   }
   if (one && two) {
     const ratio = two.perSecond / Math.max(one.perSecond, 1e-9);
     const twice = report.invariants.violations.some((v) => v.includes("more than once"));
-    rows.push({ target: "two processes drain", measured: `${f0(two.perSecond)}/s = ${f2(ratio)}x one${twice ? ", some events twice" : ", no event twice"}`, goal: "≥ 1.6x one, no attempt twice", met: ratio >= 1.6 && !twice && two.missing === 0 });
+    rows.push({
+      target: "two processes drain",
+      measured: `${f0(two.perSecond)}/s = ${f2(ratio)}x one${twice ? ", some events twice" : ", no event twice"}`,
+      goal: "≥ 1.6x one, no attempt twice",
+      met: ratio >= 1.6 && !twice && two.missing === 0,
+    });
   }
   if (beside) {
     // "Does not move": within 20% or 50 ms of the p99 alone, whichever is larger (the machine is shared).
     const limit = Math.max(beside.alone.p99 * 1.2, beside.alone.p99 + 50);
-    rows.push({ target: `fast destination's p99 beside one answering after 2 s (${beside.slowReceived} slow requests)`, measured: `${f0(beside.beside.p99)} ms vs ${f0(beside.alone.p99)} ms alone`, goal: "does not move (≤ max(1.2x, +50 ms))", met: beside.beside.p99 <= limit && beside.beside.missing === 0 });
+    rows.push({
+      target: `fast destination's p99 beside one answering after 2 s (${beside.slowReceived} slow requests)`,
+      measured: `${f0(beside.beside.p99)} ms vs ${f0(beside.alone.p99)} ms alone`,
+      goal: "does not move (≤ max(1.2x, +50 ms))",
+      met: beside.beside.p99 <= limit && beside.beside.missing === 0,
+    });
   }
   // The targets run in the processes layout: its peaks are the ones they are measured against.
   const processes = report.peakRssMb.processes;
   if (rows.length && processes) {
     const peak = Math.max(...Object.values(processes));
-    rows.push({ target: "peak RSS of any of the four processes over the run", measured: `${f0(peak)} MB`, goal: "≤ 250 MB", met: peak <= 250 });
+    rows.push({
+      target: "peak RSS of any of the four processes over the run",
+      measured: `${f0(peak)} MB`,
+      goal: "≤ 250 MB",
+      met: peak <= 250,
+    });
   }
   return rows;
 }

@@ -67,7 +67,13 @@ export async function startSystem(options: SystemOptions): Promise<System> {
   if (!isCurrent()) await buildAll();
   const tag = randomBytes(3).toString("hex");
   const stream = `BENCH_${tag}`;
-  const ports = { ledger: await freePort(), hold: await freePort(), notification: await freePort(), gateway: await freePort(), gatewayOps: await freePort() };
+  const ports = {
+    ledger: await freePort(),
+    hold: await freePort(),
+    notification: await freePort(),
+    gateway: await freePort(),
+    gatewayOps: await freePort(),
+  };
   const urls: Record<ServiceName, string> = {
     ledger: `http://127.0.0.1:${ports.ledger}`,
     hold: `http://127.0.0.1:${ports.hold}`,
@@ -123,14 +129,20 @@ export async function startSystem(options: SystemOptions): Promise<System> {
   };
   // The gateway answers /readyz on its ops port only.
   const launch = (name: ServiceName, logName: string, port: number) =>
-    spawnReady(ENTRY[name], logName, name === "notification" ? { ...env, NODE_EXTRA_CA_CERTS: options.caFile, NOTIFICATION_PORT: String(port) } : env, [
-      name === "gateway" ? ports.gatewayOps : port,
-    ]);
+    spawnReady(
+      ENTRY[name],
+      logName,
+      name === "notification" ? { ...env, NODE_EXTRA_CA_CERTS: options.caFile, NOTIFICATION_PORT: String(port) } : env,
+      [name === "gateway" ? ports.gatewayOps : port],
+    );
   const start = async (name: ServiceName) => {
     children.set(name, await launch(name, name, Number(new URL(urls[name]).port)));
   };
   const startOneProcess = async () => {
-    const child = await spawnReady(ONE_PROCESS_ENTRY, "all", { ...env, NODE_EXTRA_CA_CERTS: options.caFile }, [ports.ledger, ports.gatewayOps]);
+    const child = await spawnReady(ONE_PROCESS_ENTRY, "all", { ...env, NODE_EXTRA_CA_CERTS: options.caFile }, [
+      ports.ledger,
+      ports.gatewayOps,
+    ]);
     for (const name of SERVICES) children.set(name, child);
   };
   const stop = async () => {
@@ -198,7 +210,10 @@ async function waitReady(name: string, url: string, child: ChildProcess, logFile
     if (child.exitCode !== null || child.signalCode !== null) {
       throw new Error(`${name} exited during start (code ${child.exitCode}); its log:\n${tail(logFile)}`);
     }
-    const ready = await fetch(`${url}/readyz`).then((r) => r.ok, () => false);
+    const ready = await fetch(`${url}/readyz`).then(
+      (r) => r.ok,
+      () => false,
+    );
     if (ready) return;
     await new Promise((resolve) => setTimeout(resolve, 100));
   }

@@ -184,7 +184,9 @@ export async function drain(
         }
       }),
     );
-    onProgress(`drain (${processes} process${processes > 1 ? "es" : ""}): ${groups.length} committed while notification is paused; waiting for the outbox`);
+    onProgress(
+      `drain (${processes} process${processes > 1 ? "es" : ""}): ${groups.length} committed while notification is paused; waiting for the outbox`,
+    );
     // The consumer cannot empty while paused, so wait for the outbox alone.
     const deadline = Date.now() + 60_000;
     while ((await probe.read()).outbox > 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50));
@@ -192,12 +194,21 @@ export async function drain(
     system.signal("notification", "SIGCONT");
   }
   const resumed = Date.now();
-  const progress = setInterval(() => onProgress(`drain (${processes}): ${groups.filter((g) => tracker.arrivals.has(g)).length}/${groups.length} delivered`), 1_000);
+  const progress = setInterval(
+    () => onProgress(`drain (${processes}): ${groups.filter((g) => tracker.arrivals.has(g)).length}/${groups.length} delivered`),
+    1_000,
+  );
   try {
     const missing = await tracker.waitFor(groups, 120_000);
     const last = Math.max(resumed, ...groups.map((g) => tracker.arrivals.get(g) ?? 0));
     const seconds = (last - resumed) / 1000;
-    return { events: groups.length, processes, seconds, perSecond: seconds > 0 ? (groups.length - missing.length) / seconds : 0, missing: missing.length };
+    return {
+      events: groups.length,
+      processes,
+      seconds,
+      perSecond: seconds > 0 ? (groups.length - missing.length) / seconds : 0,
+      missing: missing.length,
+    };
   } finally {
     clearInterval(progress);
   }

@@ -113,7 +113,10 @@ it(`keeps every promise through ${SECONDS} s of faults`, async () => {
     let stderr = "";
     child.stderr!.on("data", (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-2_000)));
     child.once("exit", (code, signal) => {
-      if (!killing.has(child)) unexpectedExits.push(`${name} exited by itself (${signal ?? `status ${code}`}): ${stderr.trim().split("\n").slice(-5).join(" | ")}`);
+      if (!killing.has(child))
+        unexpectedExits.push(
+          `${name} exited by itself (${signal ?? `status ${code}`}): ${stderr.trim().split("\n").slice(-5).join(" | ")}`,
+        );
     });
     children.set(name, child);
     await vi.waitFor(
@@ -125,7 +128,12 @@ it(`keeps every promise through ${SECONDS} s of faults`, async () => {
   };
   for (const name of SERVICES) await start(name);
 
-  const sql = postgres(databaseUrl, { max: 2, onnotice: () => {}, types: { bigint: postgres.BigInt }, connection: { search_path: "ledger" } });
+  const sql = postgres(databaseUrl, {
+    max: 2,
+    onnotice: () => {},
+    types: { bigint: postgres.BigInt },
+    connection: { search_path: "ledger" },
+  });
   const account = await createAccount(sql as never, "faults");
   const base = `http://127.0.0.1:${ports.gateway}/v1`;
   const api = restClient(base, account.api_key);
@@ -137,7 +145,9 @@ it(`keeps every promise through ${SECONDS} s of faults`, async () => {
   for (let i = 0; i < 6; i++) {
     const e = await api.post("/entity", { entity_name: `e${i}`, entity_type: "w" });
     entities.push(e.body.entity.entity_id);
-    expect((await api.post("/entity/fund", { entity_id: e.body.entity.entity_id, amount: 10_000 }, { "idempotency-key": `fund-${i}` })).status).toBe(200);
+    expect(
+      (await api.post("/entity/fund", { entity_id: e.body.entity.entity_id, amount: 10_000 }, { "idempotency-key": `fund-${i}` })).status,
+    ).toBe(200);
   }
 
   // A call with a key, retried on anything that is not an answer from the ledger's rules.
@@ -149,7 +159,9 @@ it(`keeps every promise through ${SECONDS} s of faults`, async () => {
     attempted.set(key, kind);
     counts.operations++;
     for (let attempt = 0; attempt < 120; attempt++) {
-      const res = await api.post(path, { ...body, ...(path === "/transaction" || path === "/hold" ? { description: key } : {}) }, { "idempotency-key": key }).catch(() => undefined);
+      const res = await api
+        .post(path, { ...body, ...(path === "/transaction" || path === "/hold" ? { description: key } : {}) }, { "idempotency-key": key })
+        .catch(() => undefined);
       if (res && res.status < 500 && res.status !== 429) {
         if (res.status === 200) {
           counts.acknowledged++;
@@ -180,7 +192,10 @@ it(`keeps every promise through ${SECONDS} s of faults`, async () => {
       } else if (op < 0.7) {
         const created = await call("pending", "/transaction", { amount, account: { from, to } });
         const group = created?.["transaction_group_id"];
-        if (group) await call(Math.random() < 0.5 ? "post" : "cancel", Math.random() < 0.5 ? "/transaction/post" : "/transaction/cancel", { transaction_group_id: group });
+        if (group)
+          await call(Math.random() < 0.5 ? "post" : "cancel", Math.random() < 0.5 ? "/transaction/post" : "/transaction/cancel", {
+            transaction_group_id: group,
+          });
       } else {
         const held = await call("hold", "/hold", { entity_id: from, amount: amount * 2 });
         const hold = (held?.["hold"] as { hold_id?: string } | undefined)?.hold_id;
@@ -213,13 +228,23 @@ it(`keeps every promise through ${SECONDS} s of faults`, async () => {
                 await vi
                   .waitFor(
                     async () => {
-                      if ((await fetch(`http://127.0.0.1:${ports.ledger}/readyz`).catch(() => null))?.status !== 503) throw new Error("still ready");
+                      if ((await fetch(`http://127.0.0.1:${ports.ledger}/readyz`).catch(() => null))?.status !== 503)
+                        throw new Error("still ready");
                     },
                     { timeout: 10_000, interval: 100 },
                   )
                   .catch(() => outage.push("the ledger's /readyz did not answer 503 while Postgres was stopped"));
-                const res = await api.post("/transaction", { amount: 1, status: "posted", description: "outage", account: { from: entities[0], to: entities[1] } }, { "idempotency-key": `outage-${randomBytes(6).toString("hex")}` }).catch((err: unknown) => ({ status: 0, body: { error: { code: String(err) } } }));
-                if (res.status !== 503 || res.body?.error?.code !== "unavailable") outage.push(`a transfer while Postgres was stopped answered ${res.status} ${JSON.stringify(res.body?.error ?? res.body)}`);
+                const res = await api
+                  .post(
+                    "/transaction",
+                    { amount: 1, status: "posted", description: "outage", account: { from: entities[0], to: entities[1] } },
+                    { "idempotency-key": `outage-${randomBytes(6).toString("hex")}` },
+                  )
+                  .catch((err: unknown) => ({ status: 0, body: { error: { code: String(err) } } }));
+                if (res.status !== 503 || res.body?.error?.code !== "unavailable")
+                  outage.push(
+                    `a transfer while Postgres was stopped answered ${res.status} ${JSON.stringify(res.body?.error ?? res.body)}`,
+                  );
               } finally {
                 pgCtlCluster(cluster, "start");
               }
@@ -252,25 +277,33 @@ it(`keeps every promise through ${SECONDS} s of faults`, async () => {
     .waitFor(
       async () => {
         const [l] = await sql`select count(*)::int as n from ledger.outbox`;
-        const [h] = await holdSql`select (select count(*) from outbox) + (select count(*) from holds where status in ('creating','releasing')) + (select count(*) from captures where status = 'pending') as n`;
+        const [h] =
+          await holdSql`select (select count(*) from outbox) + (select count(*) from holds where status in ('creating','releasing')) + (select count(*) from captures where status = 'pending') as n`;
         const [d] = await notificationSql`select count(*)::int as n from deliveries where status = 'pending'`;
         // Events on the stream not yet stored: a notification process killed while holding messages
         // leaves them unacknowledged until JetStream redelivers them (its ack wait, 30 s).
-        const metrics = await fetch(`http://127.0.0.1:${ports.notification}/metrics`).then((r) => r.text()).catch(() => "");
+        const metrics = await fetch(`http://127.0.0.1:${ports.notification}/metrics`)
+          .then((r) => r.text())
+          .catch(() => "");
         const consumerPending = Number(/^jetstream_consumer_pending (\d+)/m.exec(metrics)?.[1] ?? NaN);
         const left = { outbox: Number(l!["n"]), holdWork: Number(h!["n"]), pendingDeliveries: Number(d!["n"]), consumerPending };
         if (Object.values(left).some((n) => n !== 0)) throw new Error(`not settled: ${JSON.stringify(left)}`);
       },
       { timeout: 120_000, interval: 500 },
     )
-    .then(() => true, () => false);
+    .then(
+      () => true,
+      () => false,
+    );
 
   const violations: string[] = [...unexpectedExits, ...outage];
   if (!settled) violations.push("the system did not settle within 120 s after the faults stopped");
   violations.push(...(await ledgerViolations(sql as never, account.account_id)));
 
   // Held equals what active holds still reserve.
-  const held = await sql<{ id: string; held: bigint }[]>`select id, held from entities where account_id = ${account.account_id} and not is_external`;
+  const held = await sql<
+    { id: string; held: bigint }[]
+  >`select id, held from entities where account_id = ${account.account_id} and not is_external`;
   const remaining = await holdSql<{ entity_id: string; r: string }[]>`
     select entity_id, sum(amount - captured_amount)::text as r from holds where account_id = ${account.account_id}
       and status in ('held', 'partially_captured') group by entity_id`;
@@ -280,10 +313,18 @@ it(`keeps every promise through ${SECONDS} s of faults`, async () => {
   }
 
   // Every keyed operation applied at most once, and exactly once when acknowledged.
-  const groupsByKey = new Map((await sql<{ description: string; n: number }[]>`
-    select description, count(*)::int as n from transaction_groups where account_id = ${account.account_id} group by description`).map((r) => [r.description, r.n]));
-  const holdsByKey = new Map((await holdSql<{ description: string; n: number }[]>`
-    select description, count(*)::int as n from holds where account_id = ${account.account_id} and status <> 'creating' group by description`).map((r) => [r.description, r.n]));
+  const groupsByKey = new Map(
+    (
+      await sql<{ description: string; n: number }[]>`
+    select description, count(*)::int as n from transaction_groups where account_id = ${account.account_id} group by description`
+    ).map((r) => [r.description, r.n]),
+  );
+  const holdsByKey = new Map(
+    (
+      await holdSql<{ description: string; n: number }[]>`
+    select description, count(*)::int as n from holds where account_id = ${account.account_id} and status <> 'creating' group by description`
+    ).map((r) => [r.description, r.n]),
+  );
   for (const [key, kind] of attempted) {
     if (kind !== "transfer" && kind !== "pending" && kind !== "hold") continue;
     const n = (kind === "hold" ? holdsByKey : groupsByKey).get(key) ?? 0;
@@ -292,21 +333,25 @@ it(`keeps every promise through ${SECONDS} s of faults`, async () => {
   }
 
   // Every committed group and hold change has exactly one stored event, and each reached the receiver with a valid signature.
-  const events = await notificationSql<{ id: string; type: string; body: string }[]>`select id, type, body from events where account_id = ${account.account_id}`;
+  const events = await notificationSql<
+    { id: string; type: string; body: string }[]
+  >`select id, type, body from events where account_id = ${account.account_id}`;
   const createdPerGroup = new Map<string, number>();
   for (const e of events.filter((x) => x.type === "transaction.created")) {
     const group = JSON.parse(e.body).data.transaction_group_id as string;
     createdPerGroup.set(group, (createdPerGroup.get(group) ?? 0) + 1);
   }
   const groups = await sql<{ id: string }[]>`select id from transaction_groups where account_id = ${account.account_id}`;
-  for (const g of groups) if (createdPerGroup.get(g.id) !== 1) violations.push(`group ${g.id} has ${createdPerGroup.get(g.id) ?? 0} transaction.created events`);
+  for (const g of groups)
+    if (createdPerGroup.get(g.id) !== 1) violations.push(`group ${g.id} has ${createdPerGroup.get(g.id) ?? 0} transaction.created events`);
   const holdCreated = new Map<string, number>();
   for (const e of events.filter((x) => x.type === "hold.created")) {
     const hold = JSON.parse(e.body).data.hold_id as string;
     holdCreated.set(hold, (holdCreated.get(hold) ?? 0) + 1);
   }
   const holds = await holdSql<{ id: string }[]>`select id from holds where account_id = ${account.account_id} and status <> 'creating'`;
-  for (const h of holds) if (holdCreated.get(h.id) !== 1) violations.push(`hold ${h.id} has ${holdCreated.get(h.id) ?? 0} hold.created events`);
+  for (const h of holds)
+    if (holdCreated.get(h.id) !== 1) violations.push(`hold ${h.id} has ${holdCreated.get(h.id) ?? 0} hold.created events`);
   const received = new Map<string, boolean>();
   for (const r of receiver.received("/bank")) {
     const header = String(r.headers["x-service-signature"] ?? "");
@@ -317,7 +362,8 @@ it(`keeps every promise through ${SECONDS} s of faults`, async () => {
     const id = JSON.parse(r.body).id as string;
     received.set(id, (received.get(id) ?? false) || valid);
   }
-  for (const e of events) if (!received.get(e.id)) violations.push(`event ${e.id} (${e.type}) never reached the receiver with a valid signature`);
+  for (const e of events)
+    if (!received.get(e.id)) violations.push(`event ${e.id} (${e.type}) never reached the receiver with a valid signature`);
 
   console.log(
     `faults: ${counts.faults} injected; ${counts.operations} operations, ${counts.acknowledged} acknowledged, ` +

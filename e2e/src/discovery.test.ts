@@ -14,7 +14,9 @@ const BUF = fileURLToPath(new URL("../../node_modules/.bin/buf", import.meta.url
 /** Runs `buf curl` over gRPC (HTTP/2 without TLS); resolves with its exit code and output. */
 async function bufCurl(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   try {
-    const { stdout, stderr } = await execFileAsync(BUF, ["curl", "--protocol", "grpc", "--http2-prior-knowledge", ...args], { timeout: 30_000 });
+    const { stdout, stderr } = await execFileAsync(BUF, ["curl", "--protocol", "grpc", "--http2-prior-knowledge", ...args], {
+      timeout: 30_000,
+    });
     return { code: 0, stdout, stderr };
   } catch (err) {
     const failed = err as { code: number; stdout: string; stderr: string };
@@ -47,7 +49,14 @@ describe("reflection and health on every RPC port", () => {
         const listed = await bufCurl("--reflect", "--reflect-protocol", protocol, "--list-services", url);
         expect(listed.code, `${name} ${protocol}: ${listed.stderr}`).toBe(0);
         const services = listed.stdout.trim().split("\n");
-        expect(services, name).toEqual(expect.arrayContaining([service, "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"]));
+        expect(services, name).toEqual(
+          expect.arrayContaining([
+            service,
+            "grpc.health.v1.Health",
+            "grpc.reflection.v1.ServerReflection",
+            "grpc.reflection.v1alpha.ServerReflection",
+          ]),
+        );
       }
     }
     const methods = await bufCurl("--reflect", "--list-methods", ports().ledger.url);
@@ -56,7 +65,14 @@ describe("reflection and health on every RPC port", () => {
   });
 
   it("calls a method described only by reflection, with the API key", async () => {
-    const programs = await bufCurl("--reflect", "-H", `authorization: ${stack.account.api_key}`, "-d", "{}", `${stack.ledgerUrl}/ledger.v1.LedgerService/ListPrograms`);
+    const programs = await bufCurl(
+      "--reflect",
+      "-H",
+      `authorization: ${stack.account.api_key}`,
+      "-d",
+      "{}",
+      `${stack.ledgerUrl}/ledger.v1.LedgerService/ListPrograms`,
+    );
     expect(programs.code, programs.stderr).toBe(0);
     expect(JSON.parse(programs.stdout).programs).toEqual([expect.objectContaining({ programId: stack.account.program_id })]);
     // Reflection is open; the service's own methods still need a key.
@@ -77,7 +93,9 @@ describe("reflection and health on every RPC port", () => {
 
   it("rate-limits reflection and health like any call from the same address", async () => {
     const url = ports().hold.url;
-    const answers = await Promise.all(Array.from({ length: 40 }, () => bufCurl("--reflect", "-d", "{}", `${url}/grpc.health.v1.Health/Check`)));
+    const answers = await Promise.all(
+      Array.from({ length: 40 }, () => bufCurl("--reflect", "-d", "{}", `${url}/grpc.health.v1.Health/Check`)),
+    );
     expect(answers.filter((a) => a.stderr.includes("resource_exhausted")).length).toBeGreaterThan(0);
   });
 });
@@ -97,7 +115,16 @@ describe.runIf(NATS_SERVER_BIN)("health when a dependency is down", () => {
     const urls = [stack.ledgerUrl, stack.hold!.server.url, stack.notification!.server.url];
     for (const url of urls) expect(await health(url)).toBe("SERVING");
     // A Watch stream on the ledger tells each change as it happens.
-    const watch = spawn(BUF, ["curl", "--protocol", "grpc", "--http2-prior-knowledge", "--reflect", "-d", "{}", `${stack.ledgerUrl}/grpc.health.v1.Health/Watch`]);
+    const watch = spawn(BUF, [
+      "curl",
+      "--protocol",
+      "grpc",
+      "--http2-prior-knowledge",
+      "--reflect",
+      "-d",
+      "{}",
+      `${stack.ledgerUrl}/grpc.health.v1.Health/Watch`,
+    ]);
     let watched = "";
     watch.stdout.on("data", (chunk: Buffer) => (watched += chunk.toString()));
     const statuses = () => [...watched.matchAll(/"status": "(\w+)"/g)].map((m) => m[1]);

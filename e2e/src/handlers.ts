@@ -56,7 +56,11 @@ export async function startHandlers(gateway: Partial<GatewayConfig> = {}): Promi
       authenticate,
       publicMethods,
       internalMethods,
-      service: { token: serviceToken, resolveAccount: async (accountId) => (accountId === principal.accountId ? { accountId, defaultProgramId: principal.defaultProgramId } : null) },
+      service: {
+        token: serviceToken,
+        resolveAccount: async (accountId) =>
+          accountId === principal.accountId ? { accountId, defaultProgramId: principal.defaultProgramId } : null,
+      },
     }),
   ];
   /** A stand-in for a dependency a handler must not touch in these tests. */
@@ -71,7 +75,10 @@ export async function startHandlers(gateway: Partial<GatewayConfig> = {}): Promi
   const inMemory = (name: string, routes: (router: ConnectRouter) => void, interceptors: Interceptor[]): InProcessService => ({
     name,
     transport: (clientInterceptors: Interceptor[] = []) =>
-      createRouterTransport(routes, { router: { interceptors, readMaxBytes: DEFAULT_RPC_BODY_LIMIT_BYTES }, transport: { interceptors: clientInterceptors } }),
+      createRouterTransport(routes, {
+        router: { interceptors, readMaxBytes: DEFAULT_RPC_BODY_LIMIT_BYTES },
+        transport: { interceptors: clientInterceptors },
+      }),
   });
 
   const ledger = inMemory(
@@ -88,7 +95,11 @@ export async function startHandlers(gateway: Partial<GatewayConfig> = {}): Promi
   );
   const hold = inMemory(
     "hold",
-    (router) => router.service(HoldService, createHoldService(unreachable("the hold service's store"), unreachable("the ledger, from the hold service"))),
+    (router) =>
+      router.service(
+        HoldService,
+        createHoldService(unreachable("the hold service's store"), unreachable("the ledger, from the hold service")),
+      ),
     serverInterceptors(),
   );
   const notification = inMemory(

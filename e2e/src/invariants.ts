@@ -18,7 +18,9 @@ export async function ledgerViolations(sql: postgres.Sql<{ bigint: bigint }>, ac
     select id, posted - pending_debits - held as available from entities
     where account_id = ${accountId} and not is_external and posted - pending_debits - held < 0`;
   for (const n of negative) violations.push(`entity ${n.id}: available is ${n.available}`);
-  const drift = await sql<{ id: string; posted: bigint; from_legs: bigint; pending_debits: bigint; pd_legs: bigint; pending_credits: bigint; pc_legs: bigint }[]>`
+  const drift = await sql<
+    { id: string; posted: bigint; from_legs: bigint; pending_debits: bigint; pd_legs: bigint; pending_credits: bigint; pc_legs: bigint }[]
+  >`
     select e.id, e.posted, e.pending_debits, e.pending_credits,
       coalesce(sum(case when g.status in ('posted', 'reversed') then
         case l.direction when 'credit' then l.amount else -l.amount end end), 0)::int8 as from_legs,

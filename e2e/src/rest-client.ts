@@ -8,7 +8,11 @@ export interface ApiResponse {
 
 /** A REST client bound to one API key. */
 export interface Api {
-  request(method: string, path: string, init?: { body?: unknown; raw?: string; query?: Record<string, string>; headers?: Record<string, string> }): Promise<ApiResponse>;
+  request(
+    method: string,
+    path: string,
+    init?: { body?: unknown; raw?: string; query?: Record<string, string>; headers?: Record<string, string> },
+  ): Promise<ApiResponse>;
   get(path: string, query?: Record<string, string>, headers?: Record<string, string>): Promise<ApiResponse>;
   post(path: string, body?: unknown, headers?: Record<string, string>): Promise<ApiResponse>;
   put(path: string, body?: unknown, headers?: Record<string, string>): Promise<ApiResponse>;

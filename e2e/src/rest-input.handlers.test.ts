@@ -49,7 +49,14 @@ describe("the ledger's endpoints", () => {
       api().post("/entity/fund", { entity_id: a, amount }),
       api().post("/entity/defund", { entity_id: a, amount }),
       api().post("/transaction", { description: "x", amount, status: "posted", account: { from: a, to: b } }),
-      api().post("/transaction", { description: "x", status: "posted", entries: [{ entity_id: a, direction: "debit", amount }, { entity_id: b, direction: "credit", amount }] }),
+      api().post("/transaction", {
+        description: "x",
+        status: "posted",
+        entries: [
+          { entity_id: a, direction: "debit", amount },
+          { entity_id: b, direction: "credit", amount },
+        ],
+      }),
       api().post("/hold", { entity_id: a, amount }),
     ];
     for (const res of await Promise.all(calls)) expectError(res, 400, "invalid_request");
@@ -75,7 +82,16 @@ describe("the ledger's endpoints", () => {
       ["/transaction", { description: "x", amount: 10, account: "a->b" }],
       ["/transaction", { description: "x", amount: 10, status: "settled", account: { from: a, to: b } }],
       ["/transaction", { description: "x", entries: [{ entity_id: a, direction: "debit", amount: 10 }] }],
-      ["/transaction", { description: "x", entries: [{ entity_id: a, direction: "up", amount: 10 }, { entity_id: b, direction: "credit", amount: 10 }] }],
+      [
+        "/transaction",
+        {
+          description: "x",
+          entries: [
+            { entity_id: a, direction: "up", amount: 10 },
+            { entity_id: b, direction: "credit", amount: 10 },
+          ],
+        },
+      ],
       ["/transaction", { description: "x", entries: "all" }],
       ["/transaction", { description: "x", amount: 10, account: { from: a, to: b }, entries: [] }],
       ["/transaction/post", {}],
@@ -88,7 +104,12 @@ describe("the ledger's endpoints", () => {
 
   it("refuse malformed JSON, non-object bodies, bad query values and bad cursors with 400", async () => {
     for (const raw of ["{", "not json", "[1,2]", "42", '"text"', "null"]) {
-      expectError(await api().request("POST", "/entity/fund", { raw, headers: { "content-type": "application/json" } }), 400, "invalid_request", raw);
+      expectError(
+        await api().request("POST", "/entity/fund", { raw, headers: { "content-type": "application/json" } }),
+        400,
+        "invalid_request",
+        raw,
+      );
     }
     expectError(await api().get("/entities", { limit: "0" }), 400, "invalid_request");
     expectError(await api().get("/entities", { limit: "101" }), 400, "invalid_request");
@@ -101,7 +122,11 @@ describe("the ledger's endpoints", () => {
   });
 
   it("refuse an empty or oversized Idempotency-Key", async () => {
-    expectError(await api().post("/entity/fund", { entity_id: a, amount: 1 }, { "idempotency-key": "k".repeat(256) }), 400, "invalid_request");
+    expectError(
+      await api().post("/entity/fund", { entity_id: a, amount: 1 }, { "idempotency-key": "k".repeat(256) }),
+      400,
+      "invalid_request",
+    );
     expectError(await api().post("/entity/fund", { entity_id: a, amount: 1 }, { "idempotency-key": "" }), 400, "invalid_request");
   });
 });
@@ -141,26 +166,44 @@ describe("the hold endpoints", () => {
 
 describe("the gateway", () => {
   it("answers 413 for a body over the limit, 404 for unknown paths, 405 for a wrong method", async () => {
-    const big = await api().request("POST", "/entity", { raw: JSON.stringify({ entity_name: "x".repeat(70 * 1024), entity_type: "x" }), headers: { "content-type": "application/json" } });
+    const big = await api().request("POST", "/entity", {
+      raw: JSON.stringify({ entity_name: "x".repeat(70 * 1024), entity_type: "x" }),
+      headers: { "content-type": "application/json" },
+    });
     expect(big.status).toBe(413);
-    expect(big.body).toEqual({ status: "error", error: { code: "payload_too_large", message: expect.stringMatching(/^the request body is larger than \d+ bytes$/) } });
+    expect(big.body).toEqual({
+      status: "error",
+      error: { code: "payload_too_large", message: expect.stringMatching(/^the request body is larger than \d+ bytes$/) },
+    });
     const missing = await api().get("/nothing-here");
     expectError(missing, 404, "not_found");
     expect(missing.body.error).toEqual({ code: "not_found", message: "no endpoint GET /v1/nothing-here" });
     const wrong = await api().request("DELETE", "/entity");
     expect(wrong.status).toBe(405);
     expect(wrong.headers.get("allow")).toContain("POST");
-    expect(wrong.body).toEqual({ status: "error", error: { code: "method_not_allowed", message: expect.stringMatching(/^DELETE is not allowed on \/v1\/entity; use /) } });
+    expect(wrong.body).toEqual({
+      status: "error",
+      error: { code: "method_not_allowed", message: expect.stringMatching(/^DELETE is not allowed on \/v1\/entity; use /) },
+    });
   });
 
   it("answers 401 without a key or with a wrong one, on every service's paths, and takes a Bearer key", async () => {
-    const paths: Array<[string, Record<string, string>]> = [["/programs", {}], ["/holds", { entity_id: a }], ["/webhooks", {}], ["/events", {}]];
+    const paths: Array<[string, Record<string, string>]> = [
+      ["/programs", {}],
+      ["/holds", { entity_id: a }],
+      ["/webhooks", {}],
+      ["/events", {}],
+    ];
     for (const [path, query] of paths) {
       expectError(await restClient(handlers.restUrl, undefined).get(path, query), 401, "unauthenticated", path);
       expectError(await restClient(handlers.restUrl, "lsk_not-a-real-key").get(path, query), 401, "unauthenticated", path);
     }
     // Past authentication with the Bearer form: refused for the amount, not for the key.
-    expectError(await restClient(handlers.restUrl, `Bearer ${handlers.apiKey}`).post("/entity/fund", { entity_id: a, amount: 0 }), 400, "invalid_request");
+    expectError(
+      await restClient(handlers.restUrl, `Bearer ${handlers.apiKey}`).post("/entity/fund", { entity_id: a, amount: 0 }),
+      400,
+      "invalid_request",
+    );
   });
 });
 
@@ -178,7 +221,10 @@ describe("metadata limits at the REST edge", () => {
       const raw = `{"entity_name":"deep","entity_type":"wallet","metadata":${nestedText(depth)}}`;
       expectInvalid(await api().request("POST", "/entity", { raw, headers: { "content-type": "application/json" } }), /16 levels/);
       const txRaw = `{"description":"d","amount":1,"account":{"from":"${a}","to":"${b}"},"metadata":${nestedText(depth)}}`;
-      expectInvalid(await api().request("POST", "/transaction", { raw: txRaw, headers: { "content-type": "application/json" } }), /16 levels/);
+      expectInvalid(
+        await api().request("POST", "/transaction", { raw: txRaw, headers: { "content-type": "application/json" } }),
+        /16 levels/,
+      );
     }
   });
 
@@ -188,10 +234,19 @@ describe("metadata limits at the REST edge", () => {
   });
 
   it("refuses metadata over 16 KiB of JSON and keys over 256 characters", async () => {
-    expectInvalid(await api().post("/entity", { entity_name: "big", entity_type: "wallet", metadata: { note: "x".repeat(16 * 1024) } }), /16 KiB/);
+    expectInvalid(
+      await api().post("/entity", { entity_name: "big", entity_type: "wallet", metadata: { note: "x".repeat(16 * 1024) } }),
+      /16 KiB/,
+    );
     // Size counts UTF-8 bytes: 6,000 three-byte characters are 18,000 bytes.
-    expectInvalid(await api().post("/entity", { entity_name: "big", entity_type: "wallet", metadata: { note: "€".repeat(6_000) } }), /16 KiB/);
-    expectInvalid(await api().post("/entity", { entity_name: "key", entity_type: "wallet", metadata: { ["k".repeat(257)]: 1 } }), /256 characters/);
+    expectInvalid(
+      await api().post("/entity", { entity_name: "big", entity_type: "wallet", metadata: { note: "€".repeat(6_000) } }),
+      /16 KiB/,
+    );
+    expectInvalid(
+      await api().post("/entity", { entity_name: "key", entity_type: "wallet", metadata: { ["k".repeat(257)]: 1 } }),
+      /256 characters/,
+    );
   });
 });
 
@@ -213,7 +268,11 @@ describe("the webhook endpoints", () => {
     ]) {
       expectError(await api().post("/webhooks", body), 400, "invalid_request", JSON.stringify(body));
     }
-    expectError(await api().request("POST", "/webhooks", { raw: "{", headers: { "content-type": "application/json" } }), 400, "invalid_request");
+    expectError(
+      await api().request("POST", "/webhooks", { raw: "{", headers: { "content-type": "application/json" } }),
+      400,
+      "invalid_request",
+    );
   });
 
   it("refuse bad changes, rolls, pages and ids with 400", async () => {
@@ -230,14 +289,22 @@ describe("the webhook endpoints", () => {
       ["DELETE", "/webhooks", {}],
     ];
     for (const [method, path, input] of calls) {
-      const res = method === "GET" || method === "DELETE" ? await api().request(method, path, { query: input as Record<string, string> }) : await api().request(method, path, { body: input });
+      const res =
+        method === "GET" || method === "DELETE"
+          ? await api().request(method, path, { query: input as Record<string, string> })
+          : await api().request(method, path, { body: input });
       expectError(res, 400, "invalid_request", `${method} ${path} ${JSON.stringify(input)}`);
     }
   });
 
   it("refuse a max_concurrency other than 1 to 256, naming the field", async () => {
     for (const bad of [0, -1, 257, 1.5, "4", true, 2 ** 40]) {
-      expectError(await api().post("/webhooks", { url: "https://example.com/hook", max_concurrency: bad }), 400, "invalid_request", String(bad));
+      expectError(
+        await api().post("/webhooks", { url: "https://example.com/hook", max_concurrency: bad }),
+        400,
+        "invalid_request",
+        String(bad),
+      );
       const res = await api().put("/webhooks", { endpoint_id: endpoint, max_concurrency: bad });
       expectError(res, 400, "invalid_request", String(bad));
       expect(res.body.error.details).toMatchObject({ field: "max_concurrency" });

@@ -106,7 +106,10 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   const logLevel = process.env["TEST_LOG_LEVEL"] ?? "silent";
   const inMemory = (options.wiring ?? defaultWiring) === "memory";
   // What every RPC port of the stack accepts: the production body limit, and no rate limit unless asked.
-  const rpcLimits = { rpcBodyLimitBytes: DEFAULT_RPC_BODY_LIMIT_BYTES, ...(options.rpcRateLimit ?? { rateLimitPerSecond: 0, rateLimitBurst: 1 }) };
+  const rpcLimits = {
+    rpcBodyLimitBytes: DEFAULT_RPC_BODY_LIMIT_BYTES,
+    ...(options.rpcRateLimit ?? { rateLimitPerSecond: 0, rateLimitBurst: 1 }),
+  };
   const ledger = await startLedger({
     ...rpcLimits,
     databaseUrl,
@@ -182,23 +185,37 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   // The hold database exists once the in-process service migrated it, or once a test's own hold process did.
   let holdSqlClient: postgres.Sql<{ bigint: bigint }> | undefined;
   const holdSql = () => (holdSqlClient ??= schemaClient(holdDatabase.toString(), "hold"));
-  const gateway = await startGateway({
-    host: "127.0.0.1",
-    port: 0,
-    opsPort: 0,
-    ledgerUrl: ledger.server.url,
-    holdUrl: options.externalHoldUrl ?? hold!.server.url,
-    // Without a notification service the webhook paths answer 503, as in production when it is down.
-    notificationUrl: notification?.server.url ?? "http://127.0.0.1:9",
-    bodyLimitBytes: 64 * 1024,
-    batchBodyLimitBytes: 4 * 1024 * 1024,
-    logLevel,
-    rateLimitPerSecond: 0,
-    rateLimitBurst: 1,
-    tracing: options.tracing,
-    ...options.gateway,
-  }, inMemory ? { ledger: ledgerPeer, hold: options.externalHoldUrl ? undefined : hold!.server.inProcess, notification: notification?.server.inProcess } : {});
-  const sql = postgres(databaseUrl, { max: 4, types: { bigint: postgres.BigInt }, onnotice: () => {}, connection: { search_path: "ledger" } }) as unknown as postgres.Sql<{ bigint: bigint }>;
+  const gateway = await startGateway(
+    {
+      host: "127.0.0.1",
+      port: 0,
+      opsPort: 0,
+      ledgerUrl: ledger.server.url,
+      holdUrl: options.externalHoldUrl ?? hold!.server.url,
+      // Without a notification service the webhook paths answer 503, as in production when it is down.
+      notificationUrl: notification?.server.url ?? "http://127.0.0.1:9",
+      bodyLimitBytes: 64 * 1024,
+      batchBodyLimitBytes: 4 * 1024 * 1024,
+      logLevel,
+      rateLimitPerSecond: 0,
+      rateLimitBurst: 1,
+      tracing: options.tracing,
+      ...options.gateway,
+    },
+    inMemory
+      ? {
+          ledger: ledgerPeer,
+          hold: options.externalHoldUrl ? undefined : hold!.server.inProcess,
+          notification: notification?.server.inProcess,
+        }
+      : {},
+  );
+  const sql = postgres(databaseUrl, {
+    max: 4,
+    types: { bigint: postgres.BigInt },
+    onnotice: () => {},
+    connection: { search_path: "ledger" },
+  }) as unknown as postgres.Sql<{ bigint: bigint }>;
   const restUrl = `${gateway.server.url}/v1`;
   const transport = createConnectTransport({ baseUrl: ledger.server.url, httpVersion: "2", useBinaryFormat: true });
   const newAccount = async (name = "test account") => {
@@ -262,5 +279,10 @@ function databaseName(url: URL): string {
 }
 
 function schemaClient(url: string, schema: string): postgres.Sql<{ bigint: bigint }> {
-  return postgres(url, { max: 2, types: { bigint: postgres.BigInt }, onnotice: () => {}, connection: { search_path: schema } }) as unknown as postgres.Sql<{ bigint: bigint }>;
+  return postgres(url, {
+    max: 2,
+    types: { bigint: postgres.BigInt },
+    onnotice: () => {},
+    connection: { search_path: schema },
+  }) as unknown as postgres.Sql<{ bigint: bigint }>;
 }

@@ -165,7 +165,8 @@ async function useKey(key) {
   }
   sessionStorage.setItem(KEY_STORAGE, key);
   $("key-input").value = "";
-  $("key-help").textContent = `Using the key ending in …${key.slice(-4)}. Kept in this browser tab only until you forget it or close the tab.`;
+  $("key-help").textContent =
+    `Using the key ending in …${key.slice(-4)}. Kept in this browser tab only until you forget it or close the tab.`;
   $("signed-in").hidden = false;
   await loadEvents();
   say(`Key accepted: ${state.endpoints.size} destination(s) and the latest events loaded.`);
@@ -182,7 +183,8 @@ function forgetKey() {
   $("deliveries-panel").hidden = true;
   $("event-panel").hidden = true;
   for (const id of ["destinations-body", "deliveries-body", "events-body", "event-deliveries-body"]) $(id).replaceChildren();
-  $("key-help").textContent = "Kept in this browser tab only (session storage) until you forget it or close the tab; sent to this gateway only.";
+  $("key-help").textContent =
+    "Kept in this browser tab only (session storage) until you forget it or close the tab; sent to this gateway only.";
 }
 
 // ---- destinations
@@ -245,7 +247,9 @@ async function toggle(endpoint) {
   state.endpoints.set(endpoint.endpoint_id, res.endpoint);
   if (state.selected && state.selected.endpoint_id === endpoint.endpoint_id) state.selected = res.endpoint;
   renderDestinations();
-  say(`${res.endpoint.enabled ? "Enabled" : "Disabled"} ${labelOf(res.endpoint)}.${res.endpoint.enabled ? "" : " Its pending retries stop."}`);
+  say(
+    `${res.endpoint.enabled ? "Enabled" : "Disabled"} ${labelOf(res.endpoint)}.${res.endpoint.enabled ? "" : " Its pending retries stop."}`,
+  );
 }
 
 async function remove(endpoint) {
@@ -295,15 +299,16 @@ function hideSecret() {
 // ---- deliveries (of a destination, or of an event)
 
 function deliveryRow(d, refresh, first) {
-  const response = d.response_body !== null || d.error !== null
-    ? h(
-        "details",
-        {},
-        h("summary", {}, "Response"),
-        d.error !== null ? h("p", {}, `error: ${d.error}`) : null,
-        d.response_body !== null ? h("pre", { class: "mono" }, d.response_body) : null,
-      )
-    : "—";
+  const response =
+    d.response_body !== null || d.error !== null
+      ? h(
+          "details",
+          {},
+          h("summary", {}, "Response"),
+          d.error !== null ? h("p", {}, `error: ${d.error}`) : null,
+          d.response_body !== null ? h("pre", { class: "mono" }, d.response_body) : null,
+        )
+      : "—";
   const statusClass = `status-${d.status}`;
   return h(
     "tr",
@@ -343,11 +348,14 @@ async function loadDeliveries(more = false) {
   const endpoint = state.selected;
   if (!endpoint) return;
   const [list, one] = await Promise.all([
-    api("GET", "/webhooks/deliveries", { query: { endpoint_id: endpoint.endpoint_id, limit: PAGE_SIZE, cursor: more ? state.deliveriesCursor : undefined } }),
+    api("GET", "/webhooks/deliveries", {
+      query: { endpoint_id: endpoint.endpoint_id, limit: PAGE_SIZE, cursor: more ? state.deliveriesCursor : undefined },
+    }),
     api("GET", "/webhook", { query: { id: endpoint.endpoint_id } }),
   ]);
   const s = one.stats;
-  $("deliveries-stats").textContent = `Attempts in the last 7 days: ${s.total} (${s.succeeded} succeeded, ${s.failed} failed), ${s.avg_ms} ms on average.`;
+  $("deliveries-stats").textContent =
+    `Attempts in the last 7 days: ${s.total} (${s.succeeded} succeeded, ${s.failed} failed), ${s.avg_ms} ms on average.`;
   state.deliveriesCursor = list.pagination.has_next ? list.pagination.next_cursor : null;
   const event = (d) => h("td", {}, d.event_type, h("div", { class: "hint mono" }, d.event_id));
   const rows = list.deliveries.map((d) => deliveryRow(d, () => loadDeliveries(), event));
@@ -375,7 +383,11 @@ async function loadEvents(more = false) {
       h("td", {}, e.type),
       h("td", { class: "mono" }, e.event_id),
       h("td", {}, summary(e.deliveries)),
-      h("td", { class: "actions" }, button("Details", `Details of ${e.type} ${e.event_id}`, `event:${e.event_id}`, () => openEvent(e.event_id))),
+      h(
+        "td",
+        { class: "actions" },
+        button("Details", `Details of ${e.type} ${e.event_id}`, `event:${e.event_id}`, () => openEvent(e.event_id)),
+      ),
     ),
   );
   const tbody = $("events-body");
@@ -391,7 +403,11 @@ async function openEvent(eventId, focus = true) {
   $("event-heading").textContent = `Event ${e.type} ${e.event_id}`;
   $("event-deliveries-caption").textContent = `Deliveries of event ${e.event_id}`;
   // A read-only textarea shows its text content (its default value): the user never edits it.
-  $("event-data").textContent = JSON.stringify({ id: e.event_id, type: e.type, created_at: e.created_at, deliveries: e.deliveries, data: e.data }, null, 2);
+  $("event-data").textContent = JSON.stringify(
+    { id: e.event_id, type: e.type, created_at: e.created_at, deliveries: e.deliveries, data: e.data },
+    null,
+    2,
+  );
   const destination = (d) => {
     const endpoint = state.endpoints.get(d.endpoint_id);
     return h("td", {}, endpoint ? labelOf(endpoint) : d.endpoint_id, h("div", { class: "hint mono" }, d.delivery_id));

@@ -26,7 +26,10 @@ const group = fc.record({
   currencyCode: text,
   disputed: fc.boolean(),
   amount: int64,
-  legs: fc.array(fc.record({ transactionId: text, transactionGroupId: text, entityId: text, direction, amount: int64, status, createdAt: timestamp }), { maxLength: 6 }),
+  legs: fc.array(
+    fc.record({ transactionId: text, transactionGroupId: text, entityId: text, direction, amount: int64, status, createdAt: timestamp }),
+    { maxLength: 6 },
+  ),
   createdAt: timestamp,
   updatedAt: timestamp,
   reversesTransactionGroupId: text,
@@ -35,9 +38,20 @@ const group = fc.record({
 });
 
 const result = fc.oneof(
-  { arbitrary: fc.tuple(group, fc.boolean()).map(([value, replayed]) => ({ result: { case: "transactionGroup" as const, value }, replayed })), weight: 4 },
   {
-    arbitrary: fc.record({ code: text, message: text, details: fc.option(fc.dictionary(fc.string({ maxLength: 8 }), fc.string()), { nil: undefined }) }).map((value) => ({ result: { case: "error" as const, value } })),
+    arbitrary: fc
+      .tuple(group, fc.boolean())
+      .map(([value, replayed]) => ({ result: { case: "transactionGroup" as const, value }, replayed })),
+    weight: 4,
+  },
+  {
+    arbitrary: fc
+      .record({
+        code: text,
+        message: text,
+        details: fc.option(fc.dictionary(fc.string({ maxLength: 8 }), fc.string()), { nil: undefined }),
+      })
+      .map((value) => ({ result: { case: "error" as const, value } })),
     weight: 1,
   },
 );
@@ -46,7 +60,10 @@ describe("readAnswer", () => {
   it("reads what protobuf-es reads from the same answer", () => {
     fc.assert(
       fc.property(fc.nat({ max: 1_000 }), fc.nat({ max: 1_000 }), fc.array(result, { maxLength: 20 }), (succeeded, failed, results) => {
-        const bytes = toBinary(CreateTransactionsResponseSchema, create(CreateTransactionsResponseSchema, { succeeded, failed, results } as never));
+        const bytes = toBinary(
+          CreateTransactionsResponseSchema,
+          create(CreateTransactionsResponseSchema, { succeeded, failed, results } as never),
+        );
         const expected = fromBinary(CreateTransactionsResponseSchema, bytes);
         const read = readAnswer(fromBinary(EmptySchema, bytes).$unknown ?? []);
         expect(read).toEqual({ succeeded: expected.succeeded, failed: expected.failed, results: expected.results });

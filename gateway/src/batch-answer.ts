@@ -19,7 +19,10 @@ export interface BatchAnswer {
 }
 
 /** `LedgerService.CreateTransactions`, answered as a `BatchAnswer`. */
-export type CreateTransactionsCall = (request: MessageInitShape<typeof CreateTransactionsRequestSchema>, call: CallOptions) => Promise<BatchAnswer>;
+export type CreateTransactionsCall = (
+  request: MessageInitShape<typeof CreateTransactionsRequestSchema>,
+  call: CallOptions,
+) => Promise<BatchAnswer>;
 
 // The same method, with an answer protobuf-es leaves undecoded: `Empty` has no fields, so every
 // field of the answer arrives as raw bytes in `$unknown`, for `readAnswer`.
@@ -121,8 +124,7 @@ function readGroup(bytes: Uint8Array): TransactionGroup | undefined {
       if (!ts) return undefined;
       if (no === 10) group.createdAt = ts;
       else group.updatedAt = ts;
-    }
-    else if (no === 12 && delimited) group.reversesTransactionGroupId = reader.string();
+    } else if (no === 12 && delimited) group.reversesTransactionGroupId = reader.string();
     else if (no === 13 && delimited) group.reversedByTransactionGroupId = reader.string();
     else if (no === 14 && delimited) group.reason = reader.string();
     else return undefined;
@@ -132,7 +134,15 @@ function readGroup(bytes: Uint8Array): TransactionGroup | undefined {
 
 function readLeg(bytes: Uint8Array): Leg | undefined {
   const reader = new BinaryReader(bytes);
-  const leg: Leg = { $typeName: "ledger.v1.Leg", transactionId: "", transactionGroupId: "", entityId: "", direction: 0, amount: 0n, status: 0 };
+  const leg: Leg = {
+    $typeName: "ledger.v1.Leg",
+    transactionId: "",
+    transactionGroupId: "",
+    entityId: "",
+    direction: 0,
+    amount: 0n,
+    status: 0,
+  };
   while (reader.pos < reader.len) {
     const [no, wireType] = reader.tag();
     const delimited = wireType === WireType.LengthDelimited;

@@ -1,5 +1,13 @@
 import { readCorsOrigins } from "./cors.js";
-import { envInt, envString, envUrl, readRateLimitConfig, readTracingConfig, type RateLimitConfig, type TracingConfig } from "@ledger/common";
+import {
+  envInt,
+  envString,
+  envUrl,
+  readRateLimitConfig,
+  readTracingConfig,
+  type RateLimitConfig,
+  type TracingConfig,
+} from "@ledger/common";
 
 /** Configuration of the REST gateway, read once at start. */
 export interface GatewayConfig extends RateLimitConfig {

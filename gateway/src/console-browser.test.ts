@@ -43,7 +43,8 @@ beforeAll(async () => {
   });
   // A CSP or Trusted Types violation, or any script error, shows here.
   page.on("console", (msg) => {
-    if (msg.type() === "error" && !/Failed to load resource: the server responded with a status of 4\d\d/.test(msg.text())) problems.push(msg.text());
+    if (msg.type() === "error" && !/Failed to load resource: the server responded with a status of 4\d\d/.test(msg.text()))
+      problems.push(msg.text());
   });
   page.on("pageerror", (err) => problems.push(String(err)));
 });
@@ -85,7 +86,11 @@ describe("/console in headless Chromium", () => {
     expect(await page.getByRole("heading", { name: "Destinations" }).isVisible()).toBe(false);
     await shot("key");
     // The CSP's Trusted Types: an HTML string put into the page is refused by the browser itself.
-    expect(await page.evaluate(`(() => { try { document.body.insertAdjacentHTML("beforeend", "<b>x</b>"); return "allowed"; } catch (e) { return e.name; } })()`)).toBe("TypeError");
+    expect(
+      await page.evaluate(
+        `(() => { try { document.body.insertAdjacentHTML("beforeend", "<b>x</b>"); return "allowed"; } catch (e) { return e.name; } })()`,
+      ),
+    ).toBe("TypeError");
     expect(problems.splice(0)).toEqual(["This document requires 'TrustedHTML' assignment. The action has been blocked."]);
 
     // A wrong key: the API's 401 is shown, with its code.
@@ -131,10 +136,18 @@ describe("/console in headless Chromium", () => {
 
     // A deposit through REST sends transaction.created; the event log shows it and its delivery summary.
     expect((await stack.api.post("/entity/fund", { entity_id: entity, amount: 2500 })).status).toBe(200);
-    await refreshUntil("Refresh events", async () => (await events().getByRole("row").filter({ hasText: "transaction.created" }).filter({ hasText: "1 succeeded" }).count()) === 1);
+    await refreshUntil(
+      "Refresh events",
+      async () =>
+        (await events().getByRole("row").filter({ hasText: "transaction.created" }).filter({ hasText: "1 succeeded" }).count()) === 1,
+    );
     const [delivery] = receiver.received("/console");
-    expect(verifyWebhook<{ type: string }>(delivery!.body, delivery!.headers["x-service-signature"] as string, secret).type).toBe("transaction.created");
-    await events().getByRole("button", { name: /^Details of transaction\.created/ }).click();
+    expect(verifyWebhook<{ type: string }>(delivery!.body, delivery!.headers["x-service-signature"] as string, secret).type).toBe(
+      "transaction.created",
+    );
+    await events()
+      .getByRole("button", { name: /^Details of transaction\.created/ })
+      .click();
     const detail = page.getByRole("region", { name: /^Event transaction\.created/ });
     await detail.getByText('"amount": 2500').waitFor();
     await shot("events");
@@ -151,9 +164,17 @@ describe("/console in headless Chromium", () => {
     await shot("deliveries");
 
     // Resend: a second delivery of the same event reaches the receiver.
-    await row.first().getByRole("button", { name: /^Resend/ }).click();
-    await status().filter({ hasText: /Resent as whd_/ }).waitFor();
-    await refreshUntil("Refresh deliveries", async () => (await row.count()) === 2 && (await row.filter({ hasText: "succeeded" }).count()) === 2);
+    await row
+      .first()
+      .getByRole("button", { name: /^Resend/ })
+      .click();
+    await status()
+      .filter({ hasText: /Resent as whd_/ })
+      .waitFor();
+    await refreshUntil(
+      "Refresh deliveries",
+      async () => (await row.count()) === 2 && (await row.filter({ hasText: "succeeded" }).count()) === 2,
+    );
     expect(receiver.received("/console").length).toBe(2);
     await shot("resent");
 

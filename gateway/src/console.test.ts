@@ -59,7 +59,13 @@ describe("GET /console", () => {
 
   it("leaves anything else under /console to the REST handler: an error envelope, never a file", async () => {
     // 404, or 429 once this address's tiny budget is spent: the REST handler's answers either way.
-    for (const path of ["/console/nope.js", "/console/../package.json", "/console/index.html", "/console/%2e%2e/src/console.ts", "/console//console.js"]) {
+    for (const path of [
+      "/console/nope.js",
+      "/console/../package.json",
+      "/console/index.html",
+      "/console/%2e%2e/src/console.ts",
+      "/console//console.js",
+    ]) {
       const res = await fetch(base + path);
       expect([404, 429], path).toContain(res.status);
       expect(await res.json(), path).toMatchObject({ status: "error" });

@@ -24,7 +24,11 @@ afterAll(async () => {
 const preflight = (base: string, origin: string, path = "/v1/entity/fund") =>
   fetch(`${base}${path}`, {
     method: "OPTIONS",
-    headers: { origin, "access-control-request-method": "POST", "access-control-request-headers": "authorization, content-type, idempotency-key" },
+    headers: {
+      origin,
+      "access-control-request-method": "POST",
+      "access-control-request-headers": "authorization, content-type, idempotency-key",
+    },
   });
 
 function corsHeaders(res: Response): string[] {
@@ -51,9 +55,15 @@ describe("with GATEWAY_CORS_ORIGINS set", () => {
     const res = await fetch(`${allowing.restUrl}/openapi.json`, { headers: { origin: ALLOWED } });
     expect(res.status).toBe(200);
     expect(res.headers.get("access-control-allow-origin")).toBe(ALLOWED);
-    expect(res.headers.get("access-control-expose-headers")!.toLowerCase().split(/,\s*/).sort()).toEqual(["idempotent-replayed", "retry-after", "x-request-id"]);
+    expect(res.headers.get("access-control-expose-headers")!.toLowerCase().split(/,\s*/).sort()).toEqual([
+      "idempotent-replayed",
+      "retry-after",
+      "x-request-id",
+    ]);
     expect(res.headers.get("vary")).toMatch(/origin/i);
-    const unauthenticated = await fetch(`${allowing.restUrl}/entity?entity_id=ent_01m80ts8wm38j0zc0r0sgz6t61`, { headers: { origin: ALLOWED } });
+    const unauthenticated = await fetch(`${allowing.restUrl}/entity?entity_id=ent_01m80ts8wm38j0zc0r0sgz6t61`, {
+      headers: { origin: ALLOWED },
+    });
     expect(unauthenticated.status).toBe(401);
     expect(unauthenticated.headers.get("access-control-allow-origin")).toBe(ALLOWED);
     const invalid = await fetch(`${allowing.restUrl}/entity`, { headers: { origin: ALLOWED, authorization: allowing.apiKey } });
@@ -90,7 +100,10 @@ describe("by default", () => {
   });
 
   it("refuses an origin list it cannot use exactly, naming the variable", () => {
-    expect(readGatewayConfig({ GATEWAY_CORS_ORIGINS: "https://a.example, http://localhost:3000" }).corsOrigins).toEqual(["https://a.example", "http://localhost:3000"]);
+    expect(readGatewayConfig({ GATEWAY_CORS_ORIGINS: "https://a.example, http://localhost:3000" }).corsOrigins).toEqual([
+      "https://a.example",
+      "http://localhost:3000",
+    ]);
     for (const bad of ["*", "https://a.example/", "https://a.example/app", "a.example", "ftp://a.example"]) {
       expect(() => readGatewayConfig({ GATEWAY_CORS_ORIGINS: bad }), bad).toThrow(/GATEWAY_CORS_ORIGINS/);
     }

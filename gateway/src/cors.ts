@@ -3,7 +3,15 @@ import { ConfigError, envOptional } from "@ledger/common";
 import { API_PREFIX } from "./server.js";
 
 /** Request headers a browser page may send to the API (besides the CORS-safelisted ones). */
-export const CORS_ALLOWED_HEADERS = ["Authorization", "Content-Type", "Idempotency-Key", "program_id", "X-Request-Id", "traceparent", "tracestate"];
+export const CORS_ALLOWED_HEADERS = [
+  "Authorization",
+  "Content-Type",
+  "Idempotency-Key",
+  "program_id",
+  "X-Request-Id",
+  "traceparent",
+  "tracestate",
+];
 /** Response headers a browser page may read (besides the CORS-safelisted ones). */
 export const CORS_EXPOSED_HEADERS = ["Idempotent-Replayed", "Retry-After", "X-Request-Id"];
 /** How long a browser may keep a preflight's answer, in seconds. */
@@ -17,7 +25,10 @@ const PREFLIGHT_MAX_AGE_SECONDS = 600;
 export function readCorsOrigins(env: Record<string, string | undefined>): string[] {
   const raw = envOptional(env, "GATEWAY_CORS_ORIGINS");
   if (raw === undefined) return [];
-  const origins = raw.split(",").map((o) => o.trim()).filter((o) => o !== "");
+  const origins = raw
+    .split(",")
+    .map((o) => o.trim())
+    .filter((o) => o !== "");
   for (const origin of origins) {
     let parsed: URL | undefined;
     try {
@@ -26,7 +37,10 @@ export function readCorsOrigins(env: Record<string, string | undefined>): string
       parsed = undefined;
     }
     if (!parsed || !["http:", "https:"].includes(parsed.protocol) || parsed.origin !== origin) {
-      throw new ConfigError("GATEWAY_CORS_ORIGINS", `must list exact origins such as https://app.example.com (scheme, host and port only), got ${JSON.stringify(origin)}`);
+      throw new ConfigError(
+        "GATEWAY_CORS_ORIGINS",
+        `must list exact origins such as https://app.example.com (scheme, host and port only), got ${JSON.stringify(origin)}`,
+      );
     }
   }
   return origins;
@@ -40,7 +54,10 @@ export function readCorsOrigins(env: Record<string, string | undefined>): string
  * list gets no CORS header, so its preflight falls through to the usual 405 and the browser
  * refuses the call. `methodsOf` gives a path's methods (path relative to /v1), undefined if unknown.
  */
-export function createCors(origins: string[], methodsOf: (path: string) => string[] | undefined): ((req: IncomingMessage, res: ServerResponse) => boolean) | undefined {
+export function createCors(
+  origins: string[],
+  methodsOf: (path: string) => string[] | undefined,
+): ((req: IncomingMessage, res: ServerResponse) => boolean) | undefined {
   if (origins.length === 0) return undefined;
   const allowed = new Set(origins);
   return (req, res) => {

@@ -63,7 +63,9 @@ const ASSETS: Record<string, { file: string; type: string }> = {
 export function createDocsHandler(): (req: IncomingMessage, res: ServerResponse) => boolean {
   const spec = Buffer.from(openApiJson());
   const page = Buffer.from(PAGE);
-  const assets = new Map(Object.entries(ASSETS).map(([path, a]) => [path, { body: readFileSync(join(SWAGGER_DIR, a.file)), type: a.type }]));
+  const assets = new Map(
+    Object.entries(ASSETS).map(([path, a]) => [path, { body: readFileSync(join(SWAGGER_DIR, a.file)), type: a.type }]),
+  );
   const send = (res: ServerResponse, type: string, body: Buffer, cache: string) => {
     res.writeHead(200, { "content-type": type, "content-length": body.length, "cache-control": cache });
     res.end(body);

@@ -41,7 +41,13 @@ export const holdRoutes: Route[] = [
     async handle({ body, programId, call }, { hold }) {
       const expiresAt = expiresAtField(body);
       const res = await hold.createHold(
-        { programId, entityId: stringField(body, "entity_id"), amount: amountField(body, "amount"), description: stringField(body, "description"), ...(expiresAt ? { expiresAt } : {}) },
+        {
+          programId,
+          entityId: stringField(body, "entity_id"),
+          amount: amountField(body, "amount"),
+          description: stringField(body, "description"),
+          ...(expiresAt ? { expiresAt } : {}),
+        },
         call,
       );
       return { hold: renderHold(res.hold!) };
@@ -89,7 +95,13 @@ export const holdRoutes: Route[] = [
     query: ["entity_id", "status", "limit", "cursor"],
     async handle({ query, programId, call }, { hold }) {
       const res = await hold.listHolds(
-        { programId, entityId: requiredParam(query, "entity_id"), status: enumParam(HoldStatusSchema, optionalParam(query, "status"), "status"), limit: limitParam(query), cursor: optionalParam(query, "cursor") },
+        {
+          programId,
+          entityId: requiredParam(query, "entity_id"),
+          status: enumParam(HoldStatusSchema, optionalParam(query, "status"), "status"),
+          limit: limitParam(query),
+          cursor: optionalParam(query, "cursor"),
+        },
         call,
       );
       return { holds: res.holds.map(renderHold), pagination: renderPage(res.page) };

@@ -39,7 +39,9 @@ async function ledgerState(): Promise<string> {
 }
 
 const scalar = fc.oneof(
-  fc.constantFrom(...["", " ", "\u0000", "null", "-1", "0", "1.5", "9007199254740993", "pending", "posted", "https://x", "ent_", "<script>"]),
+  fc.constantFrom(
+    ...["", " ", "\u0000", "null", "-1", "0", "1.5", "9007199254740993", "pending", "posted", "https://x", "ent_", "<script>"],
+  ),
   fc.string({ maxLength: 40 }),
   fc.integer(),
   fc.double(),
@@ -52,19 +54,19 @@ const scalar = fc.oneof(
 function valueFor(): fc.Arbitrary<unknown> {
   return fc.oneof(
     { weight: 3, arbitrary: scalar },
-    { weight: 3, arbitrary: fc.constantFrom(...ids.length ? ids : ["x"]) },
+    { weight: 3, arbitrary: fc.constantFrom(...(ids.length ? ids : ["x"])) },
     { weight: 1, arbitrary: fc.jsonValue({ maxDepth: 2 }) },
   );
 }
 
 function requestFor(route: Route) {
-  const known = [...(route.method === "GET" || route.method === "DELETE" ? route.query ?? [] : route.body ?? [])];
+  const known = [...(route.method === "GET" || route.method === "DELETE" ? (route.query ?? []) : (route.body ?? []))];
   const names = fc.constantFrom(...known, "unknown_field", "amount", "__proto__");
   const fields = fc.dictionary(known.length ? fc.oneof(fc.constantFrom(...known), names) : names, valueFor(), { maxKeys: 5 });
   return fc.record({
     fields,
     raw: fc.option(fc.oneof(fc.string({ maxLength: 30 }), fc.constantFrom("{", "[]", "null", "1", '{"a":', "\u0000")), { freq: 6 }),
-    programId: fc.option(fc.oneof(fc.string({ maxLength: 20 }), fc.constantFrom(...ids.length ? ids : ["x"])), { freq: 3 }),
+    programId: fc.option(fc.oneof(fc.string({ maxLength: 20 }), fc.constantFrom(...(ids.length ? ids : ["x"]))), { freq: 3 }),
     idempotencyKey: fc.option(fc.string({ maxLength: 300 }), { freq: 4 }),
   });
 }
@@ -85,7 +87,10 @@ it("never answers 5xx, always uses the envelope, and a refused call changes noth
           const query = Object.fromEntries(Object.entries(r.fields).map(([k, v]) => [k, typeof v === "string" ? v : JSON.stringify(v)]));
           res = await stack.api.request(route.method, route.path, { query, headers });
         } else if (r.raw !== null) {
-          res = await stack.api.request(route.method, route.path, { raw: r.raw, headers: { ...headers, "content-type": "application/json" } });
+          res = await stack.api.request(route.method, route.path, {
+            raw: r.raw,
+            headers: { ...headers, "content-type": "application/json" },
+          });
         } else {
           res = await stack.api.request(route.method, route.path, { body: r.fields, headers });
         }

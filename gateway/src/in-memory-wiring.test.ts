@@ -57,15 +57,30 @@ it("applies the ledger's interceptors to in-memory callers: internal methods, th
   expect((denied as ConnectError).code).toBe(Code.PermissionDenied);
 
   // A wrong service token is no service; the right one acts for the account it names.
-  const wrongToken = await ledger.listEntities({}, { headers: { authorization: "Service not-the-token", "x-account-id": stack.account.account_id } }).catch((err: unknown) => err);
+  const wrongToken = await ledger
+    .listEntities({}, { headers: { authorization: "Service not-the-token", "x-account-id": stack.account.account_id } })
+    .catch((err: unknown) => err);
   expect((wrongToken as ConnectError).code).toBe(Code.Unauthenticated);
-  const asService = await ledger.listEntities({}, { headers: { authorization: `Service ${TEST_SERVICE_TOKEN}`, "x-account-id": stack.account.account_id } });
+  const asService = await ledger.listEntities(
+    {},
+    { headers: { authorization: `Service ${TEST_SERVICE_TOKEN}`, "x-account-id": stack.account.account_id } },
+  );
   expect(asService.entities.length).toBeGreaterThanOrEqual(0);
 
   // The caller's request id comes back; the key's budget (20, hardly refilling) runs out.
   let requestId: string | null = null;
-  await ledger.listEntities({}, { headers: { authorization: key, "x-request-id": "in-memory-1" }, onHeader: (h) => (requestId = h.get("x-request-id")) });
+  await ledger.listEntities(
+    {},
+    { headers: { authorization: key, "x-request-id": "in-memory-1" }, onHeader: (h) => (requestId = h.get("x-request-id")) },
+  );
   expect(requestId).toBe("in-memory-1");
-  const answers = await Promise.all(Array.from({ length: 20 }, () => ledger.listEntities({}, { headers: { authorization: key } }).then(() => "ok", (err: ConnectError) => Code[err.code])));
+  const answers = await Promise.all(
+    Array.from({ length: 20 }, () =>
+      ledger.listEntities({}, { headers: { authorization: key } }).then(
+        () => "ok",
+        (err: ConnectError) => Code[err.code],
+      ),
+    ),
+  );
   expect(answers).toContain("ResourceExhausted");
 });

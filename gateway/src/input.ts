@@ -9,7 +9,9 @@ export function onlyKnown(fields: Fields, known: readonly string[], where: "body
   for (const name of Object.keys(fields)) {
     if (!known.includes(name)) {
       const noun = where === "body" ? "field" : "query parameter";
-      throw invalidArgument(`unknown ${noun} ${JSON.stringify(name)}; expected one of: ${known.join(", ")}`, { [where === "body" ? "field" : "parameter"]: name });
+      throw invalidArgument(`unknown ${noun} ${JSON.stringify(name)}; expected one of: ${known.join(", ")}`, {
+        [where === "body" ? "field" : "parameter"]: name,
+      });
     }
   }
 }
@@ -29,7 +31,8 @@ export function stringField(fields: Fields, name: string): string {
 export function amountField(fields: Fields, name: string): bigint {
   const value = fields[name];
   if (value === undefined || value === null) throw invalidArgument(`${name} is required`, { field: name });
-  if (typeof value !== "number") throw invalidArgument(`${name} must be an integer number of minor units, not a ${typeName(value)}`, { field: name });
+  if (typeof value !== "number")
+    throw invalidArgument(`${name} must be an integer number of minor units, not a ${typeName(value)}`, { field: name });
   if (!Number.isInteger(value)) throw invalidArgument(`${name} must be an integer number of minor units`, { field: name });
   if (value <= 0) throw invalidArgument(`${name} must be greater than zero`, { field: name });
   const amount = BigInt(value);

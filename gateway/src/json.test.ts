@@ -16,7 +16,7 @@ describe("toJson", () => {
 
   it("prints bigints exactly, skips undefined members and writes dates in ISO form", () => {
     const at = new Date(Date.UTC(2026, 0, 2, 3, 4, 5, 6));
-    expect(toJson({ a: 9007199254740993n, b: undefined, c: [undefined, -1n], d: at, e: Number.NaN, "q\"uote": "x" })).toBe(
+    expect(toJson({ a: 9007199254740993n, b: undefined, c: [undefined, -1n], d: at, e: Number.NaN, 'q"uote': "x" })).toBe(
       '{"a":9007199254740993,"c":[null,-1],"d":"2026-01-02T03:04:05.006Z","e":null,"q\\"uote":"x"}',
     );
   });

@@ -79,7 +79,10 @@ describe("RPC edge (Connect JSON straight to the ledger)", () => {
   });
 
   it("refuses metadata over 16 KiB", async () => {
-    const big = await rpc("CreateEntity", JSON.stringify({ entityName: "big", entityType: "wallet", metadata: { note: "x".repeat(17 * 1024) } }));
+    const big = await rpc(
+      "CreateEntity",
+      JSON.stringify({ entityName: "big", entityType: "wallet", metadata: { note: "x".repeat(17 * 1024) } }),
+    );
     expect(big.status).toBe(400);
     expect(big.body.message).toMatch(/16 KiB/);
   });

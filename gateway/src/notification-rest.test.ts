@@ -37,10 +37,22 @@ describe("destinations", () => {
     expect(res.status).toBe(200);
     expect(res.body).toEqual({
       status: "success",
-      endpoint: expect.objectContaining({ url: receiver.endpoint("/shape"), name: expect.stringMatching(/\S/), secret: expect.stringMatching(/^whsec_/), enabled: true, endpoint_id: expect.stringMatching(/^whe_[0-9a-z]{26}$/), event_types: null }),
+      endpoint: expect.objectContaining({
+        url: receiver.endpoint("/shape"),
+        name: expect.stringMatching(/\S/),
+        secret: expect.stringMatching(/^whsec_/),
+        enabled: true,
+        endpoint_id: expect.stringMatching(/^whe_[0-9a-z]{26}$/),
+        event_types: null,
+      }),
     });
     const id = res.body.endpoint.endpoint_id;
-    const named = await api.post("/webhooks", { url: receiver.endpoint("/named"), name: "Orders", description: "ops", event_types: ["hold.created", "transaction.posted"] });
+    const named = await api.post("/webhooks", {
+      url: receiver.endpoint("/named"),
+      name: "Orders",
+      description: "ops",
+      event_types: ["hold.created", "transaction.posted"],
+    });
     expect(named.body.endpoint).toMatchObject({ name: "Orders", description: "ops", event_types: ["hold.created", "transaction.posted"] });
 
     const list = await api.get("/webhooks");
@@ -50,15 +62,26 @@ describe("destinations", () => {
     for (const e of list.body.endpoints) expect(e.secret).toBeUndefined();
 
     const one = await api.get("/webhook", { id });
-    expect(one.body).toEqual({ status: "success", endpoint: expect.objectContaining({ url: receiver.endpoint("/shape"), name: res.body.endpoint.name, enabled: true, endpoint_id: id }), stats: { total: 0, succeeded: 0, failed: 0, avg_ms: 0 } });
+    expect(one.body).toEqual({
+      status: "success",
+      endpoint: expect.objectContaining({ url: receiver.endpoint("/shape"), name: res.body.endpoint.name, enabled: true, endpoint_id: id }),
+      stats: { total: 0, succeeded: 0, failed: 0, avg_ms: 0 },
+    });
     expect(one.body.endpoint.secret).toBeUndefined();
   });
 
   it("updates url, name, enabled and event_types (null for all) and leaves the rest", async () => {
-    const id = (await api.post("/webhooks", { url: receiver.endpoint("/u1"), event_types: ["transaction.created"] })).body.endpoint.endpoint_id;
+    const id = (await api.post("/webhooks", { url: receiver.endpoint("/u1"), event_types: ["transaction.created"] })).body.endpoint
+      .endpoint_id;
     const res = await api.put("/webhooks", { endpoint_id: id, enabled: false, name: "renamed" });
     expect(res.status).toBe(200);
-    expect(res.body.endpoint).toMatchObject({ enabled: false, endpoint_id: id, name: "renamed", event_types: ["transaction.created"], url: receiver.endpoint("/u1") });
+    expect(res.body.endpoint).toMatchObject({
+      enabled: false,
+      endpoint_id: id,
+      name: "renamed",
+      event_types: ["transaction.created"],
+      url: receiver.endpoint("/u1"),
+    });
     const all = await api.put("/webhooks", { endpoint_id: id, event_types: null, url: receiver.endpoint("/u2") });
     expect(all.body.endpoint).toMatchObject({ event_types: null, url: receiver.endpoint("/u2"), enabled: false, name: "renamed" });
   });
@@ -108,7 +131,10 @@ describe("idempotency", () => {
     expect(rolledAgain.body).toEqual(rolled.body);
     expect(rolled.body.endpoint.secret).not.toBe(first.body.endpoint.secret);
 
-    await api.post("/entity/fund", { entity_id: (await api.post("/entity", { entity_name: "w", entity_type: "w" })).body.entity.entity_id, amount: 1 });
+    await api.post("/entity/fund", {
+      entity_id: (await api.post("/entity", { entity_name: "w", entity_type: "w" })).body.entity.entity_id,
+      amount: 1,
+    });
     await expect.poll(async () => (await api.get("/webhooks/deliveries", { endpoint_id: id })).body.deliveries.length).toBeGreaterThan(0);
     const delivery = (await api.get("/webhooks/deliveries", { endpoint_id: id })).body.deliveries[0];
     const resendKey = { "idempotency-key": `resend-${Date.now()}` };
@@ -184,7 +210,9 @@ describe("tenancy", () => {
     const id = ep.body.endpoint.endpoint_id;
     const entity = await api.post("/entity", { entity_name: "w", entity_type: "wallet" });
     await api.post("/entity/fund", { entity_id: entity.body.entity.entity_id, amount: 10 });
-    await expect.poll(async () => (await api.get("/webhooks/deliveries", { endpoint_id: id })).body.deliveries?.[0]?.status).toBe("succeeded");
+    await expect
+      .poll(async () => (await api.get("/webhooks/deliveries", { endpoint_id: id })).body.deliveries?.[0]?.status)
+      .toBe("succeeded");
     const delivery = (await api.get("/webhooks/deliveries", { endpoint_id: id })).body.deliveries[0];
     expect(delivery).toMatchObject({ delivery_id: expect.stringMatching(/^whd_/), status: "succeeded", attempts: 1, response_status: 200 });
 

@@ -59,7 +59,8 @@ function eventTypesField(body: Fields): { present: false } | { present: true; ty
   if (!("event_types" in body)) return { present: false };
   const list = arrayField(body, "event_types");
   if (list === undefined) return { present: true, types: null };
-  if (!list.every((t): t is string => typeof t === "string")) throw invalidArgument("event_types must be an array of strings or null", { field: "event_types" });
+  if (!list.every((t): t is string => typeof t === "string"))
+    throw invalidArgument("event_types must be an array of strings or null", { field: "event_types" });
   return { present: true, types: list };
 }
 
@@ -149,7 +150,11 @@ export const notificationRoutes: Route[] = [
           ...(enabled !== undefined ? { enabled } : {}),
           ...maxConcurrencyField(body),
           ...(types.present
-            ? { subscription: types.types ? { case: "eventTypes" as const, value: { types: types.types } } : { case: "allEventTypes" as const, value: true } }
+            ? {
+                subscription: types.types
+                  ? { case: "eventTypes" as const, value: { types: types.types } }
+                  : { case: "allEventTypes" as const, value: true },
+              }
             : {}),
         },
         call,

@@ -21,10 +21,15 @@ it("carries the caller's request id into the event, and every process exposes it
   expect((await api.post("/webhooks", { url: receiver.endpoint("/obs") })).status).toBe(200);
   const entity = (await api.post("/entity", { entity_name: "o", entity_type: "w" })).body.entity.entity_id;
   const requestId = `trace-${Date.now()}`;
-  const res = await api.post("/entity/fund", { entity_id: entity, amount: 3 }, { "x-request-id": requestId, traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" });
+  const res = await api.post(
+    "/entity/fund",
+    { entity_id: entity, amount: 3 },
+    { "x-request-id": requestId, traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" },
+  );
   expect(res.headers.get("x-request-id")).toBe(requestId);
   await expect.poll(() => receiver.received("/obs").length).toBe(1);
-  const [row] = await stack.notificationSql!`select request_id from events where id = ${receiver.received("/obs")[0]!.headers["x-service-event-id"] as string}`;
+  const [row] =
+    await stack.notificationSql!`select request_id from events where id = ${receiver.received("/obs")[0]!.headers["x-service-event-id"] as string}`;
   expect(row!["request_id"]).toBe(requestId);
 
   const metrics = async (url: string) => (await fetch(`${url}/metrics`)).text();

@@ -54,7 +54,10 @@ function documented(): { method: string; path: string; op: Operation }[] {
 }
 
 function paramsOf(op: Operation, where: string): string[] {
-  return (op.parameters ?? []).map((p) => deref<Parameter>(p)).filter((p) => p.in === where).map((p) => p.name);
+  return (op.parameters ?? [])
+    .map((p) => deref<Parameter>(p))
+    .filter((p) => p.in === where)
+    .map((p) => p.name);
 }
 
 function bodyFieldsOf(op: Operation): string[] {
@@ -97,7 +100,10 @@ describe("every gateway route is documented", () => {
 
   it("program-scoped routes, and only they, document the program_id header", () => {
     // Notification paths are account-scoped, and creating or listing programs names no program.
-    const unscoped = new Set([...notificationRoutes, ...ledgerRoutes.filter((r) => r.path === "/programs" || (r.path === "/program" && r.method === "POST"))]);
+    const unscoped = new Set([
+      ...notificationRoutes,
+      ...ledgerRoutes.filter((r) => r.path === "/programs" || (r.path === "/program" && r.method === "POST")),
+    ]);
     for (const route of routes) {
       const op = spec.paths[route.path]![route.method.toLowerCase()]!;
       expect(paramsOf(op, "header").includes("program_id"), `${route.method} ${route.path}`).toBe(!unscoped.has(route));
@@ -123,7 +129,9 @@ describe("every documented operation answers", () => {
       // A 404 for a missing object is an answer; the gateway's "no endpoint" 404 and a 405 are not.
       expect(res.status, text).not.toBe(405);
       if (res.status === 404) expect(text).not.toContain("no endpoint");
-      expect(Object.keys(op.responses), `status ${res.status} is not documented for ${method} ${path}: ${text}`).toContain(String(res.status));
+      expect(Object.keys(op.responses), `status ${res.status} is not documented for ${method} ${path}: ${text}`).toContain(
+        String(res.status),
+      );
     });
   }
 
@@ -152,15 +160,23 @@ interface ObjectSchema {
 
 /** The schema of `error` in an error envelope for `code`, through the discriminator's mapping. */
 function errorSchemaFor(code: string): ObjectSchema {
-  const body = deref<ObjectSchema>((spec as unknown as { components: { schemas: Record<string, ObjectSchema> } }).components.schemas["ErrorBody"]!);
+  const body = deref<ObjectSchema>(
+    (spec as unknown as { components: { schemas: Record<string, ObjectSchema> } }).components.schemas["ErrorBody"]!,
+  );
   const ref = body.discriminator?.mapping[code];
   expect(ref, `error code ${code} is in the discriminator's mapping`).toBeDefined();
-  expect(body.oneOf?.map((o) => o.$ref), `${ref} is one of ErrorBody's oneOf`).toContain(ref);
+  expect(
+    body.oneOf?.map((o) => o.$ref),
+    `${ref} is one of ErrorBody's oneOf`,
+  ).toContain(ref);
   return deref<ObjectSchema>({ $ref: ref! });
 }
 
 /** Checks an envelope the gateway sent against its code's schema: code allowed, details typed and complete. */
-function expectDocumentedError(body: { status: string; error: { code: string; message: string; details?: Record<string, unknown> } }): void {
+function expectDocumentedError(body: {
+  status: string;
+  error: { code: string; message: string; details?: Record<string, unknown> };
+}): void {
   expect(body.status).toBe("error");
   const schema = errorSchemaFor(body.error.code);
   const code = schema.properties!["code"]!;
@@ -179,7 +195,10 @@ function expectDocumentedError(body: { status: string; error: { code: string; me
     }
     const types = ([] as string[]).concat(property.type ?? []);
     const actual = Array.isArray(value) ? "array" : Number.isInteger(value) ? "integer" : typeof value;
-    expect(types.includes(actual) || (actual === "integer" && types.includes("number")), `${body.error.code} details.${name} is ${types.join("|")}, got ${actual}`).toBe(true);
+    expect(
+      types.includes(actual) || (actual === "integer" && types.includes("number")),
+      `${body.error.code} details.${name} is ${types.join("|")}, got ${actual}`,
+    ).toBe(true);
   }
 }
 
@@ -232,7 +251,15 @@ describe("error details are typed per code", () => {
         expect(res.status, JSON.stringify(res.body)).toBeGreaterThanOrEqual(400);
         expectDocumentedError(res.body);
       }
-      expect(answers.map((r) => r.body.error.code)).toEqual(["insufficient_funds", "invalid_request", "invalid_request", "invalid_request", "not_found", "unbalanced_entries", "method_not_allowed"]);
+      expect(answers.map((r) => r.body.error.code)).toEqual([
+        "insufficient_funds",
+        "invalid_request",
+        "invalid_request",
+        "invalid_request",
+        "not_found",
+        "unbalanced_entries",
+        "method_not_allowed",
+      ]);
     });
   });
 });

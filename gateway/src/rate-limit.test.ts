@@ -53,7 +53,14 @@ describe("one key, however it is spelled", () => {
   it("counts every spelling of a key against that key's budget", async () => {
     const key = stack.account.api_key;
     expect([await statusWith(key), await statusWith(`Bearer ${key}`)]).toEqual([200, 200]);
-    for (const spelling of [`bEaReR ${key}`, `Bearer    ${key}`, `\u00a0Bearer ${key}`, `Bearer\u00a0${key}`, `\u00a0${key}\u00a0`, `  ${key}\t`]) {
+    for (const spelling of [
+      `bEaReR ${key}`,
+      `Bearer    ${key}`,
+      `\u00a0Bearer ${key}`,
+      `Bearer\u00a0${key}`,
+      `\u00a0${key}\u00a0`,
+      `  ${key}\t`,
+    ]) {
       expect(await statusWith(spelling), JSON.stringify(spelling)).toBe(429);
     }
     // Another key still has its own budget.

@@ -30,7 +30,11 @@ async function snapshot(...ids: string[]) {
   return Promise.all(ids.map(async (id) => (await api.get("/entity", { entity_id: id })).body.entity.balances));
 }
 
-function expectError(res: { status: number; body: { status: string; error: { code: string; message: string } } }, status: number, code: string) {
+function expectError(
+  res: { status: number; body: { status: string; error: { code: string; message: string } } },
+  status: number,
+  code: string,
+) {
   expect(res.status).toBe(status);
   expect(res.body.status).toBe("error");
   expect(res.body.error.code).toBe(code);
@@ -43,10 +47,22 @@ describe("entities", () => {
     const res = await api.post("/entity", { entity_name: "Alice", entity_type: "customer", metadata: { tier: "gold", n: 3 } });
     expect(res.status).toBe(200);
     expect(res.body.status).toBe("success");
-    expect(res.body.entity).toMatchObject({ status: "active", entity_name: "Alice", entity_type: "customer", currency_code: "USD", metadata: { tier: "gold", n: 3 } });
+    expect(res.body.entity).toMatchObject({
+      status: "active",
+      entity_name: "Alice",
+      entity_type: "customer",
+      currency_code: "USD",
+      metadata: { tier: "gold", n: 3 },
+    });
     expect(res.body.entity.entity_id).toMatch(/^ent_[0-9a-z]{26}$/);
     const read = await api.get("/entity", { entity_id: res.body.entity.entity_id });
-    expect(read.body).toMatchObject({ status: "success", entity: { entity_id: res.body.entity.entity_id, balances: { posted: 0, pending_debits: 0, pending_credits: 0, held: 0, available: 0 } } });
+    expect(read.body).toMatchObject({
+      status: "success",
+      entity: {
+        entity_id: res.body.entity.entity_id,
+        balances: { posted: 0, pending_debits: 0, pending_credits: 0, held: 0, available: 0 },
+      },
+    });
   });
 
   it("lists entities newest first, filters by type, and walks pages exactly once", async () => {
@@ -56,7 +72,11 @@ describe("entities", () => {
     const seen: string[] = [];
     let cursor: string | null = null;
     do {
-      const res: Awaited<ReturnType<Api["get"]>> = await api.get("/entities", { entity_type: type, limit: "3", ...(cursor ? { cursor } : {}) });
+      const res: Awaited<ReturnType<Api["get"]>> = await api.get("/entities", {
+        entity_type: type,
+        limit: "3",
+        ...(cursor ? { cursor } : {}),
+      });
       expect(res.status).toBe(200);
       expect(res.body.pagination.limit).toBe(3);
       seen.push(...res.body.entities.map((e: { entity_id: string }) => e.entity_id));
@@ -71,7 +91,10 @@ describe("entities", () => {
   it("funds with a posted credit and defunds with a posted debit", async () => {
     const id = await newEntity();
     const fund = await api.post("/entity/fund", { entity_id: id, amount: 2500, description: "top up" });
-    expect(fund.body).toMatchObject({ status: "success", transaction: { credit: { amount: 2500, status: "posted", direction: "credit", entity_id: id } } });
+    expect(fund.body).toMatchObject({
+      status: "success",
+      transaction: { credit: { amount: 2500, status: "posted", direction: "credit", entity_id: id } },
+    });
     expect(fund.body.transaction.credit.transaction_id).toMatch(/^trx_/);
     expect(fund.body.transaction.credit.transaction_group_id).toMatch(/^trx-grp_/);
     const defund = await api.post("/entity/defund", { entity_id: id, amount: 500 });
@@ -92,7 +115,10 @@ describe("transactions", () => {
     expect(two.body.transactions[1]).toMatchObject({ amount: 300, status: "pending", direction: "credit", entity_id: b });
 
     const leg = await api.get("/transaction", { entity_id: a, transaction_id: two.body.transactions[0].transaction_id });
-    expect(leg.body).toMatchObject({ status: "success", transaction: { amount: 300, status: "pending", direction: "debit", transaction_group_id: two.body.transaction_group_id } });
+    expect(leg.body).toMatchObject({
+      status: "success",
+      transaction: { amount: 300, status: "pending", direction: "debit", transaction_group_id: two.body.transaction_group_id },
+    });
     expect(leg.body.transaction.entity_id).toBeUndefined();
 
     const multi = await api.post("/transaction", {
@@ -108,12 +134,21 @@ describe("transactions", () => {
     expect(multi.body.transactions.map((l: { status: string }) => l.status)).toEqual(["posted", "posted", "posted"]);
 
     const group = await api.get("/transaction/group", { transaction_group_id: two.body.transaction_group_id });
-    expect(group.body.transaction_group).toMatchObject({ status: "pending", description: "rent", metadata: { ref: "r1" }, currency_code: "USD", amount: 300, disputed: false });
+    expect(group.body.transaction_group).toMatchObject({
+      status: "pending",
+      description: "rent",
+      metadata: { ref: "r1" },
+      currency_code: "USD",
+      amount: 300,
+      disputed: false,
+    });
     expect(group.body.transaction_group.legs).toHaveLength(2);
 
     const list = await api.get("/transactions", { entity_id: a, status: "posted" });
     expect(list.body.transactions.every((l: { status: string }) => l.status === "posted")).toBe(true);
-    expect(list.body.transactions.map((l: { transaction_group_id: string }) => l.transaction_group_id)).toContain(multi.body.transaction_group_id);
+    expect(list.body.transactions.map((l: { transaction_group_id: string }) => l.transaction_group_id)).toContain(
+      multi.body.transaction_group_id,
+    );
     expect(list.body.pagination).toMatchObject({ limit: 20, has_next: false, next_cursor: null });
   });
 
@@ -140,7 +175,11 @@ describe("transactions", () => {
     expectError(await api.get("/transaction/group", { transaction_group_id: "trx-grp_x" }), 404, "not_found");
     expectError(await api.post("/transaction/post", { transaction_group_id: "trx-grp_01m80ts8wm38j0zc0r0sgz6t61" }), 404, "not_found");
     expectError(await api.post("/entity/fund", { entity_id: "ent_01m80ts8wm38j0zc0r0sgz6t61", amount: 5 }), 404, "not_found");
-    expectError(await api.post("/transaction", { description: "x", amount: 5, account: { from: a, to: "ent_01m80ts8wm38j0zc0r0sgz6t61" } }), 404, "not_found");
+    expectError(
+      await api.post("/transaction", { description: "x", amount: 5, account: { from: a, to: "ent_01m80ts8wm38j0zc0r0sgz6t61" } }),
+      404,
+      "not_found",
+    );
     expect((await snapshot(a))[0].posted).toBe(100);
   });
 });
@@ -151,7 +190,11 @@ describe("idempotency", () => {
     const b = await newEntity();
     const body = { description: "once", amount: 100, status: "posted", account: { from: a, to: b } };
     const key = { "idempotency-key": `k-${Date.now()}` };
-    const results = await Promise.all([api.post("/transaction", body, key), api.post("/transaction", body, key), api.post("/transaction", body, key)]);
+    const results = await Promise.all([
+      api.post("/transaction", body, key),
+      api.post("/transaction", body, key),
+      api.post("/transaction", body, key),
+    ]);
     for (const r of results) expect(r.status).toBe(200);
     expect(new Set(results.map((r) => r.body.transaction_group_id)).size).toBe(1);
     expect(results.filter((r) => r.headers.get("idempotent-replayed") === "true")).toHaveLength(2);
@@ -220,14 +263,22 @@ describe("tenancy", () => {
 
     expectError(await other.get("/entity", { entity_id: a }), 404, "not_found");
     expectError(await other.get("/transactions", { entity_id: a }), 404, "not_found");
-    expectError(await other.get("/transaction", { entity_id: a, transaction_id: tx.body.transactions[0].transaction_id }), 404, "not_found");
+    expectError(
+      await other.get("/transaction", { entity_id: a, transaction_id: tx.body.transactions[0].transaction_id }),
+      404,
+      "not_found",
+    );
     expectError(await other.get("/transaction/group", { transaction_group_id: tx.body.transaction_group_id }), 404, "not_found");
     for (const action of ["post", "cancel", "fail", "reverse", "dispute"]) {
       expectError(await other.post(`/transaction/${action}`, { transaction_group_id: tx.body.transaction_group_id }), 404, "not_found");
     }
     expectError(await other.post("/entity/fund", { entity_id: a, amount: 1 }), 404, "not_found");
     expectError(await other.post("/entity/defund", { entity_id: a, amount: 1 }), 404, "not_found");
-    expectError(await other.post("/transaction", { description: "steal", amount: 100, status: "posted", account: { from: a, to: otherEntity } }), 404, "not_found");
+    expectError(
+      await other.post("/transaction", { description: "steal", amount: 100, status: "posted", account: { from: a, to: otherEntity } }),
+      404,
+      "not_found",
+    );
     expectError(await other.get("/program", undefined, { program_id: program }), 404, "not_found");
     expectError(await other.get("/entities", undefined, { program_id: program }), 404, "not_found");
     expect((await other.get("/entities")).body.entities.map((e: { entity_id: string }) => e.entity_id)).not.toContain(a);

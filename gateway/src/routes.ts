@@ -2,12 +2,7 @@ import type { CallOptions, Client } from "@connectrpc/connect";
 import { ConnectError } from "@connectrpc/connect";
 import { appError, errorCodeOf, invalidArgument } from "@ledger/common";
 import type { HoldService } from "@ledger/proto/hold/v1/hold_pb.js";
-import {
-  Direction,
-  TransactionStatus,
-  TransactionStatusSchema,
-  type LedgerService,
-} from "@ledger/proto/ledger/v1/ledger_pb.js";
+import { Direction, TransactionStatus, TransactionStatusSchema, type LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { CreateTransactionRequestSchema, CreateTransactionsItemSchema } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import type { NotificationService } from "@ledger/proto/notification/v1/notification_pb.js";
@@ -135,9 +130,13 @@ const MAX_BATCH_ITEMS = 1000;
  * goes to the ledger empty, which refuses it in its place in the order, and its answer carries
  * the gateway's message instead, so it reads exactly as the single call would have.
  */
-function batchItems(body: Fields): { items: Array<MessageInitShape<typeof CreateTransactionsItemSchema>>; malformed: Map<number, ConnectError> } {
+function batchItems(body: Fields): {
+  items: Array<MessageInitShape<typeof CreateTransactionsItemSchema>>;
+  malformed: Map<number, ConnectError>;
+} {
   const raw = body["transactions"];
-  if (raw === undefined || raw === null) throw invalidArgument("transactions is required: an array of 1 to 1000 transactions", { field: "transactions" });
+  if (raw === undefined || raw === null)
+    throw invalidArgument("transactions is required: an array of 1 to 1000 transactions", { field: "transactions" });
   if (!Array.isArray(raw)) throw invalidArgument("transactions must be an array", { field: "transactions" });
   if (raw.length === 0 || raw.length > MAX_BATCH_ITEMS) {
     throw invalidArgument(`transactions must hold 1 to ${MAX_BATCH_ITEMS} items; got ${raw.length}`, { field: "transactions" });
@@ -213,7 +212,12 @@ export const ledgerRoutes: Route[] = [
     body: ["amount", "entity_id", "description"],
     async handle({ body, programId, call }, { ledger }) {
       const res = await ledger.fundEntity(
-        { programId, entityId: stringField(body, "entity_id"), amount: amountField(body, "amount"), description: stringField(body, "description") },
+        {
+          programId,
+          entityId: stringField(body, "entity_id"),
+          amount: amountField(body, "amount"),
+          description: stringField(body, "description"),
+        },
         call,
       );
       return { transaction: { credit: renderLeg(res.credit!) } };
@@ -225,7 +229,12 @@ export const ledgerRoutes: Route[] = [
     body: ["amount", "entity_id", "description"],
     async handle({ body, programId, call }, { ledger }) {
       const res = await ledger.defundEntity(
-        { programId, entityId: stringField(body, "entity_id"), amount: amountField(body, "amount"), description: stringField(body, "description") },
+        {
+          programId,
+          entityId: stringField(body, "entity_id"),
+          amount: amountField(body, "amount"),
+          description: stringField(body, "description"),
+        },
         call,
       );
       return { transaction: { debit: renderLeg(res.debit!) } };

@@ -24,7 +24,13 @@ let tempDir: string | undefined;
 
 beforeAll(async () => {
   receiver = await startWebhookReceiver();
-  const ports = { gateway: await freePort(), gatewayOps: await freePort(), ledger: await freePort(), hold: await freePort(), notification: await freePort() };
+  const ports = {
+    gateway: await freePort(),
+    gatewayOps: await freePort(),
+    ledger: await freePort(),
+    hold: await freePort(),
+    notification: await freePort(),
+  };
   const tag = randomBytes(4).toString("hex");
   tempDir = mkdtempSync(join(tmpdir(), "ledger-logs-"));
   const caFile = join(tempDir, "receiver-ca.pem");

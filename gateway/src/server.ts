@@ -74,10 +74,17 @@ export function createRestHandler(
       ? startSpan(options.tracing, req.method ?? "GET", SpanKind.SERVER, incomingContext, { "http.request.method": req.method ?? "GET" })
       : undefined;
     // Under the span, the request's log lines carry its trace_id and span_id.
-    return traced ? withActiveSpan(traced.span, () => handle(req, res, incomingContext, traced)) : handle(req, res, incomingContext, undefined);
+    return traced
+      ? withActiveSpan(traced.span, () => handle(req, res, incomingContext, traced))
+      : handle(req, res, incomingContext, undefined);
   };
 
-  async function handle(req: IncomingMessage, res: ServerResponse, incomingContext: TraceLink, traced: TracedSpan | undefined): Promise<void> {
+  async function handle(
+    req: IncomingMessage,
+    res: ServerResponse,
+    incomingContext: TraceLink,
+    traced: TracedSpan | undefined,
+  ): Promise<void> {
     const started = performance.now();
     const incomingId = header(req, REQUEST_ID_HEADER);
     const requestId = incomingId && /^[\w.:-]{1,128}$/.test(incomingId) ? incomingId : randomUUID();

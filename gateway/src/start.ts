@@ -66,7 +66,13 @@ export async function startGateway(config: GatewayConfig, peers: GatewayPeers = 
     // and its own paths answer 503 until it is back.
     const routes = [...ledgerRoutes, ...holdRoutes, ...notificationRoutes];
     const rateLimiter = rateLimiterOf(config);
-    const handler = createRestHandler(routes, clients, { bodyLimitBytes: config.bodyLimitBytes, batchBodyLimitBytes: config.batchBodyLimitBytes, log, tracing, ...(rateLimiter ? { rateLimiter } : {}) });
+    const handler = createRestHandler(routes, clients, {
+      bodyLimitBytes: config.bodyLimitBytes,
+      batchBodyLimitBytes: config.batchBodyLimitBytes,
+      log,
+      tracing,
+      ...(rateLimiter ? { rateLimiter } : {}),
+    });
     // The docs and the webhook console come first: they need no API key and do not count against
     // a key's rate limit.
     const pages = [createDocsHandler(), createConsoleHandler()];

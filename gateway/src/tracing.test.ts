@@ -49,27 +49,39 @@ describe("with tracing configured", () => {
   let stack: Stack;
   beforeAll(async () => {
     // A long export delay: spans reach the receiver because the test flushes, not because time passed.
-    ({ otlp, webhooks, stack } = await startTracedSystem((tracesUrl) => ({ OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: tracesUrl, OTEL_BSP_SCHEDULE_DELAY: "60000" })));
+    ({ otlp, webhooks, stack } = await startTracedSystem((tracesUrl) => ({
+      OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: tracesUrl,
+      OTEL_BSP_SCHEDULE_DELAY: "60000",
+    })));
   });
   afterAll(async () => stopTracedSystem({ otlp, webhooks, stack }));
 
-  const flush = () => Promise.all([stack.gateway.tracing, stack.ledger.tracing, stack.hold?.tracing, stack.notification?.tracing].map((t) => t?.forceFlush()));
+  const flush = () =>
+    Promise.all(
+      [stack.gateway.tracing, stack.ledger.tracing, stack.hold?.tracing, stack.notification?.tracing].map((t) => t?.forceFlush()),
+    );
 
   /** The trace's spans once `ready` says all expected ones were exported. */
   async function traceOf(traceId: string, ready: (spans: ReceivedSpan[]) => boolean): Promise<ReceivedSpan[]> {
     const spans = () => otlp.spans().filter((s) => s.traceId === traceId);
     await expect
-      .poll(async () => {
-        await flush();
-        return ready(spans());
-      }, { message: `the spans of trace ${traceId}` })
+      .poll(
+        async () => {
+          await flush();
+          return ready(spans());
+        },
+        { message: `the spans of trace ${traceId}` },
+      )
       .toBe(true);
     return spans();
   }
 
   function one(spans: ReceivedSpan[], service: string, name: string): ReceivedSpan {
     const found = spans.filter((s) => s.service === service && s.name === name);
-    expect(found.map((s) => `${s.service} ${s.name}`), `one ${service} span ${name} among ${spans.map((s) => `${s.service} ${s.name}`).join(", ")}`).toEqual([`${service} ${name}`]);
+    expect(
+      found.map((s) => `${s.service} ${s.name}`),
+      `one ${service} span ${name} among ${spans.map((s) => `${s.service} ${s.name}`).join(", ")}`,
+    ).toEqual([`${service} ${name}`]);
     return found[0]!;
   }
 
@@ -80,7 +92,11 @@ describe("with tracing configured", () => {
     const entity = await fundedEntity(api);
     const other = await fundedEntity(api, 1);
     const client = clientTraceparent();
-    const res = await api.post("/transaction", { description: "traced", amount: 5, account: { from: entity, to: other } }, { traceparent: client.traceparent });
+    const res = await api.post(
+      "/transaction",
+      { description: "traced", amount: 5, account: { from: entity, to: other } },
+      { traceparent: client.traceparent },
+    );
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     const groupId = res.body.transaction_group_id as string;
     const delivered = () => webhooks.received("/transfer").filter((w) => JSON.parse(w.body).data.transaction_group_id === groupId);
@@ -91,13 +107,25 @@ describe("with tracing configured", () => {
 
     const spans = await traceOf(client.traceId, (s) => s.some((x) => x.service === "notification" && x.kind === CLIENT));
     const rest = one(spans, "gateway", "POST /v1/transaction");
-    expect(rest).toMatchObject({ kind: SERVER, parentSpanId: client.spanId, attributes: { "http.route": "/v1/transaction", "http.response.status_code": 200 } });
+    expect(rest).toMatchObject({
+      kind: SERVER,
+      parentSpanId: client.spanId,
+      attributes: { "http.route": "/v1/transaction", "http.response.status_code": 200 },
+    });
     const rpcOut = one(spans, "gateway", "ledger.v1.LedgerService/CreateTransaction");
     expect(rpcOut).toMatchObject({ kind: CLIENT, parentSpanId: rest.spanId });
     const rpcIn = one(spans, "ledger", "ledger.v1.LedgerService/CreateTransaction");
-    expect(rpcIn).toMatchObject({ kind: SERVER, parentSpanId: rpcOut.spanId, attributes: { "rpc.system": "connect_rpc", "rpc.method": "CreateTransaction" } });
+    expect(rpcIn).toMatchObject({
+      kind: SERVER,
+      parentSpanId: rpcOut.spanId,
+      attributes: { "rpc.system": "connect_rpc", "rpc.method": "CreateTransaction" },
+    });
     const stored = one(spans, "notification", "process transaction.created");
-    expect(stored).toMatchObject({ kind: CONSUMER, parentSpanId: rpcIn.spanId, attributes: { "messaging.message.id": webhook.headers["x-service-event-id"] } });
+    expect(stored).toMatchObject({
+      kind: CONSUMER,
+      parentSpanId: rpcIn.spanId,
+      attributes: { "messaging.message.id": webhook.headers["x-service-event-id"] },
+    });
     // Retries follow 300 ms apart and may already be exported; the first attempt is the one to look at.
     const attempt = spans.find((s) => s.name === "deliver transaction.created" && s.attributes["webhook.attempt"] === 1)!;
     expect(attempt).toMatchObject({
@@ -116,17 +144,25 @@ describe("with tracing configured", () => {
 
   it("follows a hold capture through the hold service's ledger call and both services' events", async () => {
     const { api } = await stack.newAccount();
-    expect((await api.post("/webhooks", { url: webhooks.endpoint("/capture"), event_types: ["transaction.created", "hold.captured"] })).status).toBe(200);
+    expect(
+      (await api.post("/webhooks", { url: webhooks.endpoint("/capture"), event_types: ["transaction.created", "hold.captured"] })).status,
+    ).toBe(200);
     const source = await fundedEntity(api);
     const destination = await fundedEntity(api, 1);
     const hold = (await api.post("/hold", { entity_id: source, amount: 300 })).body.hold;
     const client = clientTraceparent();
-    const res = await api.post("/hold/capture", { hold_id: hold.hold_id, amount: 100, destination_entity_id: destination }, { traceparent: client.traceparent });
+    const res = await api.post(
+      "/hold/capture",
+      { hold_id: hold.hold_id, amount: 100, destination_entity_id: destination },
+      { traceparent: client.traceparent },
+    );
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     const ofThisCapture = () =>
       webhooks.received("/capture").filter((w) => {
         const { type, data } = JSON.parse(w.body);
-        return type === "hold.captured" ? data.hold_id === hold.hold_id : data.legs.some((l: { entity_id: string; amount: number }) => l.entity_id === destination && l.amount === 100);
+        return type === "hold.captured"
+          ? data.hold_id === hold.hold_id
+          : data.legs.some((l: { entity_id: string; amount: number }) => l.entity_id === destination && l.amount === 100);
       });
     await expect.poll(() => ofThisCapture().length).toBe(2);
     for (const w of ofThisCapture()) expect(w.headers["traceparent"]).toBeUndefined();
@@ -148,7 +184,10 @@ describe("with tracing configured", () => {
     const storedCapture = one(spans, "notification", "process hold.captured");
     expect(storedCapture.parentSpanId).toBe(inHold.spanId);
     expect(one(spans, "notification", "deliver transaction.created").parentSpanId).toBe(storedTransfer.spanId);
-    expect(one(spans, "notification", "deliver hold.captured")).toMatchObject({ parentSpanId: storedCapture.spanId, attributes: { "http.response.status_code": 200 } });
+    expect(one(spans, "notification", "deliver hold.captured")).toMatchObject({
+      parentSpanId: storedCapture.spanId,
+      attributes: { "http.response.status_code": 200 },
+    });
 
     const events = (await readStream(stack.natsUrl, stack.stream)).map((s) => s.event);
     const captured = events.find((e) => e.type === "hold.captured" && e.data.case === "hold" && e.data.value.holdId === hold.hold_id)!;
@@ -158,11 +197,15 @@ describe("with tracing configured", () => {
   it("records a failed attempt's status on its span", async () => {
     const path = "/refuses";
     const { api } = await stack.newAccount();
-    expect((await api.post("/webhooks", { url: webhooks.endpoint(path, () => ({ status: 500 })), event_types: ["transaction.created"] })).status).toBe(200);
+    expect(
+      (await api.post("/webhooks", { url: webhooks.endpoint(path, () => ({ status: 500 })), event_types: ["transaction.created"] })).status,
+    ).toBe(200);
     const entity = (await api.post("/entity", { entity_name: "f", entity_type: "wallet" })).body.entity.entity_id as string;
     const client = clientTraceparent();
     expect((await api.post("/entity/fund", { entity_id: entity, amount: 7 }, { traceparent: client.traceparent })).status).toBe(200);
-    const spans = await traceOf(client.traceId, (s) => s.some((x) => x.name === "deliver transaction.created" && x.attributes["webhook.attempt"] === 1));
+    const spans = await traceOf(client.traceId, (s) =>
+      s.some((x) => x.name === "deliver transaction.created" && x.attributes["webhook.attempt"] === 1),
+    );
     // Retries follow 300 ms apart and may already be exported; the first attempt is the one to look at.
     const attempt = spans.find((s) => s.name === "deliver transaction.created" && s.attributes["webhook.attempt"] === 1)!;
     expect(attempt).toMatchObject({ statusCode: 2, attributes: { "http.response.status_code": 500, "error.type": "500" } });
@@ -185,12 +228,19 @@ describe("with tracing off", () => {
   afterAll(async () => stopTracedSystem({ otlp, webhooks, stack }));
 
   it("starts no tracer, exports nothing, and passes the caller's traceparent on to the ledger's event unchanged", async () => {
-    expect([stack.gateway.tracing, stack.ledger.tracing, stack.hold?.tracing, stack.notification?.tracing]).toEqual([undefined, undefined, undefined, undefined]);
+    expect([stack.gateway.tracing, stack.ledger.tracing, stack.hold?.tracing, stack.notification?.tracing]).toEqual([
+      undefined,
+      undefined,
+      undefined,
+      undefined,
+    ]);
     expect((await stack.api.post("/webhooks", { url: webhooks.endpoint("/off") })).status).toBe(200);
     const entity = (await stack.api.post("/entity", { entity_name: "o", entity_type: "wallet" })).body.entity.entity_id as string;
     const client = clientTraceparent();
     const tracestate = "vendor=abc";
-    expect((await stack.api.post("/entity/fund", { entity_id: entity, amount: 3 }, { traceparent: client.traceparent, tracestate })).status).toBe(200);
+    expect(
+      (await stack.api.post("/entity/fund", { entity_id: entity, amount: 3 }, { traceparent: client.traceparent, tracestate })).status,
+    ).toBe(200);
     await expect.poll(() => webhooks.received("/off").length).toBe(1);
     const webhook = webhooks.received("/off")[0]!;
     expect(webhook.headers["traceparent"]).toBeUndefined();

@@ -86,7 +86,11 @@ export function authInterceptor(options: AuthOptions): Interceptor {
     }
     if (!principal) throw appError(Code.Unauthenticated, "unauthenticated", "the API key is not valid");
     if (!asService && internal.has(`${req.service.typeName}/${req.method.name}`)) {
-      throw appError(Code.PermissionDenied, "permission_denied", "this method is internal to the installation's services; an API key cannot call it");
+      throw appError(
+        Code.PermissionDenied,
+        "permission_denied",
+        "this method is internal to the installation's services; an API key cannot call it",
+      );
     }
     req.contextValues.set(principalKey, principal);
     return next(req);

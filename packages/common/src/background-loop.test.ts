@@ -170,9 +170,12 @@ describe("backgroundLoop", () => {
     expect(runs).toBe(1);
 
     // Asleep (here before its first iteration, 10 s): stop ends the sleep and no iteration runs.
-    const sleeper = loopOf(async () => {
-      throw new Error("must not run");
-    }, { firstDelayMs: 10_000 });
+    const sleeper = loopOf(
+      async () => {
+        throw new Error("must not run");
+      },
+      { firstDelayMs: 10_000 },
+    );
     sleeper.loop.start();
     const at = Date.now();
     await sleeper.loop.stop();

@@ -39,8 +39,13 @@ describe("readTracingConfig", () => {
     const base = { OTEL_EXPORTER_OTLP_ENDPOINT: "http://collector:4318" };
     expect(readTracingConfig(base)?.protocol).toBe("http/protobuf");
     expect(readTracingConfig({ ...base, OTEL_EXPORTER_OTLP_PROTOCOL: "http/json" })?.protocol).toBe("http/json");
-    expect(readTracingConfig({ ...base, OTEL_EXPORTER_OTLP_PROTOCOL: "http/json", OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: "http/protobuf" })?.protocol).toBe("http/protobuf");
-    expect(readTracingConfig({ ...base, OTEL_EXPORTER_OTLP_PROTOCOL: "grpc", OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: "http/json" })?.protocol).toBe("http/json");
+    expect(
+      readTracingConfig({ ...base, OTEL_EXPORTER_OTLP_PROTOCOL: "http/json", OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: "http/protobuf" })
+        ?.protocol,
+    ).toBe("http/protobuf");
+    expect(
+      readTracingConfig({ ...base, OTEL_EXPORTER_OTLP_PROTOCOL: "grpc", OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: "http/json" })?.protocol,
+    ).toBe("http/json");
   });
 
   it("reads export headers, the traces-specific ones winning", () => {
@@ -64,13 +69,19 @@ describe("readTracingConfig", () => {
     };
     expect(error({ OTEL_EXPORTER_OTLP_ENDPOINT: "collector:4318" })).toMatch(/OTEL_EXPORTER_OTLP_ENDPOINT/);
     expect(error({ OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: "ftp://collector" })).toMatch(/OTEL_EXPORTER_OTLP_TRACES_ENDPOINT/);
-    expect(error({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318", OTEL_EXPORTER_OTLP_PROTOCOL: "grpc" })).toMatch(/OTEL_EXPORTER_OTLP_PROTOCOL must be http\/protobuf or http\/json/);
-    expect(error({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318", OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: "json" })).toMatch(/OTEL_EXPORTER_OTLP_TRACES_PROTOCOL/);
+    expect(error({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318", OTEL_EXPORTER_OTLP_PROTOCOL: "grpc" })).toMatch(
+      /OTEL_EXPORTER_OTLP_PROTOCOL must be http\/protobuf or http\/json/,
+    );
+    expect(error({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318", OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: "json" })).toMatch(
+      /OTEL_EXPORTER_OTLP_TRACES_PROTOCOL/,
+    );
     expect(error({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318", OTEL_BSP_SCHEDULE_DELAY: "soon" })).toMatch(/OTEL_BSP_SCHEDULE_DELAY/);
     expect(error({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318", OTEL_SDK_DISABLED: "maybe" })).toMatch(/OTEL_SDK_DISABLED/);
     const headers = error({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318", OTEL_EXPORTER_OTLP_HEADERS: "api-key=%E0%A4%A-secret" });
     expect(headers).toMatch(/OTEL_EXPORTER_OTLP_HEADERS/);
     expect(headers).not.toMatch(/secret/);
-    expect(error({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318", OTEL_EXPORTER_OTLP_TRACES_HEADERS: "just-a-token" })).toMatch(/OTEL_EXPORTER_OTLP_TRACES_HEADERS/);
+    expect(error({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318", OTEL_EXPORTER_OTLP_TRACES_HEADERS: "just-a-token" })).toMatch(
+      /OTEL_EXPORTER_OTLP_TRACES_HEADERS/,
+    );
   });
 });

@@ -111,7 +111,8 @@ export function readInfraConfig(env: Env = process.env): InfraConfig {
   if (natsUser !== undefined && natsPassword === undefined) throw new ConfigError("NATS_PASSWORD", "is required with NATS_USER");
   if (natsPassword !== undefined && natsUser === undefined) throw new ConfigError("NATS_USER", "is required with NATS_PASSWORD");
   const natsTlsCa = envOptional(env, "NATS_TLS_CA");
-  if (natsTlsCa !== undefined && !existsSync(natsTlsCa)) throw new ConfigError("NATS_TLS_CA", `must be a readable PEM file, and ${JSON.stringify(natsTlsCa)} does not exist`);
+  if (natsTlsCa !== undefined && !existsSync(natsTlsCa))
+    throw new ConfigError("NATS_TLS_CA", `must be a readable PEM file, and ${JSON.stringify(natsTlsCa)} does not exist`);
   return {
     natsUrl: envUrl(env, "NATS_URL", "nats://127.0.0.1:4222", ["nats", "tls", "ws", "wss"]),
     natsUser,
@@ -151,7 +152,10 @@ function readOtlpProtocol(env: Env): OtlpProtocol {
     const protocol = envOptional(env, name);
     if (protocol === undefined) continue;
     if (!(OTLP_PROTOCOLS as readonly string[]).includes(protocol)) {
-      throw new ConfigError(name, `must be ${OTLP_PROTOCOLS.join(" or ")} (the protocols this build exports), got ${JSON.stringify(protocol)}`);
+      throw new ConfigError(
+        name,
+        `must be ${OTLP_PROTOCOLS.join(" or ")} (the protocols this build exports), got ${JSON.stringify(protocol)}`,
+      );
     }
     return protocol as OtlpProtocol;
   }

@@ -22,7 +22,13 @@ export function clientSafeError(err: unknown): ConnectError {
   if (state === "22003") {
     // A balance left bigint's range: the ledger's own check (money-rules.ts) names the entity first;
     // this covers what only the database could see, such as another process's writes.
-    return appError(Code.FailedPrecondition, "balance_out_of_range", "a balance would leave the range of a signed 64-bit integer; nothing was changed", undefined, err);
+    return appError(
+      Code.FailedPrecondition,
+      "balance_out_of_range",
+      "a balance would leave the range of a signed 64-bit integer; nothing was changed",
+      undefined,
+      err,
+    );
   }
   if (databaseAway(state)) {
     return appError(Code.Unavailable, "unavailable", "a dependency of the service is unavailable; retry shortly", undefined, err);

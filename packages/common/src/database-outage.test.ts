@@ -115,10 +115,16 @@ describe("postgres.js when its backends are terminated", () => {
     const failed = await rejection(
       pipelinedTransaction(sql, async (tx, writes) => {
         const { pid } = (await tx<{ pid: number }[]>`select pg_backend_pid() as pid`)[0]!;
-        writes.push(tx`insert into ${tx(table)} (body) values (${big})`.execute(), tx`insert into ${tx(table)} (body) values ('s')`.execute());
+        writes.push(
+          tx`insert into ${tx(table)} (body) values (${big})`.execute(),
+          tx`insert into ${tx(table)} (body) values ('s')`.execute(),
+        );
         await terminated(pid);
         // Written after the socket closed: before the patch these threw from a setImmediate.
-        writes.push(tx`insert into ${tx(table)} (body) values ('s')`.execute(), tx`insert into ${tx(table)} (body) values (${big})`.execute());
+        writes.push(
+          tx`insert into ${tx(table)} (body) values ('s')`.execute(),
+          tx`insert into ${tx(table)} (body) values (${big})`.execute(),
+        );
       }),
     );
     expect(answer(failed)).toEqual(UNAVAILABLE);

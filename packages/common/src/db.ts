@@ -153,4 +153,3 @@ export async function pipelinedTransaction<T>(sql: Sql, work: (tx: Tx, writes: P
     conn.release();
   }
 }
-

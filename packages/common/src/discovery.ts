@@ -56,11 +56,13 @@ function healthService(router: ConnectRouter, ready: ReadinessProbe, stopping: A
   let watches = 0;
   return {
     async check(req: { service: string }) {
-      if (!known(req.service)) throw appError(Code.NotFound, "not_found", `this server has no service ${JSON.stringify(req.service.slice(0, 200))}`);
+      if (!known(req.service))
+        throw appError(Code.NotFound, "not_found", `this server has no service ${JSON.stringify(req.service.slice(0, 200))}`);
       return { status: await status() };
     },
     async *watch(req: { service: string }, ctx: { signal: AbortSignal }) {
-      if (watches >= MAX_WATCHES) throw appError(Code.ResourceExhausted, "rate_limited", "too many health watches are open on this server; use Check");
+      if (watches >= MAX_WATCHES)
+        throw appError(Code.ResourceExhausted, "rate_limited", "too many health watches are open on this server; use Check");
       watches++;
       try {
         const ended = AbortSignal.any([ctx.signal, stopping]);
@@ -196,7 +198,10 @@ async function* reflectionStream<R extends ReflectionRequest>(requests: AsyncIte
   let count = 0;
   for await (const req of requests) {
     if (++count > MAX_REFLECTION_REQUESTS) {
-      throw new ConnectError(`a reflection stream carries at most ${MAX_REFLECTION_REQUESTS} requests; open another`, Code.ResourceExhausted);
+      throw new ConnectError(
+        `a reflection stream carries at most ${MAX_REFLECTION_REQUESTS} requests; open another`,
+        Code.ResourceExhausted,
+      );
     }
     yield { validHost: req.host, originalRequest: req, messageResponse: answer(req) };
   }

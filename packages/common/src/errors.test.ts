@@ -14,7 +14,12 @@ function tableRows(heading: string): string[][] {
   const rows: string[][] = [];
   for (const line of lines.slice(start + 2)) {
     if (!line.startsWith("|")) break;
-    rows.push(line.split("|").slice(1, -1).map((cell) => cell.trim()));
+    rows.push(
+      line
+        .split("|")
+        .slice(1, -1)
+        .map((cell) => cell.trim()),
+    );
   }
   return rows;
 }
@@ -27,7 +32,8 @@ const snake = (code: Code) => Code[code].replace(/(?<!^)([A-Z])/g, "_$1").toLowe
 
 /** The documented status for a Connect code: its own row, or the "anything else" row. */
 function documentedStatus(code: Code): number {
-  const row = statusMapping.find(([codes]) => codes!.includes("`" + snake(code) + "`")) ?? statusMapping.find(([codes]) => codes === "anything else");
+  const row =
+    statusMapping.find(([codes]) => codes!.includes("`" + snake(code) + "`")) ?? statusMapping.find(([codes]) => codes === "anything else");
   return Number(row![1]);
 }
 

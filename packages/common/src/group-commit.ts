@@ -60,10 +60,13 @@ export function createGroupScheduler<J extends Queued>(options: GroupSchedulerOp
         const waited = performance.now() - queue[0]!.queuedAt;
         if (waited < options.lingerMs) {
           if (lingerTimer === undefined) {
-            lingerTimer = setTimeout(() => {
-              lingerTimer = undefined;
-              pump();
-            }, Math.ceil(options.lingerMs - waited));
+            lingerTimer = setTimeout(
+              () => {
+                lingerTimer = undefined;
+                pump();
+              },
+              Math.ceil(options.lingerMs - waited),
+            );
           }
           return;
         }

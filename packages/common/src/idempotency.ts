@@ -124,18 +124,22 @@ export function settleIdempotencyKeys(
 ): Promise<unknown>[] {
   const writes = sentWrites();
   if (completed.length > 0) {
-    writes.push(tx`
+    writes.push(
+      tx`
       update idempotency_keys k set response = decode(v.response, 'hex')
       from unnest(${completed.map((c) => c.accountId)}::text[], ${completed.map((c) => c.key)}::text[],
                   ${completed.map((c) => Buffer.from(c.response).toString("hex"))}::text[]) as v(account_id, key, response)
-      where k.account_id = v.account_id and k.key = v.key`.execute());
+      where k.account_id = v.account_id and k.key = v.key`.execute(),
+    );
   }
   if (refused.length > 0) {
     // A refused request stores nothing: its claim goes, so a retry with the key is tried afresh.
-    writes.push(tx`
+    writes.push(
+      tx`
       delete from idempotency_keys k
       using unnest(${refused.map((c) => c.accountId)}::text[], ${refused.map((c) => c.key)}::text[]) as v(account_id, key)
-      where k.account_id = v.account_id and k.key = v.key`.execute());
+      where k.account_id = v.account_id and k.key = v.key`.execute(),
+    );
   }
   return writes;
 }
@@ -195,11 +199,14 @@ export async function runIdempotent<I extends DescMessage, O extends DescMessage
  * Each service with an `idempotency_keys` table runs one.
  */
 export function startIdempotencySweep(sql: Sql, log: Logger): () => void {
-  const sweep = setInterval(() => {
-    sql`delete from idempotency_keys where created_at < now() - make_interval(hours => ${IDEMPOTENCY_WINDOW_HOURS + 1})`.catch(
-      (err: unknown) => log.warn({ err }, "idempotency key sweep failed"),
-    );
-  }, 10 * 60 * 1000);
+  const sweep = setInterval(
+    () => {
+      sql`delete from idempotency_keys where created_at < now() - make_interval(hours => ${IDEMPOTENCY_WINDOW_HOURS + 1})`.catch(
+        (err: unknown) => log.warn({ err }, "idempotency key sweep failed"),
+      );
+    },
+    10 * 60 * 1000,
+  );
   sweep.unref();
   return () => clearInterval(sweep);
 }
@@ -242,7 +249,8 @@ export async function startIdempotentOperation<T>(args: {
         started = await args.start(tx, writes);
       } catch (err) {
         if (claim) {
-          const forget = tx`delete from idempotency_keys where account_id = ${claim.accountId} and key = ${claim.key} and response is null`.execute();
+          const forget =
+            tx`delete from idempotency_keys where account_id = ${claim.accountId} and key = ${claim.key} and response is null`.execute();
           forget.catch(() => {}); // awaited with the commit when the transaction goes on; moot when it rolls back
           writes.push(forget);
         }
@@ -250,7 +258,9 @@ export async function startIdempotentOperation<T>(args: {
       }
       const { operation, value } = started;
       if (claim) {
-        writes.push(tx`update idempotency_keys set operation = ${operation} where account_id = ${claim.accountId} and key = ${claim.key}`.execute());
+        writes.push(
+          tx`update idempotency_keys set operation = ${operation} where account_id = ${claim.accountId} and key = ${claim.key}`.execute(),
+        );
       }
       return { kind: "started" as const, value };
     });

@@ -45,7 +45,10 @@ describe("pagination", () => {
 
   it("uses the extra row only to tell that a next page exists", () => {
     const rows = ["c", "b", "a"];
-    expect(toPage(rows, { limit: 2 }, (r) => r)).toEqual({ items: ["c", "b"], page: { limit: 2, hasNext: true, nextCursor: encodeCursor("b") } });
+    expect(toPage(rows, { limit: 2 }, (r) => r)).toEqual({
+      items: ["c", "b"],
+      page: { limit: 2, hasNext: true, nextCursor: encodeCursor("b") },
+    });
     expect(toPage(rows, { limit: 3 }, (r) => r).page).toEqual({ limit: 3, hasNext: false, nextCursor: "" });
   });
 });

@@ -67,9 +67,5 @@ function timeOrderedSuffix(ms: number): string {
 /** Whether `value` is a well-formed id of the given kind. Used to reject garbage before a query. */
 export function isId(kind: IdKind, value: string): boolean {
   const prefix = ID_PREFIX[kind];
-  return (
-    value.length === prefix.length + SUFFIX_LENGTH &&
-    value.startsWith(prefix) &&
-    SUFFIX_PATTERN.test(value.slice(prefix.length))
-  );
+  return value.length === prefix.length + SUFFIX_LENGTH && value.startsWith(prefix) && SUFFIX_PATTERN.test(value.slice(prefix.length));
 }

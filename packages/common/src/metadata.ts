@@ -25,7 +25,10 @@ export function parseMetadata(value: unknown, field = "metadata"): JsonObject | 
   if (typeof value !== "object" || Array.isArray(value)) throw invalidArgument(`${field} must be a JSON object`, { field });
   for (const { node, depth, key } of jsonNodes(value)) {
     if (key !== undefined && key.length > METADATA_MAX_KEY_LENGTH) {
-      throw invalidArgument(`${field} keys must be at most ${METADATA_MAX_KEY_LENGTH} characters`, { field, max_key_length: METADATA_MAX_KEY_LENGTH });
+      throw invalidArgument(`${field} keys must be at most ${METADATA_MAX_KEY_LENGTH} characters`, {
+        field,
+        max_key_length: METADATA_MAX_KEY_LENGTH,
+      });
     }
     if (key?.includes("\u0000") || (typeof node === "string" && node.includes("\u0000"))) {
       throw invalidArgument(`${field} must not contain NUL characters`, { field });

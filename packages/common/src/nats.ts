@@ -146,7 +146,10 @@ export function publishAcked(nc: NatsConnection, messages: readonly StreamMessag
       if (err) reject(err);
       else resolve();
     };
-    const timer = setTimeout(() => finish(new Error(`JetStream acknowledged ${messages.length - waiting} of ${messages.length} publishes within ${timeoutMs} ms`)), timeoutMs);
+    const timer = setTimeout(
+      () => finish(new Error(`JetStream acknowledged ${messages.length - waiting} of ${messages.length} publishes within ${timeoutMs} ms`)),
+      timeoutMs,
+    );
     const sub = nc.subscribe(`${inbox}.*`, {
       callback: (err, msg) => {
         if (err) return finish(err);

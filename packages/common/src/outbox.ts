@@ -114,7 +114,11 @@ export function createOutbox(options: OutboxOptions): Outbox {
       const rows = await tx<{ seq: bigint; event_id: string; subject: string; payload: Uint8Array }[]>`
         select seq, event_id, subject, payload from outbox order by seq limit ${batchSize} for update skip locked`;
       if (rows.length === 0) return 0;
-      await publishAcked(nc, rows.map((row) => ({ subject: row.subject, payload: row.payload, msgId: row.event_id })), 5_000);
+      await publishAcked(
+        nc,
+        rows.map((row) => ({ subject: row.subject, payload: row.payload, msgId: row.event_id })),
+        5_000,
+      );
       // One array parameter, not one parameter per row.
       await tx`delete from outbox where seq = any(${rows.map((row) => `${row.seq}`)}::int8[])`;
       published.inc({ service: options.service }, rows.length);

@@ -18,14 +18,35 @@ describe("the key a request is known by", () => {
   const KEY = "lsk_0123456789abcdefghij";
   // What Node hands over as the header value: it trims spaces and tabs around it, nothing else,
   // and reads other bytes as latin1 (0xa0 is the no-break space U+00A0).
-  const spellings = [KEY, `Bearer ${KEY}`, `bearer ${KEY}`, `bEaReR ${KEY}`, `Bearer    ${KEY}`, `Bearer\t${KEY}`, `\u00a0Bearer ${KEY}`, `Bearer\u00a0${KEY}`, `${KEY}\u00a0`, `\u00a0${KEY}`];
+  const spellings = [
+    KEY,
+    `Bearer ${KEY}`,
+    `bearer ${KEY}`,
+    `bEaReR ${KEY}`,
+    `Bearer    ${KEY}`,
+    `Bearer\t${KEY}`,
+    `\u00a0Bearer ${KEY}`,
+    `Bearer\u00a0${KEY}`,
+    `${KEY}\u00a0`,
+    `\u00a0${KEY}`,
+  ];
 
   it("is the same API key however the header spells it", () => {
     for (const spelling of spellings) expect(apiKeyFromAuthorization(spelling), JSON.stringify(spelling)).toBe(KEY);
   });
 
   it("is not a key when what is left has spaces, controls or characters no key has", () => {
-    for (const bad of ["", "   ", "Bearer", "Bearer ", "two words", `Bearer ${KEY} extra`, `${KEY}\u0000`, `l\u00e9sk_${KEY}`, "x".repeat(257)]) {
+    for (const bad of [
+      "",
+      "   ",
+      "Bearer",
+      "Bearer ",
+      "two words",
+      `Bearer ${KEY} extra`,
+      `${KEY}\u0000`,
+      `l\u00e9sk_${KEY}`,
+      "x".repeat(257),
+    ]) {
       expect(apiKeyFromAuthorization(bad), JSON.stringify(bad)).toBeUndefined();
     }
     expect(apiKeyFromAuthorization(null)).toBeUndefined();

@@ -41,7 +41,9 @@ export function createRateLimiter(options: { perSecond: number; burst: number; m
 
 /** A limiter of the configured budgets, or undefined when they are off (a rate of 0). */
 export function rateLimiterOf(config: RateLimitConfig): RateLimiter | undefined {
-  return config.rateLimitPerSecond > 0 ? createRateLimiter({ perSecond: config.rateLimitPerSecond, burst: config.rateLimitBurst }) : undefined;
+  return config.rateLimitPerSecond > 0
+    ? createRateLimiter({ perSecond: config.rateLimitPerSecond, burst: config.rateLimitBurst })
+    : undefined;
 }
 
 /**

@@ -29,7 +29,12 @@ export function requestIdInterceptor(log: Logger): Interceptor {
       const error = clientSafeError(err);
       error.metadata.set(REQUEST_ID_HEADER, requestId);
       const serverSide = [Code.Internal, Code.Unknown, Code.DataLoss, Code.Unavailable].includes(error.code);
-      const fields = { request_id: requestId, method: req.method.name, code: Code[error.code], ms: Math.round(performance.now() - started) };
+      const fields = {
+        request_id: requestId,
+        method: req.method.name,
+        code: Code[error.code],
+        ms: Math.round(performance.now() - started),
+      };
       if (serverSide) log.error({ ...fields, err: error.cause ?? error }, "rpc failed");
       else log.debug({ ...fields, message: error.rawMessage }, "rpc refused");
       throw error;

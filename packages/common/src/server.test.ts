@@ -30,12 +30,18 @@ function get(url: string, path: string): Promise<{ status: number; body: string 
 }
 
 it.each([
-  ["throws", () => {
-    throw new Error("boom");
-  }],
-  ["rejects", async () => {
-    throw new Error("boom");
-  }],
+  [
+    "throws",
+    () => {
+      throw new Error("boom");
+    },
+  ],
+  [
+    "rejects",
+    async () => {
+      throw new Error("boom");
+    },
+  ],
 ])("a fallback that %s answers 500 in the envelope, and the server keeps serving", async (_how, fail) => {
   const logged: unknown[] = [];
   const log = pino({ level: "error" }, { write: (line: string) => void logged.push(JSON.parse(line)) });
@@ -55,7 +61,9 @@ it.each([
   expect(res.status).toBe(500);
   expect(JSON.parse(res.body)).toMatchObject({ status: "error", error: { code: "internal" } });
   expect(res.body).not.toContain("boom");
-  expect(logged).toContainEqual(expect.objectContaining({ method: "GET", path: "/fail", err: expect.objectContaining({ message: "boom" }) }));
+  expect(logged).toContainEqual(
+    expect.objectContaining({ method: "GET", path: "/fail", err: expect.objectContaining({ message: "boom" }) }),
+  );
   expect(await get(server.url, "/fine")).toEqual({ status: 200, body: "ok" });
   expect((await get(server.url, "/healthz")).status).toBe(200);
 });

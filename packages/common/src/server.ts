@@ -21,7 +21,11 @@ type NodeHandler = (req: NodeRequest, res: NodeResponse) => void | Promise<void>
 /** Writes the error envelope, for what a port answers itself rather than through a handler. */
 function sendError(res: NodeResponse, status: number, code: string, message: string): void {
   const body = JSON.stringify({ status: "error", error: { code, message } });
-  (res as http.ServerResponse).writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(body), "cache-control": "no-store" });
+  (res as http.ServerResponse).writeHead(status, {
+    "content-type": "application/json",
+    "content-length": Buffer.byteLength(body),
+    "cache-control": "no-store",
+  });
   (res as http.ServerResponse).end(body);
 }
 
@@ -81,11 +85,7 @@ function serveHealthz(req: NodeRequest, res: NodeResponse): boolean {
  * Answers /healthz, /readyz and /metrics. Returns false for any other path, so the caller can
  * serve it. Readiness lists each check by name, so an operator sees which dependency is down.
  */
-export function serveOpsEndpoint(
-  req: NodeRequest,
-  res: NodeResponse,
-  checks: Record<string, ReadinessCheck>,
-): boolean {
+export function serveOpsEndpoint(req: NodeRequest, res: NodeResponse, checks: Record<string, ReadinessCheck>): boolean {
   const path = (req.url ?? "/").split("?")[0];
   const reply = (status: number, type: string, body: string) => {
     (res as http.ServerResponse).writeHead(status, { "content-type": type, "cache-control": "no-store" });
@@ -109,7 +109,9 @@ export function serveOpsEndpoint(
 }
 
 /** Runs every readiness check at once (2 s each at most): ready when all pass, and each one's result by name. */
-export async function checkReadiness(checks: Record<string, ReadinessCheck>): Promise<{ ready: boolean; detail: Record<string, "ok" | "unavailable"> }> {
+export async function checkReadiness(
+  checks: Record<string, ReadinessCheck>,
+): Promise<{ ready: boolean; detail: Record<string, "ok" | "unavailable"> }> {
   const names = Object.keys(checks);
   const results = await Promise.all(names.map((name) => withTimeout(checks[name]!(), 2_000).catch(() => false)));
   const detail = Object.fromEntries(names.map((name, i) => [name, results[i] ? ("ok" as const) : ("unavailable" as const)]));

@@ -78,7 +78,9 @@ export interface ServiceHandle {
  * idempotency-key sweep. `close` undoes it in reverse order; a start that fails half-way closes
  * what it had started.
  */
-export async function startService<Config extends ServiceConfig, Extra = Record<never, never>>(definition: ServiceDefinition<Config, Extra>): Promise<ServiceHandle & Extra> {
+export async function startService<Config extends ServiceConfig, Extra = Record<never, never>>(
+  definition: ServiceDefinition<Config, Extra>,
+): Promise<ServiceHandle & Extra> {
   const { name, config } = definition;
   const { log, tracing, lifecycle } = await openProcess(name, config);
   return lifecycle.starting(async () => {

@@ -3,7 +3,16 @@ import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { startOtlpReceiver } from "@ledger/testing";
 import { describe, expect, it } from "vitest";
 import { createLogger } from "./logger.js";
-import { continueTrace, incomingTrace, NO_TRACE, SpanKind, startSpan, startTracing, tracingInterceptors, withActiveSpan } from "./tracing.js";
+import {
+  continueTrace,
+  incomingTrace,
+  NO_TRACE,
+  SpanKind,
+  startSpan,
+  startTracing,
+  tracingInterceptors,
+  withActiveSpan,
+} from "./tracing.js";
 
 const TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
 
@@ -19,7 +28,12 @@ describe("untraced", () => {
     expect(headers).toEqual({ traceparent: TRACEPARENT, tracestate: "a=1" });
 
     const none: Record<string, string> = {};
-    expect(continueTrace(incomingTrace(() => undefined), none)).toEqual({});
+    expect(
+      continueTrace(
+        incomingTrace(() => undefined),
+        none,
+      ),
+    ).toEqual({});
     expect(none).toEqual({});
     expect(incomingTrace(() => "x".repeat(513))).toBe(NO_TRACE);
   });
@@ -27,8 +41,16 @@ describe("untraced", () => {
 
 describe("traced", () => {
   it("continues the caller's trace, and leaves the headers of an outgoing call to the client interceptor", async () => {
-    const tracing = (await startTracing({ tracesUrl: "http://127.0.0.1:9/v1/traces", headers: {}, exportDelayMs: 60_000, protocol: "http/json" }, "ledger"))!;
-    const { span, link } = startSpan(tracing, "work", SpanKind.SERVER, incomingTrace((name) => (name === "traceparent" ? TRACEPARENT : undefined)));
+    const tracing = (await startTracing(
+      { tracesUrl: "http://127.0.0.1:9/v1/traces", headers: {}, exportDelayMs: 60_000, protocol: "http/json" },
+      "ledger",
+    ))!;
+    const { span, link } = startSpan(
+      tracing,
+      "work",
+      SpanKind.SERVER,
+      incomingTrace((name) => (name === "traceparent" ? TRACEPARENT : undefined)),
+    );
     expect(link.traceparent).toMatch(/^00-0af7651916cd43dd8448eb211c80319c-[0-9a-f]{16}-01$/);
     expect(link.traceparent).not.toBe(TRACEPARENT);
     const headers: Record<string, string> = {};
@@ -49,7 +71,13 @@ describe("export protocols", () => {
       const receiver = await startOtlpReceiver();
       try {
         const tracing = (await startTracing({ tracesUrl: receiver.tracesUrl, headers: {}, exportDelayMs: 60_000, protocol }, "ledger"))!;
-        const { span } = startSpan(tracing, "work", SpanKind.SERVER, incomingTrace((name) => (name === "traceparent" ? TRACEPARENT : undefined)), { "rpc.method": "FundEntity", "ledger.legs": 2 });
+        const { span } = startSpan(
+          tracing,
+          "work",
+          SpanKind.SERVER,
+          incomingTrace((name) => (name === "traceparent" ? TRACEPARENT : undefined)),
+          { "rpc.method": "FundEntity", "ledger.legs": 2 },
+        );
         span.end();
         await tracing.forceFlush();
         await tracing.shutdown();
@@ -83,7 +111,10 @@ describe("log lines", () => {
 
   it("name the span they were written under, and carry no trace fields outside one", async () => {
     const { log, lines } = capturedLogger();
-    const tracing = (await startTracing({ tracesUrl: "http://127.0.0.1:9/v1/traces", headers: {}, exportDelayMs: 60_000, protocol: "http/json" }, "ledger"))!;
+    const tracing = (await startTracing(
+      { tracesUrl: "http://127.0.0.1:9/v1/traces", headers: {}, exportDelayMs: 60_000, protocol: "http/json" },
+      "ledger",
+    ))!;
     const { span } = startSpan(tracing, "work", SpanKind.SERVER, NO_TRACE);
     log.info("before");
     await withActiveSpan(span, async () => {
@@ -102,7 +133,10 @@ describe("log lines", () => {
   it("of an RPC handler name the call's server span, a child of the caller's trace", async () => {
     const { log, lines } = capturedLogger();
     const receiver = await startOtlpReceiver();
-    const tracing = (await startTracing({ tracesUrl: receiver.tracesUrl, headers: {}, exportDelayMs: 60_000, protocol: "http/protobuf" }, "ledger"))!;
+    const tracing = (await startTracing(
+      { tracesUrl: receiver.tracesUrl, headers: {}, exportDelayMs: 60_000, protocol: "http/protobuf" },
+      "ledger",
+    ))!;
     const transport = createRouterTransport(
       (router) =>
         router.service(LedgerService, {
@@ -117,7 +151,11 @@ describe("log lines", () => {
     await tracing.shutdown();
     await receiver.close();
     const [server] = receiver.spans();
-    expect(server).toMatchObject({ name: "ledger.v1.LedgerService/GetEntity", traceId: "0af7651916cd43dd8448eb211c80319c", parentSpanId: "b7ad6b7169203331" });
+    expect(server).toMatchObject({
+      name: "ledger.v1.LedgerService/GetEntity",
+      traceId: "0af7651916cd43dd8448eb211c80319c",
+      parentSpanId: "b7ad6b7169203331",
+    });
     expect(lines).toHaveLength(1);
     expect(lines[0]).toMatchObject({ msg: "handling", trace_id: server!.traceId, span_id: server!.spanId });
   });

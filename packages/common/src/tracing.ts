@@ -1,6 +1,25 @@
 import { AsyncLocalStorage } from "node:async_hooks";
-import { Code, ConnectError, createContextKey, createContextValues, type CallOptions, type HandlerContext, type Interceptor } from "@connectrpc/connect";
-import { defaultTextMapGetter, defaultTextMapSetter, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type Context, type Span, type Tracer } from "@opentelemetry/api";
+import {
+  Code,
+  ConnectError,
+  createContextKey,
+  createContextValues,
+  type CallOptions,
+  type HandlerContext,
+  type Interceptor,
+} from "@connectrpc/connect";
+import {
+  defaultTextMapGetter,
+  defaultTextMapSetter,
+  ROOT_CONTEXT,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  type Attributes,
+  type Context,
+  type Span,
+  type Tracer,
+} from "@opentelemetry/api";
 import type { TextMapPropagator } from "@opentelemetry/api";
 import type { TracingConfig } from "./config.js";
 
@@ -33,14 +52,20 @@ export interface Tracing {
  */
 export async function startTracing(config: TracingConfig | undefined, processName: string): Promise<Tracing | undefined> {
   if (!config) return undefined;
-  const [{ W3CTraceContextPropagator }, { OTLPTraceExporter }, { defaultResource, resourceFromAttributes }, { BatchSpanProcessor, TracerProvider }] =
-    await Promise.all([
-      import("@opentelemetry/core"),
-      // Two packages with the same class and options; only the body's encoding differs.
-      config.protocol === "http/json" ? import("@opentelemetry/exporter-trace-otlp-http") : import("@opentelemetry/exporter-trace-otlp-proto"),
-      import("@opentelemetry/resources"),
-      import("@opentelemetry/sdk-trace"),
-    ]);
+  const [
+    { W3CTraceContextPropagator },
+    { OTLPTraceExporter },
+    { defaultResource, resourceFromAttributes },
+    { BatchSpanProcessor, TracerProvider },
+  ] = await Promise.all([
+    import("@opentelemetry/core"),
+    // Two packages with the same class and options; only the body's encoding differs.
+    config.protocol === "http/json"
+      ? import("@opentelemetry/exporter-trace-otlp-http")
+      : import("@opentelemetry/exporter-trace-otlp-proto"),
+    import("@opentelemetry/resources"),
+    import("@opentelemetry/sdk-trace"),
+  ]);
   const exporter = new OTLPTraceExporter({ url: config.tracesUrl, headers: config.headers });
   const provider = new TracerProvider({
     resource: defaultResource().merge(resourceFromAttributes({ "service.name": config.serviceName ?? processName })),
@@ -164,7 +189,13 @@ async function underRpcSpan<T>(span: Span, call: () => Promise<T>): Promise<T> {
 export function traceServerInterceptor(tracing: Tracing): Interceptor {
   return (next) => async (req) => {
     const parent = incomingTrace((name) => req.header.get(name));
-    const { span, link } = startSpan(tracing, `${req.service.typeName}/${req.method.name}`, SpanKind.SERVER, parent, rpcAttributes(req.service.typeName, req.method.name));
+    const { span, link } = startSpan(
+      tracing,
+      `${req.service.typeName}/${req.method.name}`,
+      SpanKind.SERVER,
+      parent,
+      rpcAttributes(req.service.typeName, req.method.name),
+    );
     req.contextValues.set(traceKey, link);
     return withActiveSpan(span, () => underRpcSpan(span, () => next(req)));
   };
@@ -183,7 +214,13 @@ export function traceClientInterceptor(tracing: Tracing): Interceptor {
   return (next) => async (req) => {
     const parent = req.contextValues.get(traceKey);
     if (!parent?.context) return next(req);
-    const { span, link } = startSpan(tracing, `${req.service.typeName}/${req.method.name}`, SpanKind.CLIENT, parent, rpcAttributes(req.service.typeName, req.method.name));
+    const { span, link } = startSpan(
+      tracing,
+      `${req.service.typeName}/${req.method.name}`,
+      SpanKind.CLIENT,
+      parent,
+      rpcAttributes(req.service.typeName, req.method.name),
+    );
     req.header.set("traceparent", link.traceparent);
     if (link.tracestate) req.header.set("tracestate", link.tracestate);
     else req.header.delete("tracestate");

@@ -40,17 +40,24 @@ describe("transaction", () => {
     await expect(Promise.all([crosswise("a", "b"), crosswise("b", "a")])).resolves.toEqual(["a", "b"]);
     expect(runs).toBe(3);
     // Each committed once: the victim's first run left nothing behind.
-    expect(await sql.unsafe(`select id, n from ${table} order by id`)).toEqual([{ id: "a", n: 2 }, { id: "b", n: 2 }]);
+    expect(await sql.unsafe(`select id, n from ${table} order by id`)).toEqual([
+      { id: "a", n: 2 },
+      { id: "b", n: 2 },
+    ]);
   });
 
   it("gives up after the attempts it was given, and passes any other error on at once", async () => {
     let runs = 0;
     const deadlocked = Object.assign(new Error("deadlock detected"), { code: "40P01" });
     await expect(
-      transaction(sql, async () => {
-        runs++;
-        throw deadlocked;
-      }, 3),
+      transaction(
+        sql,
+        async () => {
+          runs++;
+          throw deadlocked;
+        },
+        3,
+      ),
     ).rejects.toBe(deadlocked);
     expect(runs).toBe(3);
     runs = 0;

@@ -17,7 +17,8 @@ export interface Chromium {
 
 /** Launches it. A missing browser fails, not skips: it would hide a broken page. */
 export async function launchChromium(): Promise<Chromium> {
-  if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} not found: install it with 'apt-get install -y chromium' (scripts/ensure-chromium.sh does)`);
+  if (!existsSync(CHROMIUM))
+    throw new Error(`${CHROMIUM} not found: install it with 'apt-get install -y chromium' (scripts/ensure-chromium.sh does)`);
   const profile = mkdtempSync(join(tmpdir(), "ledger-chromium-"));
   // A fresh profile directory per run (playwright passes it as --user-data-dir).
   const context = await chromium.launchPersistentContext(profile, {

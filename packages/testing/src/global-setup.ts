@@ -66,8 +66,11 @@ export default async function setup(project: TestProject) {
   return async () => {
     // Stacks may make databases of their own named after the run's (startStack's notification
     // database); a test that died before closing its stack must not leave one behind.
-    const extra = await sql<{ datname: string }[]>`select datname from pg_database where starts_with(datname, ${runDatabase + "_"})`.catch(() => []);
-    for (const { datname } of extra) await sql.unsafe(`drop database if exists "${datname.replace(/"/g, '""')}" with (force)`).catch(() => {});
+    const extra = await sql<{ datname: string }[]>`select datname from pg_database where starts_with(datname, ${runDatabase + "_"})`.catch(
+      () => [],
+    );
+    for (const { datname } of extra)
+      await sql.unsafe(`drop database if exists "${datname.replace(/"/g, '""')}" with (force)`).catch(() => {});
     await sql.unsafe(`drop database if exists "${runDatabase}" with (force)`).catch(() => {});
     await sql.end({ timeout: 2 });
     for (const stop of stops) await stop();

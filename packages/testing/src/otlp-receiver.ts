@@ -64,7 +64,8 @@ function hexId(id: string | undefined, length: number): string {
 function attributeMap(list: JsonAttribute[] | undefined): Record<string, string | number | boolean> {
   const out: Record<string, string | number | boolean> = {};
   for (const { key, value } of list ?? []) {
-    const v = value.stringValue ?? value.boolValue ?? value.doubleValue ?? (value.intValue === undefined ? undefined : Number(value.intValue));
+    const v =
+      value.stringValue ?? value.boolValue ?? value.doubleValue ?? (value.intValue === undefined ? undefined : Number(value.intValue));
     if (v !== undefined) out[key] = v;
   }
   return out;
@@ -122,8 +123,7 @@ function decodeProtobufExport(bytes: Uint8Array): JsonExport {
           s.status!.code = st.int32();
           return true;
         });
-      }
-      else return false;
+      } else return false;
       return true;
     });
     return s;
@@ -131,7 +131,10 @@ function decodeProtobufExport(bytes: Uint8Array): JsonExport {
   const out: Required<JsonExport> = { resourceSpans: [] };
   fields(bytes, (no, r) => {
     if (no !== 1) return false;
-    const resourceSpans: { resource: { attributes: JsonAttribute[] }; scopeSpans: Array<{ spans: JsonSpan[] }> } = { resource: { attributes: [] }, scopeSpans: [] };
+    const resourceSpans: { resource: { attributes: JsonAttribute[] }; scopeSpans: Array<{ spans: JsonSpan[] }> } = {
+      resource: { attributes: [] },
+      scopeSpans: [],
+    };
     fields(r.bytes(), (n, rs) => {
       if (n === 1) {
         fields(rs.bytes(), (m, res) => {

@@ -5,7 +5,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 /** The nats-server binary, when this machine has one; tests that stop NATS skip without it. */
-export const NATS_SERVER_BIN = process.env["NATS_SERVER_BIN"] ?? ["/usr/sbin/nats-server", "/usr/bin/nats-server", "/usr/local/bin/nats-server"].find(existsSync);
+export const NATS_SERVER_BIN =
+  process.env["NATS_SERVER_BIN"] ?? ["/usr/sbin/nats-server", "/usr/bin/nats-server", "/usr/local/bin/nats-server"].find(existsSync);
 
 /** A nats-server of a test's own, on a free port, that the test can stop and start. */
 export interface OwnNats {

@@ -31,7 +31,12 @@ export class WebhookVerificationError extends Error {
  *
  * `rawBody` must be the exact bytes received: a body parsed and re-serialised will not verify.
  */
-export function verifyWebhook<T = unknown>(rawBody: string | Uint8Array, header: string | undefined, secrets: string | string[], options: VerifyOptions = {}): T {
+export function verifyWebhook<T = unknown>(
+  rawBody: string | Uint8Array,
+  header: string | undefined,
+  secrets: string | string[],
+  options: VerifyOptions = {},
+): T {
   const keys = (Array.isArray(secrets) ? secrets : [secrets]).filter((s) => s.length > 0);
   if (keys.length === 0) throw new WebhookVerificationError("no_secret", "no signing secret was given");
   if (!header) throw new WebhookVerificationError("malformed_header", "the X-Service-Signature header is missing");

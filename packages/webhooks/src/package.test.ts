@@ -19,7 +19,12 @@ let dir: string;
 let tarball: string;
 
 function run(command: string, args: string[], cwd: string, env: Record<string, string> = {}): string {
-  return execFileSync(command, args, { cwd, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, npm_config_update_notifier: "false", ...env } });
+  return execFileSync(command, args, {
+    cwd,
+    encoding: "utf8",
+    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, npm_config_update_notifier: "false", ...env },
+  });
 }
 
 beforeAll(() => {
@@ -101,7 +106,10 @@ describe("the packed @ledger/webhooks", () => {
     const block = /```ts\n(\/\/ app\/webhooks\/ledger\/route\.ts[\s\S]*?)```/.exec(readme)?.[1];
     expect(block).toBeDefined();
     const js = ts.transpileModule(block!, { compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 } }).outputText;
-    writeFileSync(join(dir, "app", "route.mjs"), `export const handled = [];\nconst handleOnce = async (id) => { handled.push(id); };\n${js}`);
+    writeFileSync(
+      join(dir, "app", "route.mjs"),
+      `export const handled = [];\nconst handleOnce = async (id) => { handled.push(id); };\n${js}`,
+    );
     const driver = `
       import { POST, handled } from "./route.mjs";
       const { body, header } = JSON.parse(process.argv[2]);
@@ -125,9 +133,20 @@ describe("the packed @ledger/webhooks", () => {
       verifyWebhook("{}", undefined, "whsec_x", { tolerance: 1 });
       export { id, reason };`;
     writeFileSync(join(app, "esm.mts"), consumer(`import { verifyWebhook, WebhookVerificationError } from "@ledger/webhooks";`));
-    writeFileSync(join(app, "cjs.cts"), consumer(`import hooks = require("@ledger/webhooks");\nconst { verifyWebhook, WebhookVerificationError } = hooks;`));
+    writeFileSync(
+      join(app, "cjs.cts"),
+      consumer(`import hooks = require("@ledger/webhooks");\nconst { verifyWebhook, WebhookVerificationError } = hooks;`),
+    );
     // "types": [] because the declarations must not need @types/node, which a receiver may not have.
-    const compilerOptions = { noEmit: true, strict: true, module: "nodenext", moduleResolution: "nodenext", target: "es2022", types: [], skipLibCheck: false };
+    const compilerOptions = {
+      noEmit: true,
+      strict: true,
+      module: "nodenext",
+      moduleResolution: "nodenext",
+      target: "es2022",
+      types: [],
+      skipLibCheck: false,
+    };
     writeFileSync(join(app, "tsconfig.json"), JSON.stringify({ compilerOptions, files: ["esm.mts", "cjs.cts"] }));
     let errors = "";
     try {

@@ -18,7 +18,11 @@ describe("hold configuration", () => {
 
   it("reads group commit settings with their defaults and refuses values out of range by name", () => {
     expect(readHoldConfig({})).toMatchObject({ batchMax: 64, batchConcurrency: 4, batchLingerMs: 1 });
-    expect(readHoldConfig({ HOLD_BATCH_MAX: "8", HOLD_BATCH_CONCURRENCY: "2", HOLD_BATCH_LINGER_MS: "0" })).toMatchObject({ batchMax: 8, batchConcurrency: 2, batchLingerMs: 0 });
+    expect(readHoldConfig({ HOLD_BATCH_MAX: "8", HOLD_BATCH_CONCURRENCY: "2", HOLD_BATCH_LINGER_MS: "0" })).toMatchObject({
+      batchMax: 8,
+      batchConcurrency: 2,
+      batchLingerMs: 0,
+    });
     expect(() => readHoldConfig({ HOLD_BATCH_MAX: "0" })).toThrow(/HOLD_BATCH_MAX/);
     expect(() => readHoldConfig({ HOLD_BATCH_CONCURRENCY: "65" })).toThrow(/HOLD_BATCH_CONCURRENCY/);
     expect(() => readHoldConfig({ HOLD_BATCH_LINGER_MS: "-1" })).toThrow(/HOLD_BATCH_LINGER_MS/);

@@ -1,4 +1,14 @@
-import { ConfigError, envInt, envOptional, envString, envUrl, readDatabaseUrl, readInfraConfig, readServiceToken, type InfraConfig } from "@ledger/common";
+import {
+  ConfigError,
+  envInt,
+  envOptional,
+  envString,
+  envUrl,
+  readDatabaseUrl,
+  readInfraConfig,
+  readServiceToken,
+  type InfraConfig,
+} from "@ledger/common";
 import { CRASH_POINTS, type CrashPoint } from "./crash.js";
 
 /** Configuration of the hold service, read once at start. */

@@ -93,12 +93,15 @@ it.each(CRASH_POINTS)("recovers after a crash at %s", async (point) => {
   await startHoldProcess();
   // Recovery finishes every unfinished intent.
   await expect
-    .poll(async () => {
-      const [row] = await stack.holdSql()<{ n: bigint }[]>`
+    .poll(
+      async () => {
+        const [row] = await stack.holdSql()<{ n: bigint }[]>`
         select (select count(*) from holds where status in ('creating', 'releasing'))
              + (select count(*) from captures where status = 'pending') as n`;
-      return row!.n;
-    }, { timeout: 20_000 })
+        return row!.n;
+      },
+      { timeout: 20_000 },
+    )
     .toBe(0n);
 
   if (!holdId) {
@@ -122,7 +125,9 @@ it.each(CRASH_POINTS)("recovers after a crash at %s", async (point) => {
   }
 
   const [destination] = await stack.sql<{ posted: bigint }[]>`select posted from entities where id = ${dest}`;
-  const [captured] = await stack.holdSql()<{ total: bigint }[]>`select coalesce(sum(captured_amount), 0)::int8 as total from holds where entity_id = ${source}`;
+  const [captured] = await stack.holdSql()<
+    { total: bigint }[]
+  >`select coalesce(sum(captured_amount), 0)::int8 as total from holds where entity_id = ${source}`;
   expect(destination!.posted).toBe(captured!.total);
   await expectHeldMatches(stack);
   await stopHoldProcess();

@@ -47,7 +47,8 @@ it("releases each due hold exactly once with three replicas running", async () =
 
 it("releases a hold that fell due while no hold service ran, once one starts again", async () => {
   const source = await fundedEntity(100);
-  const hold = (await stack.api.post("/hold", { entity_id: source, amount: 40, expires_at: new Date(Date.now() + 2_000).toISOString() })).body.hold;
+  const hold = (await stack.api.post("/hold", { entity_id: source, amount: 40, expires_at: new Date(Date.now() + 2_000).toISOString() }))
+    .body.hold;
   expect(hold.status).toBe("held");
   // Stop the only hold process: nothing can release the hold when it falls due.
   await stack.hold!.close();
@@ -59,11 +60,14 @@ it("releases a hold that fell due while no hold service ran, once one starts aga
 
   await stack.startHoldReplica();
   await expect
-    .poll(async () => {
-      const [row] = await stack.holdSql()<{ status: string; release_reason: string | null }[]>`
+    .poll(
+      async () => {
+        const [row] = await stack.holdSql()<{ status: string; release_reason: string | null }[]>`
         select status, release_reason from holds where id = ${hold.hold_id}`;
-      return row;
-    }, { timeout: 10_000 })
+        return row;
+      },
+      { timeout: 10_000 },
+    )
     .toEqual({ status: "released", release_reason: "expired" });
   const [after] = await stack.sql<{ held: bigint; posted: bigint }[]>`select held, posted from entities where id = ${source}`;
   expect(after).toEqual({ held: 0n, posted: 100n });

@@ -30,10 +30,12 @@ describe("group commit", () => {
     // One transaction in flight: while the first step holds it, the others queue and go together.
     const commits = createGroupCommit({ sql, log: createLogger("test", "error"), maxBatch: 64, maxInFlight: 1, lingerMs: 0 });
     const txid = (tx: Parameters<Work<unknown>>[0]) => tx<{ id: string }[]>`select txid_current()::text as id`.then((rows) => rows[0]!.id);
-    const insert = (id: number): Work<string> => async (tx, writes) => {
-      writes.push(tx`insert into group_commit_probe values (${id})`.execute());
-      return txid(tx);
-    };
+    const insert =
+      (id: number): Work<string> =>
+      async (tx, writes) => {
+        writes.push(tx`insert into group_commit_probe values (${id})`.execute());
+        return txid(tx);
+      };
     const refuse: Work<string> = async (tx) => {
       await txid(tx);
       throw new Error("refused after reading");
@@ -65,7 +67,11 @@ describe("group commit", () => {
       await tx`select pg_sleep(0.2)`;
       return "blocker";
     });
-    const failing = await Promise.allSettled([commits.transaction(["d"], insert(4)), commits.transaction(["e"], insert(0)), commits.transaction(["f"], insert(5))]);
+    const failing = await Promise.allSettled([
+      commits.transaction(["d"], insert(4)),
+      commits.transaction(["e"], insert(0)),
+      commits.transaction(["f"], insert(5)),
+    ]);
     await blocker2;
     expect(failing.map((r) => r.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);
     expect((await sql<{ id: number }[]>`select id from group_commit_probe order by id`).map((r) => r.id)).toEqual([0, 1, 2, 3, 4, 5]);
@@ -80,7 +86,9 @@ describe("group commit", () => {
 
     const run = `${Date.now()}`;
     const created = await Promise.all(
-      Array.from({ length: 40 }, (_, i) => api.post("/hold", { entity_id: source, amount: 100 }, i % 2 === 0 ? { "idempotency-key": `gc-hold-${run}-${i}` } : {})),
+      Array.from({ length: 40 }, (_, i) =>
+        api.post("/hold", { entity_id: source, amount: 100 }, i % 2 === 0 ? { "idempotency-key": `gc-hold-${run}-${i}` } : {}),
+      ),
     );
     expect(created.map((c) => c.status)).toEqual(created.map(() => 200));
     const holdIds = created.map((c) => c.body.hold.hold_id as string);

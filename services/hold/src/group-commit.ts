@@ -1,4 +1,14 @@
-import { createGroupScheduler, metricsRegistry, pipelinedTransaction, sentWrites, sqlState, type Logger, type Queued, type Sql, type Tx } from "@ledger/common";
+import {
+  createGroupScheduler,
+  metricsRegistry,
+  pipelinedTransaction,
+  sentWrites,
+  sqlState,
+  type Logger,
+  type Queued,
+  type Sql,
+  type Tx,
+} from "@ledger/common";
 import { Counter, Histogram } from "prom-client";
 
 const batchSize = new Histogram({
@@ -103,7 +113,10 @@ export function createGroupCommit(options: GroupCommitOptions) {
       settled = await pipelinedTransaction(sql, (tx, writes) => Promise.allSettled(jobs.map((job) => step(job, tx, writes))));
     } catch (err) {
       batchFallbacks.inc();
-      log.warn({ err: (err as Error).message, steps: jobs.length }, "shared transaction failed as a whole; committing its steps one by one");
+      log.warn(
+        { err: (err as Error).message, steps: jobs.length },
+        "shared transaction failed as a whole; committing its steps one by one",
+      );
       await Promise.all(jobs.map(runAlone));
       return;
     }

@@ -14,15 +14,22 @@ import {
   originOf,
   toPage,
 } from "@ledger/common";
-import { CaptureHoldRequestSchema, CreateHoldRequestSchema, HoldStatus, ReleaseHoldRequestSchema, type HoldService } from "@ledger/proto/hold/v1/hold_pb.js";
+import {
+  CaptureHoldRequestSchema,
+  CreateHoldRequestSchema,
+  HoldStatus,
+  ReleaseHoldRequestSchema,
+  type HoldService,
+} from "@ledger/proto/hold/v1/hold_pb.js";
 import type { DescMessage, MessageShape } from "@bufbuild/protobuf";
 import { HOLD_STATUS_OF, holdToProto, parseExpiry, type Answer, type createHolds, type Idempotency } from "./holds.js";
 import type { LedgerClients } from "./ledger-client.js";
 
-
 function idempotencyOf<I extends DescMessage>(ctx: HandlerContext, schema: I, request: MessageShape<I>): Idempotency | undefined {
   const key = idempotencyKeyOf(ctx);
-  return key === undefined ? undefined : { key, fingerprint: requestFingerprint(`${ctx.service.typeName}/${ctx.method.name}`, schema, request) };
+  return key === undefined
+    ? undefined
+    : { key, fingerprint: requestFingerprint(`${ctx.service.typeName}/${ctx.method.name}`, schema, request) };
 }
 
 /** The response of an answer, marked as replayed when it is the stored one of an earlier call. */
@@ -78,7 +85,13 @@ export function createHoldService(holds: ReturnType<typeof createHolds>, ledger:
       const { accountId } = principalOf(ctx);
       if (req.holdId === "") throw invalidArgument("hold_id is required");
       const idempotency = idempotencyOf(ctx, ReleaseHoldRequestSchema, req);
-      const answer = await holds.release({ accountId, programId: req.programId, holdId: req.holdId, ...(idempotency ? { idempotency } : {}), origin: originOf(ctx) });
+      const answer = await holds.release({
+        accountId,
+        programId: req.programId,
+        holdId: req.holdId,
+        ...(idempotency ? { idempotency } : {}),
+        origin: originOf(ctx),
+      });
       return respond(ctx, answer);
     },
 

@@ -67,10 +67,16 @@ describe("holds", () => {
     expect(again.body.error.code).toBe("hold_not_active");
     const listed = await api.get("/holds", { entity_id: source, status: "captured" });
     expect(listed.body.holds.map((h: { hold_id: string }) => h.hold_id)).toContain(holdId);
-    expect((await api.get("/holds", { entity_id: source, status: "held" })).body.holds.map((h: { hold_id: string }) => h.hold_id)).not.toContain(holdId);
+    expect(
+      (await api.get("/holds", { entity_id: source, status: "held" })).body.holds.map((h: { hold_id: string }) => h.hold_id),
+    ).not.toContain(holdId);
     const unknown = await api.get("/holds", { entity_id: source, status: "expired" });
     expect(unknown.status).toBe(400);
-    expect(unknown.body.error).toEqual({ code: "invalid_request", message: "status must be one of held, partially_captured, captured, released", details: { parameter: "status" } });
+    expect(unknown.body.error).toEqual({
+      code: "invalid_request",
+      message: "status must be one of held, partially_captured, captured, released",
+      details: { parameter: "status" },
+    });
     await expectHeldMatchesHolds();
   });
 
@@ -87,7 +93,9 @@ describe("holds", () => {
     expect(released.body.hold).toMatchObject({ status: "released", release_reason: "requested", captured_amount: 30 });
     expect(await balances(source)).toMatchObject({ posted: 70, held: 0, available: 70 });
     expect((await api.post("/hold/release", { hold_id: hold.hold_id })).body.error.code).toBe("hold_not_active");
-    expect((await api.post("/hold/capture", { hold_id: hold.hold_id, amount: 1, destination_entity_id: other })).body.error.code).toBe("hold_not_active");
+    expect((await api.post("/hold/capture", { hold_id: hold.hold_id, amount: 1, destination_entity_id: other })).body.error.code).toBe(
+      "hold_not_active",
+    );
     expect((await api.get("/hold", { hold_id: hold.hold_id })).body.hold.status).toBe("released");
 
     const eur = (await api.post("/entity", { entity_name: "eur", entity_type: "w", currency_code: "EUR" })).body.entity.entity_id;
@@ -112,9 +120,14 @@ describe("holds", () => {
     const holds = await Promise.all(Array.from({ length: 20 }, () => api.post("/hold", { entity_id: source, amount: 50 })));
     const ok = holds.filter((h) => h.status === 200).map((h) => h.body.hold.hold_id as string);
     expect(ok).toHaveLength(10);
-    const captures = await Promise.all(ok.flatMap((id) => Array.from({ length: 4 }, () => api.post("/hold/capture", { hold_id: id, amount: 20, destination_entity_id: sink }))));
+    const captures = await Promise.all(
+      ok.flatMap((id) =>
+        Array.from({ length: 4 }, () => api.post("/hold/capture", { hold_id: id, amount: 20, destination_entity_id: sink })),
+      ),
+    );
     expect(captures.filter((c) => c.status === 200)).toHaveLength(20);
-    for (const c of captures.filter((c) => c.status !== 200)) expect(["capture_exceeds_hold", "hold_not_active"]).toContain(c.body.error.code);
+    for (const c of captures.filter((c) => c.status !== 200))
+      expect(["capture_exceeds_hold", "hold_not_active"]).toContain(c.body.error.code);
     expect(await balances(source)).toMatchObject({ posted: 100, held: 100, available: 0 });
     expect((await balances(sink)).posted).toBe(400);
     await expectHeldMatchesHolds();
@@ -123,13 +136,20 @@ describe("holds", () => {
   it("releases an expired hold by itself, with reason expired, and emits every hold event once", async () => {
     const source = await entity();
     await api.post("/entity/fund", { entity_id: source, amount: 100 });
-    const hold = (await api.post("/hold", { entity_id: source, amount: 40, expires_at: new Date(Date.now() + 2_000).toISOString() })).body.hold;
+    const hold = (await api.post("/hold", { entity_id: source, amount: 40, expires_at: new Date(Date.now() + 2_000).toISOString() })).body
+      .hold;
     expect((await balances(source)).available).toBe(60);
-    await expect.poll(async () => (await api.get("/hold", { hold_id: hold.hold_id })).body.hold.status, { timeout: 10_000 }).toBe("released");
+    await expect
+      .poll(async () => (await api.get("/hold", { hold_id: hold.hold_id })).body.hold.status, { timeout: 10_000 })
+      .toBe("released");
     expect((await api.get("/hold", { hold_id: hold.hold_id })).body.hold.release_reason).toBe("expired");
     expect(await balances(source)).toMatchObject({ held: 0, available: 100 });
     await expect
-      .poll(async () => (await readStream(stack.natsUrl, stack.stream)).filter((s) => s.event.data.case === "hold" && s.event.data.value.holdId === hold.hold_id).map((s) => s.event.type))
+      .poll(async () =>
+        (await readStream(stack.natsUrl, stack.stream))
+          .filter((s) => s.event.data.case === "hold" && s.event.data.value.holdId === hold.hold_id)
+          .map((s) => s.event.type),
+      )
       .toContain("hold.released");
     const events = (await readStream(stack.natsUrl, stack.stream)).filter((s) => s.event.type.startsWith("hold."));
     const ids = events.map((e) => e.msgId);
@@ -145,7 +165,10 @@ describe("holds", () => {
     const source = await entity();
     await api.post("/entity/fund", { entity_id: source, amount: 100 });
     const key = { "idempotency-key": `hold-${Date.now()}` };
-    const [a, b] = await Promise.all([api.post("/hold", { entity_id: source, amount: 30 }, key), api.post("/hold", { entity_id: source, amount: 30 }, key)]);
+    const [a, b] = await Promise.all([
+      api.post("/hold", { entity_id: source, amount: 30 }, key),
+      api.post("/hold", { entity_id: source, amount: 30 }, key),
+    ]);
     expect(a.status).toBe(200);
     expect(b.status).toBe(200);
     expect(a.body.hold.hold_id).toBe(b.body.hold.hold_id);

@@ -93,17 +93,36 @@ function holdFields(row: HoldRow) {
 
 /** The API form of a hold. */
 export function holdToProto(row: HoldRow): MessageInitShape<typeof HoldSchema> {
-  return { ...holdFields(row), status: HOLD_STATUS_OF[visibleStatus(row)] ?? HoldStatus.UNSPECIFIED, updatedAt: timestampFromDate(row.updated_at) };
+  return {
+    ...holdFields(row),
+    status: HOLD_STATUS_OF[visibleStatus(row)] ?? HoldStatus.UNSPECIFIED,
+    updatedAt: timestampFromDate(row.updated_at),
+  };
 }
 
 /** What a capture answers: the hold after it and the transfer it made. */
 function captureResponse(hold: HoldRow, capture: CaptureRow): MessageShape<typeof CaptureHoldResponseSchema> {
-  return create(CaptureHoldResponseSchema, { hold: holdToProto(hold), amount: capture.amount, transactionGroupId: capture.transaction_group_id ?? "" });
+  return create(CaptureHoldResponseSchema, {
+    hold: holdToProto(hold),
+    amount: capture.amount,
+    transactionGroupId: capture.transaction_group_id ?? "",
+  });
 }
 
-function holdEvent(type: "hold.created" | "hold.captured" | "hold.released", row: HoldRow, origin: CallOrigin, capture?: CaptureRow): Event {
+function holdEvent(
+  type: "hold.created" | "hold.captured" | "hold.released",
+  row: HoldRow,
+  origin: CallOrigin,
+  capture?: CaptureRow,
+): Event {
   const captured = capture
-    ? { captured: { amount: capture.amount, destinationEntityId: capture.destination_entity_id, transactionGroupId: capture.transaction_group_id ?? "" } }
+    ? {
+        captured: {
+          amount: capture.amount,
+          destinationEntityId: capture.destination_entity_id,
+          transactionGroupId: capture.transaction_group_id ?? "",
+        },
+      }
     : {};
   return create(EventSchema, {
     id: newId("event"),
@@ -172,9 +191,13 @@ export function createHolds(deps: HoldDeps) {
    * What a step touches, for group commit: steps on one hold, or with one client key, never share a
    * transaction (see group-commit.ts).
    */
-  const touching = (holdId: string, idempotency?: KeyClaim) => (idempotency ? [holdId, `key:${idempotency.accountId}\u0000${idempotency.key}`] : [holdId]);
+  const touching = (holdId: string, idempotency?: KeyClaim) =>
+    idempotency ? [holdId, `key:${idempotency.accountId}\u0000${idempotency.key}`] : [holdId];
   /** `startIdempotentOperation`'s transaction, in a group-committed one. */
-  const sharedTransaction = (keys: string[]) => <R>(work: (tx: Tx, writes: Promise<unknown>[]) => Promise<R>) => commits.transaction(keys, work);
+  const sharedTransaction =
+    (keys: string[]) =>
+    <R>(work: (tx: Tx, writes: Promise<unknown>[]) => Promise<R>) =>
+      commits.transaction(keys, work);
   // Expiry and recovery act for no client call: a request id of their own for the logs, no trace.
   const background = (requestId: string): CallOrigin => ({ requestId, trace: NO_TRACE });
 
@@ -205,7 +228,10 @@ export function createHolds(deps: HoldDeps) {
       if (isRefusal(err)) {
         // Nothing was reserved: the intent goes with its keys, and a retry with the same key is tried afresh.
         await commits.transaction([hold.id], async (tx, writes) => {
-          writes.push(tx`delete from holds where id = ${hold.id} and status = 'creating'`.execute(), forgetIdempotencyKeys(tx, operations.create(hold.id)));
+          writes.push(
+            tx`delete from holds where id = ${hold.id} and status = 'creating'`.execute(),
+            forgetIdempotencyKeys(tx, operations.create(hold.id)),
+          );
         });
       }
       throw err;
@@ -213,7 +239,13 @@ export function createHolds(deps: HoldDeps) {
     crash("after_ledger_reserve");
     // The completed hold is known before it is written, so the change, its event and the response
     // for the client's key are all sent at once with the COMMIT: one round trip.
-    const held: HoldRow = { ...hold, status: "held", program_id: reservation.programId, currency_code: reservation.currencyCode, updated_at: new Date() };
+    const held: HoldRow = {
+      ...hold,
+      status: "held",
+      program_id: reservation.programId,
+      currency_code: reservation.currencyCode,
+      updated_at: new Date(),
+    };
     const response = create(CreateHoldResponseSchema, { hold: holdToProto(held) });
     const [event] = outbox.rowsOf([holdEvent("hold.created", held, origin)]);
     let completing: Promise<{ n: number }[]> | undefined;
@@ -240,7 +272,11 @@ export function createHolds(deps: HoldDeps) {
   }
 
   /** Captures in the ledger and completes a pending capture. Safe to repeat. */
-  async function finishCapture(hold: HoldRow, capture: CaptureRow, origin: CallOrigin): Promise<MessageShape<typeof CaptureHoldResponseSchema>> {
+  async function finishCapture(
+    hold: HoldRow,
+    capture: CaptureRow,
+    origin: CallOrigin,
+  ): Promise<MessageShape<typeof CaptureHoldResponseSchema>> {
     let groupId: string;
     try {
       const res = await ledger.reservations.captureReservation(
@@ -258,7 +294,10 @@ export function createHolds(deps: HoldDeps) {
     } catch (err) {
       if (isRefusal(err)) {
         await commits.transaction([hold.id], async (tx, writes) => {
-          writes.push(tx`delete from captures where id = ${capture.id} and status = 'pending'`.execute(), forgetIdempotencyKeys(tx, operations.capture(capture.id)));
+          writes.push(
+            tx`delete from captures where id = ${capture.id} and status = 'pending'`.execute(),
+            forgetIdempotencyKeys(tx, operations.capture(capture.id)),
+          );
         });
       }
       throw err;
@@ -295,12 +334,18 @@ export function createHolds(deps: HoldDeps) {
 
   /** Releases in the ledger and completes a hold in `releasing`. Safe to repeat. */
   async function finishRelease(hold: HoldRow, origin: CallOrigin): Promise<MessageShape<typeof ReleaseHoldResponseSchema>> {
-    await ledger.reservations.releaseReservation({ programId: hold.program_id, reservationId: hold.id }, ledger.asAccount(hold.account_id, origin));
+    await ledger.reservations.releaseReservation(
+      { programId: hold.program_id, reservationId: hold.id },
+      ledger.asAccount(hold.account_id, origin),
+    );
     crash("after_ledger_release");
     const response = await commits.transaction([hold.id], async (tx, writes) => {
       const [row] = await tx<HoldRow[]>`
         update holds set status = 'released', updated_at = now() where id = ${hold.id} and status = 'releasing' returning *`;
-      if (!row) return create(ReleaseHoldResponseSchema, { hold: holdToProto((await tx<HoldRow[]>`select * from holds where id = ${hold.id}`)[0]!) });
+      if (!row)
+        return create(ReleaseHoldResponseSchema, {
+          hold: holdToProto((await tx<HoldRow[]>`select * from holds where id = ${hold.id}`)[0]!),
+        });
       const released = create(ReleaseHoldResponseSchema, { hold: holdToProto(row) });
       // Several keys may wait on one release (a request joined one in flight): this answers them all.
       writes.push(
@@ -372,16 +417,24 @@ export function createHolds(deps: HoldDeps) {
           const [[row], [pending]] = await Promise.all([locking, reading]);
           const hold = visibleHold(row, args.accountId, args.holdId, args.programId);
           if (hold.status !== "held" && hold.status !== "partially_captured") {
-            throw ruleViolation("hold_not_active", `hold ${hold.id} is ${visibleStatus(hold)}${hold.status === "releasing" ? " and being released" : ""}; only held or partially captured holds can be captured`, {
-              status: visibleStatus(hold),
-            });
+            throw ruleViolation(
+              "hold_not_active",
+              `hold ${hold.id} is ${visibleStatus(hold)}${hold.status === "releasing" ? " and being released" : ""}; only held or partially captured holds can be captured`,
+              {
+                status: visibleStatus(hold),
+              },
+            );
           }
           const remaining = hold.amount - hold.captured_amount - pending!.total;
           if (args.amount > remaining) {
-            throw ruleViolation("capture_exceeds_hold", `the capture of ${args.amount} exceeds the ${remaining} remaining on hold ${hold.id}`, {
-              remaining: Number(remaining),
-              requested: Number(args.amount),
-            });
+            throw ruleViolation(
+              "capture_exceeds_hold",
+              `the capture of ${args.amount} exceeds the ${remaining} remaining on hold ${hold.id}`,
+              {
+                remaining: Number(remaining),
+                requested: Number(args.amount),
+              },
+            );
           }
           const capture: CaptureRow = {
             id: `${hold.id}:${pending!.n + 1n}`,
@@ -394,9 +447,11 @@ export function createHolds(deps: HoldDeps) {
             // The database's clock stamps the row (recovery compares it with now()); this is for the caller only.
             created_at: new Date(),
           };
-          writes.push(tx`
+          writes.push(
+            tx`
             insert into captures (id, hold_id, amount, destination_entity_id, description, status)
-            values (${capture.id}, ${capture.hold_id}, ${capture.amount}, ${capture.destination_entity_id}, ${capture.description}, 'pending')`.execute());
+            values (${capture.id}, ${capture.hold_id}, ${capture.amount}, ${capture.destination_entity_id}, ${capture.description}, 'pending')`.execute(),
+          );
           return { operation: operations.capture(capture.id), value: { hold, capture } };
         },
       });
@@ -422,7 +477,11 @@ export function createHolds(deps: HoldDeps) {
           // A release already in flight (another request's, or expiry's) is joined: its completion answers this key too.
           if (row.status === "releasing") return { operation: operations.release(row.id), value: row };
           if (row.status !== "held" && row.status !== "partially_captured") {
-            throw ruleViolation("hold_not_active", `hold ${row.id} is ${row.status}; only held or partially captured holds can be released`, { status: row.status });
+            throw ruleViolation(
+              "hold_not_active",
+              `hold ${row.id} is ${row.status}; only held or partially captured holds can be released`,
+              { status: row.status },
+            );
           }
           const [pending] = await tx`select 1 from captures where hold_id = ${row.id} and status = 'pending' limit 1`;
           if (pending) throw ruleViolation("hold_not_active", `a capture of hold ${row.id} is in progress; retry the release shortly`);
@@ -485,14 +544,23 @@ export function createHolds(deps: HoldDeps) {
       let finished = 0;
       const stale = sql`now() - make_interval(secs => ${olderThanMs / 1000})`;
       for (const hold of await sql<HoldRow[]>`select * from holds where status = 'creating' and updated_at < ${stale} limit 100`) {
-        await finishCreate(hold, background(`recovery-${hold.id}`)).then(() => finished++, (err: unknown) => log.warn({ hold_id: hold.id, err: (err as Error).message }, "could not finish a hold's creation"));
+        await finishCreate(hold, background(`recovery-${hold.id}`)).then(
+          () => finished++,
+          (err: unknown) => log.warn({ hold_id: hold.id, err: (err as Error).message }, "could not finish a hold's creation"),
+        );
       }
       for (const capture of await sql<CaptureRow[]>`select * from captures where status = 'pending' and created_at < ${stale} limit 100`) {
         const [hold] = await sql<HoldRow[]>`select * from holds where id = ${capture.hold_id}`;
-        await finishCapture(hold!, capture, background(`recovery-${capture.id}`)).then(() => finished++, (err: unknown) => log.warn({ capture_id: capture.id, err: (err as Error).message }, "could not finish a capture"));
+        await finishCapture(hold!, capture, background(`recovery-${capture.id}`)).then(
+          () => finished++,
+          (err: unknown) => log.warn({ capture_id: capture.id, err: (err as Error).message }, "could not finish a capture"),
+        );
       }
       for (const hold of await sql<HoldRow[]>`select * from holds where status = 'releasing' and updated_at < ${stale} limit 100`) {
-        await finishRelease(hold, background(`recovery-${hold.id}`)).then(() => finished++, (err: unknown) => log.warn({ hold_id: hold.id, err: (err as Error).message }, "could not finish a release"));
+        await finishRelease(hold, background(`recovery-${hold.id}`)).then(
+          () => finished++,
+          (err: unknown) => log.warn({ hold_id: hold.id, err: (err as Error).message }, "could not finish a release"),
+        );
       }
       if (finished > 0) log.info({ finished }, "recovered unfinished hold operations");
       return finished;

@@ -1,6 +1,14 @@
 import { fileURLToPath } from "node:url";
 import type { ConnectRouter } from "@connectrpc/connect";
-import { backgroundLoop, metricsRegistry, startService, targetIsUp, type InProcessService, type ServiceHandle, type Sql } from "@ledger/common";
+import {
+  backgroundLoop,
+  metricsRegistry,
+  startService,
+  targetIsUp,
+  type InProcessService,
+  type ServiceHandle,
+  type Sql,
+} from "@ledger/common";
 import { HoldService } from "@ledger/proto/hold/v1/hold_pb.js";
 import { Gauge } from "prom-client";
 import type { HoldConfig } from "./config.js";
@@ -46,7 +54,13 @@ export function startHold(config: HoldConfig, peers: { ledger?: InProcessService
     parts({ sql, log, tracing, lifecycle, openOutbox }) {
       const outbox = openOutbox();
       const ledger = connectLedger(ledgerTarget, config.serviceToken, tracing);
-      const commits = createGroupCommit({ sql, log, maxBatch: config.batchMax, maxInFlight: config.batchConcurrency, lingerMs: config.batchLingerMs });
+      const commits = createGroupCommit({
+        sql,
+        log,
+        maxBatch: config.batchMax,
+        maxInFlight: config.batchConcurrency,
+        lingerMs: config.batchLingerMs,
+      });
       const holds = createHolds({ sql, commits, outbox, ledger, crash: crashHook(config.crashAt), log });
 
       // Expiry and recovery run in every replica; row locks and conditional updates keep them from
@@ -63,9 +77,15 @@ export function startHold(config: HoldConfig, peers: { ledger?: InProcessService
           backoff: { firstMs: everyMs, maxMs: Math.max(everyMs, 5_000) },
           firstDelayMs,
         });
-      lifecycle.run("hold expiry", every("hold expiry", config.expiryIntervalMs, config.expiryIntervalMs, () => holds.expireDue()));
+      lifecycle.run(
+        "hold expiry",
+        every("hold expiry", config.expiryIntervalMs, config.expiryIntervalMs, () => holds.expireDue()),
+      );
       const recoveryEveryMs = Math.max(1_000, Math.floor(config.recoveryAfterMs / 2));
-      lifecycle.run("hold recovery", every("hold recovery", recoveryEveryMs, 0, () => holds.recover(config.recoveryAfterMs)));
+      lifecycle.run(
+        "hold recovery",
+        every("hold recovery", recoveryEveryMs, 0, () => holds.recover(config.recoveryAfterMs)),
+      );
       expiryLagSources.add(sql);
       lifecycle.onClose("expiry lag gauge", () => expiryLagSources.delete(sql));
 

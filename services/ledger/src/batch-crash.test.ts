@@ -71,7 +71,8 @@ it("loses no acknowledged item and applies none twice across a SIGKILL, when bat
   const { api } = stack;
   const source = (await api.post("/entity", { entity_name: "payroll", entity_type: "wallet" })).body.entity.entity_id as string;
   const payees: string[] = [];
-  for (let i = 0; i < 10; i++) payees.push((await api.post("/entity", { entity_name: `payee ${i}`, entity_type: "wallet" })).body.entity.entity_id);
+  for (let i = 0; i < 10; i++)
+    payees.push((await api.post("/entity", { entity_name: `payee ${i}`, entity_type: "wallet" })).body.entity.entity_id);
   expect((await api.post("/entity/fund", { entity_id: source, amount: 1_000_000 })).status).toBe(200);
 
   await startLedgerProcess();
@@ -84,7 +85,10 @@ it("loses no acknowledged item and applies none twice across a SIGKILL, when bat
       transaction: {
         description: `crash-${b}-${i}`,
         status: TransactionStatus.POSTED,
-        form: { case: "transfer" as const, value: { fromEntityId: source, toEntityId: payees[i % payees.length]!, amount: BigInt(1 + (i % 7)) } },
+        form: {
+          case: "transfer" as const,
+          value: { fromEntityId: source, toEntityId: payees[i % payees.length]!, amount: BigInt(1 + (i % 7)) },
+        },
       },
     })),
   });
@@ -115,8 +119,10 @@ it("loses no acknowledged item and applies none twice across a SIGKILL, when bat
   expect(acknowledged.size).toBeLessThan(BATCHES * ITEMS);
 
   // Every acknowledged item is still there, once.
-  const { n: kept } = first(await stack.sql<{ n: bigint }[]>`
-    select count(*)::int8 as n from transaction_groups where id = any(${[...acknowledged.values()]})`);
+  const { n: kept } = first(
+    await stack.sql<{ n: bigint }[]>`
+    select count(*)::int8 as n from transaction_groups where id = any(${[...acknowledged.values()]})`,
+  );
   expect(kept).toBe(BigInt(acknowledged.size));
 
   await startLedgerProcess();
@@ -137,7 +143,9 @@ it("loses no acknowledged item and applies none twice across a SIGKILL, when bat
   const twice = await stack.sql<{ description: string }[]>`
     select description from transaction_groups where description like 'crash-%' group by description having count(*) > 1`;
   expect(twice).toEqual([]);
-  const { n: applied } = first(await stack.sql<{ n: bigint }[]>`select count(*)::int8 as n from transaction_groups where description like 'crash-%'`);
+  const { n: applied } = first(
+    await stack.sql<{ n: bigint }[]>`select count(*)::int8 as n from transaction_groups where description like 'crash-%'`,
+  );
   expect(applied).toBe(BigInt(BATCHES * ITEMS));
   const perBatch = Array.from({ length: ITEMS }, (_, i) => 1 + (i % 7)).reduce((a, b) => a + b, 0);
   const { total } = first(await stack.sql<{ total: bigint }[]>`select sum(posted)::int8 as total from entities where id = any(${payees})`);

@@ -25,7 +25,10 @@ function reflective(answers: ItemAnswer[]) {
       const { code, details } = errorCodeOf(answer);
       return { result: { case: "error", value: { code, message: answer.rawMessage, ...(details ? { details } : {}) } } };
     }
-    return { result: { case: "transactionGroup", value: (answer.response as CreateTransactionResponse).transactionGroup! }, replayed: answer.replayed };
+    return {
+      result: { case: "transactionGroup", value: (answer.response as CreateTransactionResponse).transactionGroup! },
+      replayed: answer.replayed,
+    };
   });
   return create(CreateTransactionsResponseSchema, { succeeded: answers.length - failed, failed, results });
 }
@@ -54,14 +57,28 @@ const group: fc.Arbitrary<GroupRow> = fc
     reversed_by_group_id: fc.option(fc.string({ maxLength: 40 }), { nil: null }),
     created_at: when,
     updated_at: when,
-    legs: fc.array(fc.record({ id: fc.string({ maxLength: 40 }), entity_id: fc.string({ maxLength: 40 }), direction: fc.constantFrom("debit" as const, "credit" as const), amount, created_at: when }), {
-      maxLength: 20,
-    }),
+    legs: fc.array(
+      fc.record({
+        id: fc.string({ maxLength: 40 }),
+        entity_id: fc.string({ maxLength: 40 }),
+        direction: fc.constantFrom("debit" as const, "credit" as const),
+        amount,
+        created_at: when,
+      }),
+      {
+        maxLength: 20,
+      },
+    ),
   })
   .map((g) => ({ ...g, legs: g.legs.map((leg, position) => ({ ...leg, group_id: g.id, position })) }));
 
 const answer: fc.Arbitrary<ItemAnswer> = fc.oneof(
-  { arbitrary: fc.tuple(group, fc.boolean()).map(([g, replayed]) => ({ response: create(CreateTransactionResponseSchema, { transactionGroup: groupToProto(g) }), replayed })), weight: 4 },
+  {
+    arbitrary: fc
+      .tuple(group, fc.boolean())
+      .map(([g, replayed]) => ({ response: create(CreateTransactionResponseSchema, { transactionGroup: groupToProto(g) }), replayed })),
+    weight: 4,
+  },
   { arbitrary: text.map((m) => ruleViolation("insufficient_funds", m, { entity_id: "ent_x", available: "0", required: "1" })), weight: 1 },
   { arbitrary: text.map((m) => new ConnectError(m, Code.InvalidArgument)), weight: 1 },
 );
@@ -81,7 +98,14 @@ describe("batchResponse", () => {
 
   it("answers a large batch whose results need long lengths", () => {
     const g = fc.sample(group, { numRuns: 1_000, seed: 7 }).map((row) => ({ ...row, metadata: null, description: "x".repeat(200) }));
-    const answers = g.map((row) => ({ response: create(CreateTransactionResponseSchema, { transactionGroup: groupToProto(row) }), replayed: false }));
-    expect(Buffer.from(toBinary(CreateTransactionsResponseSchema, batchResponse(answers))).equals(Buffer.from(toBinary(CreateTransactionsResponseSchema, reflective(answers))))).toBe(true);
+    const answers = g.map((row) => ({
+      response: create(CreateTransactionResponseSchema, { transactionGroup: groupToProto(row) }),
+      replayed: false,
+    }));
+    expect(
+      Buffer.from(toBinary(CreateTransactionsResponseSchema, batchResponse(answers))).equals(
+        Buffer.from(toBinary(CreateTransactionsResponseSchema, reflective(answers))),
+      ),
+    ).toBe(true);
   });
 });

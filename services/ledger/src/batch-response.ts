@@ -38,11 +38,23 @@ export function batchResponse(answers: ItemAnswer[]): MessageShape<typeof Create
     if (answer instanceof ConnectError) {
       failed++;
       const { code, details } = errorCodeOf(answer);
-      w.raw(toBinary(CreateTransactionsResultSchema, create(CreateTransactionsResultSchema, { result: { case: "error", value: { code, message: answer.rawMessage, ...(details ? { details } : {}) } } })));
+      w.raw(
+        toBinary(
+          CreateTransactionsResultSchema,
+          create(CreateTransactionsResultSchema, {
+            result: { case: "error", value: { code, message: answer.rawMessage, ...(details ? { details } : {}) } },
+          }),
+        ),
+      );
     } else {
       const group = (answer.response as CreateTransactionResponse).transactionGroup!;
       if (group.metadata) {
-        w.raw(toBinary(CreateTransactionsResultSchema, create(CreateTransactionsResultSchema, { result: { case: "transactionGroup", value: group }, replayed: answer.replayed })));
+        w.raw(
+          toBinary(
+            CreateTransactionsResultSchema,
+            create(CreateTransactionsResultSchema, { result: { case: "transactionGroup", value: group }, replayed: answer.replayed }),
+          ),
+        );
       } else {
         const g = w.open(1);
         writeGroup(w, group);

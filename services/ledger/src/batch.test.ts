@@ -36,7 +36,9 @@ async function posted(id: string): Promise<number> {
 
 /** This file's groups: the ledger's database is shared by every test file of the run. */
 async function groupCount(): Promise<bigint> {
-  const [row] = await stack.sql<{ n: bigint }[]>`select count(*)::int8 as n from transaction_groups where account_id = ${stack.account.account_id}`;
+  const [row] = await stack.sql<
+    { n: bigint }[]
+  >`select count(*)::int8 as n from transaction_groups where account_id = ${stack.account.account_id}`;
   return row!.n;
 }
 
@@ -90,10 +92,12 @@ describe("POST /v1/transaction/batch", () => {
 
     const ids = [r0, r1, r3].map((r) => r.transaction_group_id as string);
     expect(new Set(ids).size).toBe(3);
-    await expect.poll(async () => {
-      const events = await createdEvents();
-      return ids.every((id) => events.get(id) === 1);
-    }).toBe(true);
+    await expect
+      .poll(async () => {
+        const events = await createdEvents();
+        return ids.every((id) => events.get(id) === 1);
+      })
+      .toBe(true);
     await expectInvariants();
   });
 
@@ -227,7 +231,10 @@ describe("POST /v1/transaction/batch", () => {
       const from = wallets[Math.floor(random() * wallets.length)]!;
       let to = wallets[Math.floor(random() * wallets.length)]!;
       if (to === from) to = wallets[(wallets.indexOf(from) + 1) % wallets.length]!;
-      return transfer(from, to, 1 + Math.floor(random() * 60), { idempotency_key: `big-${i}`, metadata: { order: `order-${i}`, note: "x".repeat(100) } });
+      return transfer(from, to, 1 + Math.floor(random() * 60), {
+        idempotency_key: `big-${i}`,
+        metadata: { order: `order-${i}`, note: "x".repeat(100) },
+      });
     });
     const res = await api.post("/transaction/batch", { transactions: items });
     expect(res.status).toBe(200);
@@ -248,17 +255,26 @@ describe("POST /v1/transaction/batch", () => {
       ids.push(r.transaction_group_id);
     });
     for (const w of wallets) expect(await posted(w)).toBe(expected.get(w));
-    await expect.poll(async () => {
-      const events = await createdEvents();
-      return ids.every((id) => events.get(id) === 1);
-    }, { timeout: 30_000 }).toBe(true);
+    await expect
+      .poll(
+        async () => {
+          const events = await createdEvents();
+          return ids.every((id) => events.get(id) === 1);
+        },
+        { timeout: 30_000 },
+      )
+      .toBe(true);
     await expectInvariants();
   });
 });
 
 describe("LedgerService.CreateTransactions", () => {
   const rpcTransfer = (from: string, to: string, amount: bigint, idempotencyKey = "") => ({
-    transaction: { description: "rpc item", status: TransactionStatus.POSTED, form: { case: "transfer" as const, value: { fromEntityId: from, toEntityId: to, amount } } },
+    transaction: {
+      description: "rpc item",
+      status: TransactionStatus.POSTED,
+      form: { case: "transfer" as const, value: { fromEntityId: from, toEntityId: to, amount } },
+    },
     idempotencyKey,
   });
 
@@ -278,7 +294,9 @@ describe("LedgerService.CreateTransactions", () => {
     expect([await posted(a), await posted(b)]).toEqual([0, 100]);
 
     const before = await groupCount();
-    const err = await client.createTransactions({ atomic: true, transactions: [rpcTransfer(b, a, 10n), rpcTransfer(a, b, 11n)] }).catch((e: unknown) => e);
+    const err = await client
+      .createTransactions({ atomic: true, transactions: [rpcTransfer(b, a, 10n), rpcTransfer(a, b, 11n)] })
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ConnectError);
     expect((err as ConnectError).code).toBe(Code.FailedPrecondition);
     expect(errorCodeOf(err as ConnectError)).toMatchObject({ code: "insufficient_funds", details: { index: 1 } });
@@ -286,7 +304,9 @@ describe("LedgerService.CreateTransactions", () => {
 
     const empty = await client.createTransactions({ transactions: [] }).catch((e: unknown) => e);
     expect((empty as ConnectError).code).toBe(Code.InvalidArgument);
-    const tooMany = await client.createTransactions({ transactions: Array.from({ length: 1001 }, () => rpcTransfer(b, a, 1n)) }).catch((e: unknown) => e);
+    const tooMany = await client
+      .createTransactions({ transactions: Array.from({ length: 1001 }, () => rpcTransfer(b, a, 1n)) })
+      .catch((e: unknown) => e);
     expect((tooMany as ConnectError).code).toBe(Code.InvalidArgument);
     const blank = await client.createTransactions({ transactions: [{}] });
     expect(blank.results[0]!.result.value).toMatchObject({ code: "invalid_request" });

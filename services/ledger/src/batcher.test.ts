@@ -26,7 +26,11 @@ it("shares transactions between concurrent commands and answers each on its own"
 
   const transfer = (from: string) =>
     client
-      .createTransaction({ description: "batch", status: 2, form: { case: "transfer", value: { fromEntityId: from, toEntityId: sink, amount: 10n } } })
+      .createTransaction({
+        description: "batch",
+        status: 2,
+        form: { case: "transfer", value: { fromEntityId: from, toEntityId: sink, amount: 10n } },
+      })
       .then(
         () => "ok",
         (err: { rawMessage?: string }) => (String(err.rawMessage).includes("available") ? "insufficient" : `other: ${err.rawMessage}`),

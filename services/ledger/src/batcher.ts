@@ -1,6 +1,18 @@
 import { create, fromBinary, toBinary, type DescMessage, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
 import { ConnectError } from "@connectrpc/connect";
-import { claimIdempotencyKeys, createGroupScheduler, pipelinedTransaction, ruleViolation, settleIdempotencyKeys, type Claim, type KeyClaim, type Logger, type Outbox, type Sql, type Tx } from "@ledger/common";
+import {
+  claimIdempotencyKeys,
+  createGroupScheduler,
+  pipelinedTransaction,
+  ruleViolation,
+  settleIdempotencyKeys,
+  type Claim,
+  type KeyClaim,
+  type Logger,
+  type Outbox,
+  type Sql,
+  type Tx,
+} from "@ledger/common";
 import { Counter, Histogram } from "prom-client";
 import { metricsRegistry } from "@ledger/common";
 import { ExternalEntityCache, openBook, type MoneyCommand, type Outcome } from "./money.js";
@@ -217,13 +229,17 @@ export function createBatcher(options: BatcherOptions) {
       }
     }
     const sortedKeys = [...toClaim.keys()].sort();
-    const claims = await claimIdempotencyKeys(tx, sortedKeys.map((k) => toClaim.get(k)!));
+    const claims = await claimIdempotencyKeys(
+      tx,
+      sortedKeys.map((k) => toClaim.get(k)!),
+    );
     const keys = new Map<string, KeyState>();
     const claimedNew = new Set<string>();
     sortedKeys.forEach((k, n) => {
       const claim = claims[n]! as Claim | Error;
       if (claim instanceof Error) keys.set(k, { kind: "error", error: ConnectError.from(claim) });
-      else if (claim.kind === "replay") keys.set(k, { kind: "answered", fingerprint: toClaim.get(k)!.fingerprint, response: claim.response, fresh: false });
+      else if (claim.kind === "replay")
+        keys.set(k, { kind: "answered", fingerprint: toClaim.get(k)!.fingerprint, response: claim.response, fresh: false });
       else {
         keys.set(k, { kind: "free" });
         claimedNew.add(k);
@@ -265,7 +281,8 @@ export function createBatcher(options: BatcherOptions) {
           if (k !== undefined) {
             const state = stateOf(k);
             if (state.kind === "error") return state.error;
-            if (state.kind === "whole") return ruleViolation("idempotency_conflict", "this idempotency key was already used with a different request");
+            if (state.kind === "whole")
+              return ruleViolation("idempotency_conflict", "this idempotency key was already used with a different request");
             if (state.kind === "answered") {
               if (!state.fingerprint.equals(item.idempotency!.fingerprint)) {
                 return ruleViolation("idempotency_conflict", "this idempotency key was already used with a different request");
@@ -278,7 +295,12 @@ export function createBatcher(options: BatcherOptions) {
           if (k === undefined) return { later: () => ({ response: create(item.responseSchema, item.respond(outcome)), replayed: false }) };
           const response = create(item.responseSchema, item.respond(outcome));
           if (k !== undefined) {
-            local.set(k, { kind: "answered", fingerprint: item.idempotency!.fingerprint, response: toBinary(item.responseSchema, response), fresh: true });
+            local.set(k, {
+              kind: "answered",
+              fingerprint: item.idempotency!.fingerprint,
+              response: toBinary(item.responseSchema, response),
+              fresh: true,
+            });
           }
           return { response, replayed: false };
         });

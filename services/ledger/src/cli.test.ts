@@ -38,7 +38,9 @@ it("creates an account whose key and default program work through the gateway", 
 });
 
 it("explains its usage and fails without a name", async () => {
-  await expect(run(TSX, [CLI, "accounts", "create"], { env: { ...process.env, DATABASE_URL: inject("databaseUrl") } })).rejects.toMatchObject({
+  await expect(
+    run(TSX, [CLI, "accounts", "create"], { env: { ...process.env, DATABASE_URL: inject("databaseUrl") } }),
+  ).rejects.toMatchObject({
     stderr: expect.stringContaining("--name is required"),
   });
 });

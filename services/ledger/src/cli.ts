@@ -1,7 +1,15 @@
 import { parseArgs } from "node:util";
 import { fileURLToPath } from "node:url";
 import { createLogger, isId, openDatabase, readDatabaseUrl, type Sql } from "@ledger/common";
-import { createAccount, createApiKey, listAccounts, listApiKeys, revokeApiKey, type AccountSummary, type ApiKeySummary } from "./identity.js";
+import {
+  createAccount,
+  createApiKey,
+  listAccounts,
+  listApiKeys,
+  revokeApiKey,
+  type AccountSummary,
+  type ApiKeySummary,
+} from "./identity.js";
 
 const USAGE = `usage: pnpm ledger <command> [options]
 
@@ -65,7 +73,14 @@ function print(options: Options, json: unknown, text: string): void {
 /** A table with a header row, columns padded to their widest cell. */
 function table(header: string[], rows: string[][]): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
-  return [header, ...rows].map((cells) => cells.map((c, i) => c.padEnd(widths[i]!)).join("  ").trimEnd()).join("\n");
+  return [header, ...rows]
+    .map((cells) =>
+      cells
+        .map((c, i) => c.padEnd(widths[i]!))
+        .join("  ")
+        .trimEnd(),
+    )
+    .join("\n");
 }
 
 const commands: Record<string, Command> = {
@@ -84,16 +99,27 @@ const commands: Record<string, Command> = {
 
   "accounts list"(options) {
     const limit = options.limit === undefined ? 100 : Number(options.limit);
-    if (!Number.isInteger(limit) || limit < 1 || limit > MAX_ACCOUNTS_PAGE) throw new UsageError(`--limit must be an integer from 1 to ${MAX_ACCOUNTS_PAGE}`);
+    if (!Number.isInteger(limit) || limit < 1 || limit > MAX_ACCOUNTS_PAGE)
+      throw new UsageError(`--limit must be an integer from 1 to ${MAX_ACCOUNTS_PAGE}`);
     if (options.after !== undefined && !isId("account", options.after)) throw new UsageError("--after must be an account id");
     return async (sql) => {
       // One more than asked tells whether there is a next page.
       const found = await listAccounts(sql, { limit: limit + 1, ...(options.after ? { after: options.after } : {}) });
       const accounts = found.slice(0, limit);
       const nextAfter = found.length > limit ? accounts.at(-1)!.account_id : null;
-      const rows = accounts.map((a: AccountSummary) => [a.account_id, a.name, a.default_program_id ?? "-", String(a.active_keys), a.created_at]);
+      const rows = accounts.map((a: AccountSummary) => [
+        a.account_id,
+        a.name,
+        a.default_program_id ?? "-",
+        String(a.active_keys),
+        a.created_at,
+      ]);
       const text = accounts.length === 0 ? "no accounts" : table(["ACCOUNT", "NAME", "DEFAULT PROGRAM", "ACTIVE KEYS", "CREATED"], rows);
-      print(options, { accounts, next_after: nextAfter }, nextAfter ? `${text}\n\nmore: pnpm ledger accounts list --after ${nextAfter}` : text);
+      print(
+        options,
+        { accounts, next_after: nextAfter },
+        nextAfter ? `${text}\n\nmore: pnpm ledger accounts list --after ${nextAfter}` : text,
+      );
     };
   },
 
@@ -102,7 +128,11 @@ const commands: Record<string, Command> = {
     return async (sql) => {
       const key = await createApiKey(sql, accountId);
       if (!key) throw new Failure(`no account ${accountId}`);
-      print(options, key, `key:      ${key.key_id}\napi key:  ${key.api_key}\n\nThe API key is shown only now. Send it as the Authorization header.`);
+      print(
+        options,
+        key,
+        `key:      ${key.key_id}\napi key:  ${key.api_key}\n\nThe API key is shown only now. Send it as the Authorization header.`,
+      );
     };
   },
 
@@ -111,7 +141,13 @@ const commands: Record<string, Command> = {
     return async (sql) => {
       const keys = await listApiKeys(sql, accountId);
       if (!keys) throw new Failure(`no account ${accountId}`);
-      const rows = keys.map((k: ApiKeySummary) => [k.key_id, k.prefix ? `${k.prefix}…` : "-", k.created_at, k.last_used_at ?? "never", k.revoked_at ?? "-"]);
+      const rows = keys.map((k: ApiKeySummary) => [
+        k.key_id,
+        k.prefix ? `${k.prefix}…` : "-",
+        k.created_at,
+        k.last_used_at ?? "never",
+        k.revoked_at ?? "-",
+      ]);
       print(options, { keys }, keys.length === 0 ? "no keys" : table(["KEY", "PREFIX", "CREATED", "LAST USED", "REVOKED"], rows));
     };
   },

@@ -1,4 +1,13 @@
-import { ConfigError, envInt, envOptional, envString, readDatabaseUrl, readInfraConfig, readServiceToken, type InfraConfig } from "@ledger/common";
+import {
+  ConfigError,
+  envInt,
+  envOptional,
+  envString,
+  readDatabaseUrl,
+  readInfraConfig,
+  readServiceToken,
+  type InfraConfig,
+} from "@ledger/common";
 
 /** LEDGER_KEY_USAGE_FLUSH_MS unless set: `last_used_at` to the minute, each key's row written at most once a minute. */
 export const DEFAULT_KEY_USAGE_FLUSH_MS = 60_000;

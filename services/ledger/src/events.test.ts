@@ -38,7 +38,12 @@ const group = fc.record({
   reverses_group_id: fc.option(fc.string({ maxLength: 40 }), { nil: null }),
   reversed_by_group_id: fc.option(fc.string({ maxLength: 40 }), { nil: null }),
   legs: fc.array(
-    fc.record({ id: fc.string({ maxLength: 40 }), entity_id: fc.string({ maxLength: 40 }), direction: fc.constantFrom("debit" as const, "credit" as const), amount }),
+    fc.record({
+      id: fc.string({ maxLength: 40 }),
+      entity_id: fc.string({ maxLength: 40 }),
+      direction: fc.constantFrom("debit" as const, "credit" as const),
+      amount,
+    }),
     { maxLength: 100 },
   ),
 });

@@ -15,7 +15,12 @@ export type TransactionEventType =
   | "transaction.disputed";
 
 /** Builds a `transaction.*` event about `group` as it is after the change, which is what receivers see. */
-export function transactionEvent(type: TransactionEventType, group: GroupRow, origin: { requestId: string; traceparent: string }, at: Date): Event {
+export function transactionEvent(
+  type: TransactionEventType,
+  group: GroupRow,
+  origin: { requestId: string; traceparent: string },
+  at: Date,
+): Event {
   return create(EventSchema, {
     id: newId("event"),
     type,
@@ -65,7 +70,12 @@ const eventWriter = new Writer();
  * on random groups), fields in number order, empty ones left out. A group with metadata (a
  * `Struct`) takes the reflective path, which is rare and not worth a second Struct encoder.
  */
-export function encodeTransactionEvent(type: TransactionEventType, group: GroupRow, origin: { requestId: string; traceparent: string }, at: Date): EncodedEvent {
+export function encodeTransactionEvent(
+  type: TransactionEventType,
+  group: GroupRow,
+  origin: { requestId: string; traceparent: string },
+  at: Date,
+): EncodedEvent {
   if (group.metadata) {
     const event = transactionEvent(type, group, origin, at);
     return { id: event.id, type, payload: toBinary(EventSchema, event) };

@@ -1,12 +1,7 @@
 import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { isId, notFound, storedMetadata, type Sql, type Tx } from "@ledger/common";
-import {
-  Direction,
-  TransactionStatus,
-  type LegSchema,
-  type TransactionGroupSchema,
-} from "@ledger/proto/ledger/v1/ledger_pb.js";
+import { Direction, TransactionStatus, type LegSchema, type TransactionGroupSchema } from "@ledger/proto/ledger/v1/ledger_pb.js";
 
 /** Statuses of a transaction group, as stored and as the REST API spells them. */
 export type GroupStatus = "pending" | "posted" | "canceled" | "failed" | "reversed";

@@ -136,7 +136,13 @@ export async function listApiKeys(sql: Sql, accountId: string): Promise<ApiKeySu
   return rows.map(keySummary);
 }
 
-function keySummary(r: { id: string; prefix: string | null; created_at: Date; last_used_at: Date | null; revoked_at: Date | null }): ApiKeySummary {
+function keySummary(r: {
+  id: string;
+  prefix: string | null;
+  created_at: Date;
+  last_used_at: Date | null;
+  revoked_at: Date | null;
+}): ApiKeySummary {
   return {
     key_id: r.id,
     prefix: r.prefix,
@@ -152,11 +158,15 @@ function keySummary(r: { id: string; prefix: string | null; created_at: Date; la
  * Null when there is no such key.
  */
 export async function revokeApiKey(sql: Sql, keyId: string): Promise<{ key: ApiKeySummary; alreadyRevoked: boolean } | null> {
-  const [revoked] = await sql<{ id: string; prefix: string | null; created_at: Date; last_used_at: Date | null; revoked_at: Date | null }[]>`
+  const [revoked] = await sql<
+    { id: string; prefix: string | null; created_at: Date; last_used_at: Date | null; revoked_at: Date | null }[]
+  >`
     update api_keys set revoked_at = now() where id = ${keyId} and revoked_at is null
     returning id, prefix, created_at, last_used_at, revoked_at`;
   if (revoked) return { key: keySummary(revoked), alreadyRevoked: false };
-  const [existing] = await sql<{ id: string; prefix: string | null; created_at: Date; last_used_at: Date | null; revoked_at: Date | null }[]>`
+  const [existing] = await sql<
+    { id: string; prefix: string | null; created_at: Date; last_used_at: Date | null; revoked_at: Date | null }[]
+  >`
     select id, prefix, created_at, last_used_at, revoked_at from api_keys where id = ${keyId}`;
   return existing ? { key: keySummary(existing), alreadyRevoked: true } : null;
 }

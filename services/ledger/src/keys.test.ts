@@ -160,7 +160,14 @@ describe("revocation", () => {
       for (const path of Object.keys(firstRefused)) expect(now[path], path).toBe(true);
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
-    expect(Object.keys(firstRefused).sort()).toEqual(["restHold", "restLedger", "restNotification", "rpcHold", "rpcLedger", "rpcNotification"]);
+    expect(Object.keys(firstRefused).sort()).toEqual([
+      "restHold",
+      "restLedger",
+      "restNotification",
+      "rpcHold",
+      "rpcLedger",
+      "rpcNotification",
+    ]);
     for (const [path, ms] of Object.entries(firstRefused)) expect(ms, `${path} refused after ${Math.round(ms)} ms`).toBeLessThan(5_000);
     // The account's other key still works everywhere.
     expect(Object.values(await refusals(stack.account.api_key)).some(Boolean)).toBe(false);
@@ -169,7 +176,11 @@ describe("revocation", () => {
 
 describe("last_used_at", () => {
   const row = async (keyId: string) =>
-    (await stack.sql<{ version: string; last_used_at: Date | null }[]>`select xmin::text as version, last_used_at from api_keys where id = ${keyId}`)[0]!;
+    (
+      await stack.sql<
+        { version: string; last_used_at: Date | null }[]
+      >`select xmin::text as version, last_used_at from api_keys where id = ${keyId}`
+    )[0]!;
 
   it("advances after use, written at most once per flush interval however many requests", async () => {
     const { key_id: keyId, api_key: apiKey } = await ledgerCliJson("keys", "create", "--account", stack.account.account_id);
@@ -221,7 +232,9 @@ describe("last_used_at", () => {
 
   it("counts a key used only on another service's port", async () => {
     const { key_id: keyId, api_key: apiKey } = await ledgerCliJson("keys", "create", "--account", stack.account.account_id);
-    await rpcClients(apiKey).hold().catch((err: unknown) => expect(ConnectError.from(err).code).not.toBe(Code.Unauthenticated));
+    await rpcClients(apiKey)
+      .hold()
+      .catch((err: unknown) => expect(ConnectError.from(err).code).not.toBe(Code.Unauthenticated));
     let usedAt: Date | null = null;
     const deadline = performance.now() + 3 * FLUSH_MS;
     while (!usedAt && performance.now() < deadline) {

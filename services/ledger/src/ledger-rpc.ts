@@ -74,7 +74,6 @@ export interface LedgerDeps {
   resolveProgram: ProgramResolver;
 }
 
-
 function requireId(value: string, field: string): string {
   if (value === "") throw invalidArgument(`${field} is required`);
   return value;
@@ -117,7 +116,6 @@ function transactionCommand(req: CreateTransactionRequest, base: CommandScope): 
   return { kind: "create", ...base, description, metadata, status, legs };
 }
 
-
 /** The ledger's RPC handlers: each validates, builds a command or query, and maps the result. */
 export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof LedgerService> {
   const { sql } = deps;
@@ -125,7 +123,13 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
 
   const scope = (ctx: HandlerContext, programId: string) => commandScope(ctx, deps.resolveProgram, programId);
 
-  async function settleCommand(ctx: HandlerContext, programId: string, groupId: string, to: "posted" | "canceled" | "failed", reason: string) {
+  async function settleCommand(
+    ctx: HandlerContext,
+    programId: string,
+    groupId: string,
+    to: "posted" | "canceled" | "failed",
+    reason: string,
+  ) {
     const base = await scope(ctx, programId);
     requireId(groupId, "transaction_group_id");
     parseText(reason, "reason");
@@ -169,10 +173,17 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
       const entityId = requireId(req.entityId, "entity_id");
       const amount = parseAmount(req.amount);
       const description = parseText(req.description, "description") || "Deposit";
-      return submit(ctx, FundEntityRequestSchema, req, FundEntityResponseSchema, { kind: "fund", ...base, entityId, amount, description }, (outcome) => {
-        const group = groupOf(outcome);
-        return { transactionGroup: groupToProto(group), credit: legToProto(group.legs[1]!, group.status) };
-      });
+      return submit(
+        ctx,
+        FundEntityRequestSchema,
+        req,
+        FundEntityResponseSchema,
+        { kind: "fund", ...base, entityId, amount, description },
+        (outcome) => {
+          const group = groupOf(outcome);
+          return { transactionGroup: groupToProto(group), credit: legToProto(group.legs[1]!, group.status) };
+        },
+      );
     },
 
     async defundEntity(req, ctx) {
@@ -180,10 +191,17 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
       const entityId = requireId(req.entityId, "entity_id");
       const amount = parseAmount(req.amount);
       const description = parseText(req.description, "description") || "Withdrawal";
-      return submit(ctx, DefundEntityRequestSchema, req, DefundEntityResponseSchema, { kind: "defund", ...base, entityId, amount, description }, (outcome) => {
-        const group = groupOf(outcome);
-        return { transactionGroup: groupToProto(group), debit: legToProto(group.legs[0]!, group.status) };
-      });
+      return submit(
+        ctx,
+        DefundEntityRequestSchema,
+        req,
+        DefundEntityResponseSchema,
+        { kind: "defund", ...base, entityId, amount, description },
+        (outcome) => {
+          const group = groupOf(outcome);
+          return { transactionGroup: groupToProto(group), debit: legToProto(group.legs[0]!, group.status) };
+        },
+      );
     },
 
     async createTransaction(req, ctx) {
@@ -219,7 +237,8 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
             transaction.programId ||= req.programId;
             const command = transactionCommand(transaction, await scopeOf(transaction.programId));
             if (item.idempotencyKey === "") return { ...base, command };
-            if (item.idempotencyKey.length > 255) throw invalidArgument("idempotency_key must be 1 to 255 characters", { field: "idempotency_key" });
+            if (item.idempotencyKey.length > 255)
+              throw invalidArgument("idempotency_key must be 1 to 255 characters", { field: "idempotency_key" });
             // The same fingerprint as CreateTransaction's: an item and a single call with one key and one body are one request.
             const fingerprint = requestFingerprint(SINGLE_METHOD, CreateTransactionRequestSchema, transaction);
             return { ...base, command, idempotency: { accountId: principal.accountId, key: item.idempotencyKey, fingerprint } };
@@ -228,7 +247,10 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
           }
         }),
       );
-      const fingerprint = wholeKey === undefined ? undefined : requestFingerprint(`${ctx.service.typeName}/${ctx.method.name}`, CreateTransactionsRequestSchema, req);
+      const fingerprint =
+        wholeKey === undefined
+          ? undefined
+          : requestFingerprint(`${ctx.service.typeName}/${ctx.method.name}`, CreateTransactionsRequestSchema, req);
       try {
         const answer = await deps.batcher.submitBatch({
           items: items as unknown as Array<Submission<DescMessage>>,
@@ -288,18 +310,32 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
       const base = await scope(ctx, req.programId);
       const groupId = requireId(req.transactionGroupId, "transaction_group_id");
       const description = parseText(req.description, "description");
-      return submit(ctx, ReverseTransactionRequestSchema, req, ReverseTransactionResponseSchema, { kind: "reverse", ...base, groupId, description }, (outcome) => ({
-        transactionGroup: groupToProto(groupOf(outcome)),
-        reversalTransactionGroupId: outcome.reversal!.id,
-        reversalTransactionGroup: groupToProto(outcome.reversal!),
-      }));
+      return submit(
+        ctx,
+        ReverseTransactionRequestSchema,
+        req,
+        ReverseTransactionResponseSchema,
+        { kind: "reverse", ...base, groupId, description },
+        (outcome) => ({
+          transactionGroup: groupToProto(groupOf(outcome)),
+          reversalTransactionGroupId: outcome.reversal!.id,
+          reversalTransactionGroup: groupToProto(outcome.reversal!),
+        }),
+      );
     },
 
     async disputeTransaction(req, ctx) {
       const base = await scope(ctx, req.programId);
       const groupId = requireId(req.transactionGroupId, "transaction_group_id");
       const reason = parseText(req.reason, "reason");
-      return submit(ctx, DisputeTransactionRequestSchema, req, DisputeTransactionResponseSchema, { kind: "dispute", ...base, groupId, reason }, groupResponse);
+      return submit(
+        ctx,
+        DisputeTransactionRequestSchema,
+        req,
+        DisputeTransactionResponseSchema,
+        { kind: "dispute", ...base, groupId, reason },
+        groupResponse,
+      );
     },
 
     async createProgram(req, ctx) {

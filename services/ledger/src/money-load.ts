@@ -63,7 +63,12 @@ export async function loadBook(tx: Tx, commands: MoneyCommand[], externals: Exte
         captures.set(inAccount(row.account_id, row.id), row);
       }
       // A repeated capture answers with the transfer it made the first time.
-      for (const [id, group] of await loadGroups(tx, [...captures.values()].map((c) => c.group_id), false)) groups.set(id, group);
+      for (const [id, group] of await loadGroups(
+        tx,
+        [...captures.values()].map((c) => c.group_id),
+        false,
+      ))
+        groups.set(id, group);
     }
   }
 
@@ -79,7 +84,8 @@ export async function loadBook(tx: Tx, commands: MoneyCommand[], externals: Exte
   const entities = new Map<string, EntityState>();
   const track = (row: EntityRow) => entities.set(row.id, entityState(row));
   if (ids.length > 0) {
-    for (const row of await tx<EntityRow[]>`select * from entities where id = any(${ids}) and not is_external order by id for update`) track(row);
+    for (const row of await tx<EntityRow[]>`select * from entities where id = any(${ids}) and not is_external order by id for update`)
+      track(row);
     // What is not an ordinary entity is an external one (cached) or does not exist.
     const unknown = ids.filter((id) => !entities.has(id) && !externals.row(id));
     if (unknown.length > 0) {
@@ -107,7 +113,6 @@ export async function loadBook(tx: Tx, commands: MoneyCommand[], externals: Exte
     }
     if (externalId && !entities.has(externalId)) track(externals.row(externalId)!);
   }
-
 
   return new Book({ entities, groups, reservations, captures, externalIdFor: (p, c) => externals.idFor(p, c), now });
 }

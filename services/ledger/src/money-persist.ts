@@ -20,7 +20,15 @@ export interface OutboxRow {
 export function persist(tx: Tx, batch: Omit<BookEffects, "events"> & { outbox: OutboxRow[]; now: Date }): Promise<ExternalBalances[]> {
   const changed = batch.changedEntities;
   const balances = (states: EntityState[]) =>
-    json(states.map((s) => ({ id: s.row.id, posted: `${s.posted}`, pending_debits: `${s.pendingDebits}`, pending_credits: `${s.pendingCredits}`, held: `${s.held}` })));
+    json(
+      states.map((s) => ({
+        id: s.row.id,
+        posted: `${s.posted}`,
+        pending_debits: `${s.pendingDebits}`,
+        pending_credits: `${s.pendingCredits}`,
+        held: `${s.held}`,
+      })),
+    );
   const ordinary = balances(changed.filter((s) => !s.row.is_external));
   const external = balances(changed.filter((s) => s.row.is_external));
   const groups = json(
@@ -39,7 +47,15 @@ export function persist(tx: Tx, batch: Omit<BookEffects, "events"> & { outbox: O
   );
   const legs = json(
     batch.newGroups.flatMap((g) =>
-      g.legs.map((l) => ({ id: l.id, group_id: l.group_id, position: l.position, entity_id: l.entity_id, direction: l.direction, amount: `${l.amount}`, created_at: l.created_at })),
+      g.legs.map((l) => ({
+        id: l.id,
+        group_id: l.group_id,
+        position: l.position,
+        entity_id: l.entity_id,
+        direction: l.direction,
+        amount: `${l.amount}`,
+        created_at: l.created_at,
+      })),
     ),
   );
   const groupChanges = json(
@@ -52,14 +68,24 @@ export function persist(tx: Tx, batch: Omit<BookEffects, "events"> & { outbox: O
       updated_at: g.updated_at,
     })),
   );
-  const reservations = json(
-    batch.newReservations.map((r) => ({ ...r, amount: `${r.amount}`, captured_amount: `${r.captured_amount}` })),
-  );
+  const reservations = json(batch.newReservations.map((r) => ({ ...r, amount: `${r.amount}`, captured_amount: `${r.captured_amount}` })));
   const reservationChanges = json(
-    batch.changedReservations.map((r) => ({ id: r.id, account_id: r.account_id, captured_amount: `${r.captured_amount}`, status: r.status, updated_at: r.updated_at })),
+    batch.changedReservations.map((r) => ({
+      id: r.id,
+      account_id: r.account_id,
+      captured_amount: `${r.captured_amount}`,
+      status: r.status,
+      updated_at: r.updated_at,
+    })),
   );
   const captures = json(batch.newCaptures.map((c) => ({ ...c, amount: `${c.amount}` })));
-  const outbox = json(batch.outbox.map((r) => ({ event_id: r.event_id, subject: r.subject, payload: Buffer.from(r.payload.buffer, r.payload.byteOffset, r.payload.byteLength).toString("base64") })));
+  const outbox = json(
+    batch.outbox.map((r) => ({
+      event_id: r.event_id,
+      subject: r.subject,
+      payload: Buffer.from(r.payload.buffer, r.payload.byteOffset, r.payload.byteLength).toString("base64"),
+    })),
+  );
   return tx<ExternalBalances[]>`
     with
     ordinary_balances as (
@@ -119,4 +145,3 @@ export function persist(tx: Tx, batch: Omit<BookEffects, "events"> & { outbox: O
 function json(rows: object[]): string {
   return rows.length === 0 ? "[]" : JSON.stringify(rows);
 }
-

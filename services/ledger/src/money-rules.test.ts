@@ -51,7 +51,12 @@ function rowsAfter(book: Book, rows: EntityRow[]): EntityRow[] {
   return rows.map((r) => {
     const s = book.entity(r.id)!;
     return r.is_external
-      ? { ...r, posted: r.posted + s.posted, pending_debits: r.pending_debits + s.pendingDebits, pending_credits: r.pending_credits + s.pendingCredits }
+      ? {
+          ...r,
+          posted: r.posted + s.posted,
+          pending_debits: r.pending_debits + s.pendingDebits,
+          pending_credits: r.pending_credits + s.pendingCredits,
+        }
       : { ...r, posted: s.posted, pending_debits: s.pendingDebits, pending_credits: s.pendingCredits, held: s.held };
   });
 }
@@ -76,9 +81,9 @@ const command: fc.Arbitrary<MoneyCommand> = fc.oneof(
       ],
     }),
   ),
-  fc.record({ kind: fc.constantFrom("fund" as const, "defund" as const), entityId: fc.constantFrom(...ORDINARY), amount }).map(
-    ({ kind, entityId, amount }): MoneyCommand => ({ kind, ...base, entityId, amount, description: kind }),
-  ),
+  fc
+    .record({ kind: fc.constantFrom("fund" as const, "defund" as const), entityId: fc.constantFrom(...ORDINARY), amount })
+    .map(({ kind, entityId, amount }): MoneyCommand => ({ kind, ...base, entityId, amount, description: kind })),
 );
 const startRows = fc
   .tuple(...ORDINARY.map(() => fc.bigInt({ min: 0n, max: 1000n })))
@@ -131,17 +136,22 @@ describe("money rules (pure)", () => {
 
   it("a rollback to a checkpoint leaves the book exactly as it was (an atomic batch)", () => {
     fc.assert(
-      fc.property(startRows, fc.array(command, { maxLength: 10 }), fc.array(command, { minLength: 1, maxLength: 20 }), (rows, first, second) => {
-        const book = bookOf(rows);
-        for (const c of first) book.apply(c);
-        const balances = balancesOf(rowsAfter(book, rows));
-        const effects = book.effects();
-        const mark = book.checkpoint();
-        for (const c of second) book.apply(c);
-        book.rollback(mark);
-        expect(balancesOf(rowsAfter(book, rows))).toEqual(balances);
-        expect(book.effects()).toEqual(effects);
-      }),
+      fc.property(
+        startRows,
+        fc.array(command, { maxLength: 10 }),
+        fc.array(command, { minLength: 1, maxLength: 20 }),
+        (rows, first, second) => {
+          const book = bookOf(rows);
+          for (const c of first) book.apply(c);
+          const balances = balancesOf(rowsAfter(book, rows));
+          const effects = book.effects();
+          const mark = book.checkpoint();
+          for (const c of second) book.apply(c);
+          book.rollback(mark);
+          expect(balancesOf(rowsAfter(book, rows))).toEqual(balances);
+          expect(book.effects()).toEqual(effects);
+        },
+      ),
       { numRuns: 200 },
     );
   });

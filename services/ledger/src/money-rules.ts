@@ -348,9 +348,13 @@ function applyOne(command: MoneyCommand, ctx: ApplyContext): Effects {
     case "settle": {
       const group = groupOf(command, command.groupId, ctx);
       if (group.status !== "pending") {
-        throw ruleViolation("invalid_state", `transaction group ${group.id} is ${group.status}; only a pending group can be ${command.to}`, {
-          status: group.status,
-        });
+        throw ruleViolation(
+          "invalid_state",
+          `transaction group ${group.id} is ${group.status}; only a pending group can be ${command.to}`,
+          {
+            status: group.status,
+          },
+        );
       }
       for (const leg of group.legs) {
         const state = ctx.stage(leg.entity_id);
@@ -363,7 +367,8 @@ function applyOne(command: MoneyCommand, ctx: ApplyContext): Effects {
         }
       }
       const changed: GroupRow = { ...group, status: command.to, reason: command.reason || group.reason, updated_at: ctx.now };
-      const type = command.to === "posted" ? "transaction.posted" : command.to === "canceled" ? "transaction.canceled" : "transaction.failed";
+      const type =
+        command.to === "posted" ? "transaction.posted" : command.to === "canceled" ? "transaction.canceled" : "transaction.failed";
       return { group: changed, created: [], changed: [changed], events: [encodeTransactionEvent(type, changed, command, ctx.now)] };
     }
     case "reverse": {
@@ -399,7 +404,12 @@ function applyOne(command: MoneyCommand, ctx: ApplyContext): Effects {
         throw ruleViolation("invalid_state", `transaction group ${group.id} ${why}`, { status: group.status, disputed: group.disputed });
       }
       const disputed: GroupRow = { ...group, disputed: true, reason: command.reason || group.reason, updated_at: ctx.now };
-      return { group: disputed, created: [], changed: [disputed], events: [encodeTransactionEvent("transaction.disputed", disputed, command, ctx.now)] };
+      return {
+        group: disputed,
+        created: [],
+        changed: [disputed],
+        events: [encodeTransactionEvent("transaction.disputed", disputed, command, ctx.now)],
+      };
     }
     case "reserve": {
       const existing = ctx.reservations.get(inAccount(command.accountId, command.reservationId));
@@ -481,7 +491,15 @@ function applyOne(command: MoneyCommand, ctx: ApplyContext): Effects {
         group,
         reservation: updated,
         reservations: [updated],
-        captures: [{ id: command.captureId, account_id: command.accountId, reservation_id: reservation.id, amount: command.amount, group_id: group.id }],
+        captures: [
+          {
+            id: command.captureId,
+            account_id: command.accountId,
+            reservation_id: reservation.id,
+            amount: command.amount,
+            group_id: group.id,
+          },
+        ],
         created: [group],
         changed: [],
         events: [encodeTransactionEvent("transaction.created", group, command, ctx.now)],

@@ -139,7 +139,12 @@ describe("money rules", () => {
 
     // A pending debit counts against what later debits may spend.
     await api.post("/transaction", { description: "hold most", amount: 550, account: { from: payer, to: payee } });
-    const tooMuch = await api.post("/transaction", { description: "over", amount: 100, status: "posted", account: { from: payer, to: payee } });
+    const tooMuch = await api.post("/transaction", {
+      description: "over",
+      amount: 100,
+      status: "posted",
+      account: { from: payer, to: payee },
+    });
     expect(tooMuch.status).toBe(422);
     expect(tooMuch.body.error).toMatchObject({ code: "insufficient_funds", details: { available: 50, required: 100 } });
     await expectInvariants();
@@ -170,7 +175,11 @@ describe("money rules", () => {
     const reversal = await api.get("/transaction/group", { transaction_group_id: reversalId });
     expect(reversal.body.transaction_group.status).toBe("posted");
     expect(reversal.body.transaction_group.reverses_transaction_group_id).toBe(groupId);
-    const flipped = reversal.body.transaction_group.legs.map((l: { entity_id: string; direction: string; amount: number }) => [l.entity_id, l.direction, l.amount]);
+    const flipped = reversal.body.transaction_group.legs.map((l: { entity_id: string; direction: string; amount: number }) => [
+      l.entity_id,
+      l.direction,
+      l.amount,
+    ]);
     expect(flipped).toEqual([
       [a, "credit", 600],
       [b, "debit", 250],
@@ -206,7 +215,10 @@ describe("money rules", () => {
     const b = await entity("b");
     await fund(a, 100);
     const pending = await api.post("/transaction", { description: "p", amount: 40, account: { from: a, to: b } });
-    const failed = await api.post("/transaction/fail", { transaction_group_id: pending.body.transaction_group_id, reason: "card declined" });
+    const failed = await api.post("/transaction/fail", {
+      transaction_group_id: pending.body.transaction_group_id,
+      reason: "card declined",
+    });
     expect(failed.status).toBe(200);
     expect(failed.body.transaction_group).toMatchObject({ status: "failed", reason: "card declined" });
     expect((await balances(a)).available).toBe(100);
@@ -245,7 +257,12 @@ describe("money rules", () => {
     expect(eur.currency_code).toBe("EUR");
     await fund(usd, 100);
     await fund(eur.entity_id, 100);
-    const mixed = await api.post("/transaction", { description: "fx", amount: 10, status: "posted", account: { from: usd, to: eur.entity_id } });
+    const mixed = await api.post("/transaction", {
+      description: "fx",
+      amount: 10,
+      status: "posted",
+      account: { from: usd, to: eur.entity_id },
+    });
     expect(mixed.status).toBe(422);
     expect(mixed.body.error.code).toBe("currency_mismatch");
     await expectInvariants();
@@ -312,14 +329,19 @@ describe("balances at the edge of int64", () => {
     const before = await stored(account.account_id);
     const groupsBefore = await groups(account.account_id);
 
-    expectOutOfRange(await own.post("/transaction", { description: "over", amount: 100, status: "posted", account: { from: a, to: b } }), b);
+    expectOutOfRange(
+      await own.post("/transaction", { description: "over", amount: 100, status: "posted", account: { from: a, to: b } }),
+      b,
+    );
     expectOutOfRange(await own.post("/entity/fund", { entity_id: b, amount: 100 }), b);
     expectOutOfRange(await own.post("/transaction/post", { transaction_group_id: pending.body.transaction_group_id }), b);
 
     expect(await stored(account.account_id)).toEqual(before);
     expect(await groups(account.account_id)).toBe(groupsBefore);
     // Within range still works.
-    expect((await own.post("/transaction", { description: "fits", amount: 50, status: "posted", account: { from: a, to: b } })).status).toBe(200);
+    expect(
+      (await own.post("/transaction", { description: "fits", amount: 50, status: "posted", account: { from: a, to: b } })).status,
+    ).toBe(200);
   });
 
   it("refuses a deposit that would take the external entity below -2^63", async () => {

@@ -23,14 +23,19 @@ describe.runIf(NATS_SERVER_BIN)("outbox relay", () => {
     const a = (await api.post("/entity", { entity_name: "a", entity_type: "wallet" })).body.entity.entity_id;
     const b = (await api.post("/entity", { entity_name: "b", entity_type: "wallet" })).body.entity.entity_id;
     const groups: string[] = [];
-    const expectCreated = async (res: { status: number; body: { transaction_group_id?: string; transaction?: { credit?: { transaction_group_id: string } } } }) => {
+    const expectCreated = async (res: {
+      status: number;
+      body: { transaction_group_id?: string; transaction?: { credit?: { transaction_group_id: string } } };
+    }) => {
       expect(res.status).toBe(200);
       groups.push(res.body.transaction_group_id ?? res.body.transaction!.credit!.transaction_group_id);
     };
 
     await expectCreated(await api.post("/entity/fund", { entity_id: a, amount: 10_000 }));
     for (let i = 0; i < 10; i++) {
-      await expectCreated(await api.post("/transaction", { description: `before ${i}`, amount: 10, status: "posted", account: { from: a, to: b } }));
+      await expectCreated(
+        await api.post("/transaction", { description: `before ${i}`, amount: 10, status: "posted", account: { from: a, to: b } }),
+      );
     }
     const pending = await api.post("/transaction", { description: "to settle", amount: 5, account: { from: a, to: b } });
     await expectCreated(pending);
@@ -38,7 +43,9 @@ describe.runIf(NATS_SERVER_BIN)("outbox relay", () => {
     await nats.stop();
     // Writes keep succeeding while NATS is down; their events wait in the outbox.
     for (let i = 0; i < 10; i++) {
-      await expectCreated(await api.post("/transaction", { description: `during ${i}`, amount: 10, status: "posted", account: { from: a, to: b } }));
+      await expectCreated(
+        await api.post("/transaction", { description: `during ${i}`, amount: 10, status: "posted", account: { from: a, to: b } }),
+      );
     }
     const posted = await api.post("/transaction/post", { transaction_group_id: pending.body.transaction_group_id });
     expect(posted.status).toBe(200);
@@ -46,7 +53,9 @@ describe.runIf(NATS_SERVER_BIN)("outbox relay", () => {
     expect(backlog!.n).toBeGreaterThan(0n);
 
     await nats.start();
-    await expect.poll(async () => (await stack!.sql<{ n: bigint }[]>`select count(*)::int8 as n from outbox`)[0]!.n, { timeout: 30_000 }).toBe(0n);
+    await expect
+      .poll(async () => (await stack!.sql<{ n: bigint }[]>`select count(*)::int8 as n from outbox`)[0]!.n, { timeout: 30_000 })
+      .toBe(0n);
 
     const stored = await readStream(nats.url, stack.stream);
     const ids = stored.map((s) => s.msgId);
@@ -64,7 +73,12 @@ describe.runIf(NATS_SERVER_BIN)("outbox relay", () => {
     const data = settled[0]!.event.data;
     expect(data.case).toBe("transaction");
     if (data.case === "transaction") {
-      expect(data.value).toMatchObject({ transactionGroupId: pending.body.transaction_group_id, amount: 5n, currencyCode: "USD", status: "posted" });
+      expect(data.value).toMatchObject({
+        transactionGroupId: pending.body.transaction_group_id,
+        amount: 5n,
+        currencyCode: "USD",
+        status: "posted",
+      });
       expect(data.value.legs).toHaveLength(2);
     }
   });
@@ -83,7 +97,9 @@ describe.runIf(NATS_SERVER_BIN)("outbox relay", () => {
     const reversed = await api.post("/transaction/reverse", { transaction_group_id: post.body.transaction_group_id });
 
     const wanted = ["transaction.canceled", "transaction.failed", "transaction.disputed", "transaction.reversed"];
-    await expect.poll(async () => (await readStream(stack!.natsUrl, stack!.stream)).map((s) => s.event.type)).toEqual(expect.arrayContaining(wanted));
+    await expect
+      .poll(async () => (await readStream(stack!.natsUrl, stack!.stream)).map((s) => s.event.type))
+      .toEqual(expect.arrayContaining(wanted));
     const stored = await readStream(stack!.natsUrl, stack!.stream);
     const byType = (type: string) => stored.filter((s) => s.event.type === type).map((s) => s.event.data.value!);
     expect(byType("transaction.failed")[0]).toMatchObject({ status: "failed", reason: "declined" });

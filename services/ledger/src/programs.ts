@@ -1,6 +1,18 @@
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext } from "@connectrpc/connect";
-import { invalidArgument, isId, newId, notFound, parseText, principalOf, requestIdOf, traceOf, type Principal, type Sql, type Tx } from "@ledger/common";
+import {
+  invalidArgument,
+  isId,
+  newId,
+  notFound,
+  parseText,
+  principalOf,
+  requestIdOf,
+  traceOf,
+  type Principal,
+  type Sql,
+  type Tx,
+} from "@ledger/common";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { ProgramSchema } from "@ledger/proto/ledger/v1/ledger_pb.js";
 
@@ -91,7 +103,12 @@ export interface CommandScope {
 /** The scope of a call: its caller's account, the program it acts in, its request id and trace. */
 export async function commandScope(ctx: HandlerContext, resolveProgram: ProgramResolver, programId: string): Promise<CommandScope> {
   const principal = principalOf(ctx);
-  return { accountId: principal.accountId, programId: await resolveProgram(principal, programId), requestId: requestIdOf(ctx), traceparent: traceOf(ctx).traceparent };
+  return {
+    accountId: principal.accountId,
+    programId: await resolveProgram(principal, programId),
+    requestId: requestIdOf(ctx),
+    traceparent: traceOf(ctx).traceparent,
+  };
 }
 
 /** Reads one program of an account. */

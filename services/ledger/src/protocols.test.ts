@@ -31,7 +31,12 @@ it.each([
 
 it("serves the published client package over Connect and gRPC alike", async () => {
   for (const protocol of ["connect", "grpc"] as const) {
-    const { ledger, hold } = createLedgerClients({ ledgerUrl: stack.ledgerUrl, holdUrl: stack.hold!.server.url, apiKey: stack.account.api_key, protocol });
+    const { ledger, hold } = createLedgerClients({
+      ledgerUrl: stack.ledgerUrl,
+      holdUrl: stack.hold!.server.url,
+      apiKey: stack.account.api_key,
+      protocol,
+    });
     const { entity } = await ledger.createEntity({ entityName: protocol, entityType: "w" });
     await ledger.fundEntity({ entityId: entity!.entityId, amount: 10n }, { headers: { "idempotency-key": `fund-${protocol}` } });
     const created = await hold!.createHold({ entityId: entity!.entityId, amount: 4n });
@@ -40,6 +45,10 @@ it("serves the published client package over Connect and gRPC alike", async () =
     const listed = await hold!.listHolds({ entityId: entity!.entityId, status: holdV1.HoldStatus.HELD });
     expect(listed.holds.map((h) => h.holdId)).toEqual([created.hold!.holdId]);
     expect((await hold!.listHolds({ entityId: entity!.entityId, status: holdV1.HoldStatus.CAPTURED })).holds).toEqual([]);
-    expect((await ledger.getEntity({ entityId: entity!.entityId })).entity!.balances).toMatchObject({ posted: 10n, held: 4n, available: 6n });
+    expect((await ledger.getEntity({ entityId: entity!.entityId })).entity!.balances).toMatchObject({
+      posted: 10n,
+      held: 4n,
+      available: 6n,
+    });
   }
 });

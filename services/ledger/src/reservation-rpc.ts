@@ -70,9 +70,16 @@ export function createReservationService(deps: {
       if (req.entityId === "") throw invalidArgument("entity_id is required");
       const amount = parseAmount(req.amount);
       return onceMoreOnDuplicate(() =>
-        submit(ctx, ReserveRequestSchema, req, ReserveResponseSchema, { kind: "reserve", ...base, reservationId, entityId: req.entityId, amount }, (outcome) => ({
-          reservation: reservationToProto(outcome.reservation!),
-        })),
+        submit(
+          ctx,
+          ReserveRequestSchema,
+          req,
+          ReserveResponseSchema,
+          { kind: "reserve", ...base, reservationId, entityId: req.entityId, amount },
+          (outcome) => ({
+            reservation: reservationToProto(outcome.reservation!),
+          }),
+        ),
       );
     },
 
@@ -102,9 +109,16 @@ export function createReservationService(deps: {
     async releaseReservation(req, ctx) {
       const base = await scope(ctx, req.programId);
       const reservationId = parseCallerId(req.reservationId, "reservation_id");
-      return submit(ctx, ReleaseReservationRequestSchema, req, ReleaseReservationResponseSchema, { kind: "release", ...base, reservationId }, (outcome) => ({
-        reservation: reservationToProto(outcome.reservation!),
-      }));
+      return submit(
+        ctx,
+        ReleaseReservationRequestSchema,
+        req,
+        ReleaseReservationResponseSchema,
+        { kind: "release", ...base, reservationId },
+        (outcome) => ({
+          reservation: reservationToProto(outcome.reservation!),
+        }),
+      );
     },
 
     async getReservation(req, ctx) {

@@ -46,7 +46,10 @@ describe("ReservationService", () => {
       const asCustomer = { headers: { authorization } };
       const calls = [
         reservations().reserve({ reservationId, entityId, amount: 10n }, asCustomer),
-        reservations().captureReservation({ reservationId, captureId: `${reservationId}:1`, amount: 5n, destinationEntityId: entityId }, asCustomer),
+        reservations().captureReservation(
+          { reservationId, captureId: `${reservationId}:1`, amount: 5n, destinationEntityId: entityId },
+          asCustomer,
+        ),
         reservations().releaseReservation({ reservationId }, asCustomer),
         reservations().getReservation({ reservationId }, asCustomer),
       ];
@@ -56,20 +59,32 @@ describe("ReservationService", () => {
 
   it("answers unauthenticated, not a permission question, without a key, with a wrong token, or without the account", async () => {
     expect(await outcome(reservations().getReservation({ reservationId }))).toBe("Unauthenticated unauthenticated");
-    expect(await outcome(reservations().getReservation({ reservationId }, { headers: { authorization: "lsk_not-a-key" } }))).toBe("Unauthenticated unauthenticated");
-    expect(await outcome(reservations().getReservation({ reservationId }, asService(undefined, "not-the-token")))).toBe("Unauthenticated unauthenticated");
-    expect(await outcome(reservations().getReservation({ reservationId }, asService(newId("account"))))).toBe("Unauthenticated unauthenticated");
-    expect(await outcome(reservations().getReservation({ reservationId }, { headers: { authorization: `Service ${handlers.serviceToken}` } }))).toBe(
+    expect(await outcome(reservations().getReservation({ reservationId }, { headers: { authorization: "lsk_not-a-key" } }))).toBe(
       "Unauthenticated unauthenticated",
     );
+    expect(await outcome(reservations().getReservation({ reservationId }, asService(undefined, "not-the-token")))).toBe(
+      "Unauthenticated unauthenticated",
+    );
+    expect(await outcome(reservations().getReservation({ reservationId }, asService(newId("account"))))).toBe(
+      "Unauthenticated unauthenticated",
+    );
+    expect(
+      await outcome(reservations().getReservation({ reservationId }, { headers: { authorization: `Service ${handlers.serviceToken}` } })),
+    ).toBe("Unauthenticated unauthenticated");
   });
 
   it("lets the service token act for an account: past authentication, to the handler's own checks", async () => {
-    expect(await outcome(reservations().reserve({ reservationId: "", entityId, amount: 10n }, asService()))).toBe("InvalidArgument invalid_request");
-    expect(await outcome(reservations().reserve({ reservationId, entityId, amount: 0n }, asService()))).toBe("InvalidArgument invalid_request");
-    expect(await outcome(reservations().captureReservation({ reservationId, captureId: "", amount: 5n, destinationEntityId: entityId }, asService()))).toBe(
+    expect(await outcome(reservations().reserve({ reservationId: "", entityId, amount: 10n }, asService()))).toBe(
       "InvalidArgument invalid_request",
     );
+    expect(await outcome(reservations().reserve({ reservationId, entityId, amount: 0n }, asService()))).toBe(
+      "InvalidArgument invalid_request",
+    );
+    expect(
+      await outcome(
+        reservations().captureReservation({ reservationId, captureId: "", amount: 5n, destinationEntityId: entityId }, asService()),
+      ),
+    ).toBe("InvalidArgument invalid_request");
   });
 });
 
@@ -78,17 +93,30 @@ describe("LedgerService", () => {
 
   it("needs a valid key, and takes it in any spelling of Bearer", async () => {
     expect(await outcome(ledger().fundEntity({ entityId, amount: 0n }))).toBe("Unauthenticated unauthenticated");
-    expect(await outcome(ledger().fundEntity({ entityId, amount: 0n }, { headers: { authorization: "lsk_not-a-key" } }))).toBe("Unauthenticated unauthenticated");
-    for (const authorization of [handlers.apiKey, `Bearer ${handlers.apiKey}`, `bEaReR   ${handlers.apiKey}`, `Bearer\t${handlers.apiKey}`]) {
+    expect(await outcome(ledger().fundEntity({ entityId, amount: 0n }, { headers: { authorization: "lsk_not-a-key" } }))).toBe(
+      "Unauthenticated unauthenticated",
+    );
+    for (const authorization of [
+      handlers.apiKey,
+      `Bearer ${handlers.apiKey}`,
+      `bEaReR   ${handlers.apiKey}`,
+      `Bearer\t${handlers.apiKey}`,
+    ]) {
       // Past authentication: refused for the amount.
-      expect(await outcome(ledger().fundEntity({ entityId, amount: 0n }, { headers: { authorization } })), authorization).toBe("InvalidArgument invalid_request");
+      expect(await outcome(ledger().fundEntity({ entityId, amount: 0n }, { headers: { authorization } })), authorization).toBe(
+        "InvalidArgument invalid_request",
+      );
     }
   });
 
   it("refuses a batch of no items or of more than 1,000, naming the field", async () => {
     const headers = { authorization: handlers.apiKey };
     for (const count of [0, 1_001]) {
-      const err = ConnectError.from(await ledger().createTransactions({ transactions: Array.from({ length: count }, () => ({})) }, { headers }).catch((e: unknown) => e));
+      const err = ConnectError.from(
+        await ledger()
+          .createTransactions({ transactions: Array.from({ length: count }, () => ({})) }, { headers })
+          .catch((e: unknown) => e),
+      );
       expect(err.code).toBe(Code.InvalidArgument);
       expect(errorCodeOf(err).details).toMatchObject({ field: "transactions" });
     }

@@ -14,7 +14,10 @@ let reservations: Client<typeof ReservationService>;
 
 beforeAll(async () => {
   stack = await startStack();
-  reservations = createClient(ReservationService, createConnectTransport({ baseUrl: stack.ledgerUrl, httpVersion: "2", useBinaryFormat: true }));
+  reservations = createClient(
+    ReservationService,
+    createConnectTransport({ baseUrl: stack.ledgerUrl, httpVersion: "2", useBinaryFormat: true }),
+  );
 });
 afterAll(async () => stack?.close());
 
@@ -54,7 +57,10 @@ describe("ReservationService", () => {
     expect(aCapture.transactionGroup!.transactionGroupId).not.toBe(bCapture.transactionGroup!.transactionGroupId);
     // Releasing B's reservation leaves A's untouched.
     await reservations.releaseReservation({ reservationId: "hold_shared" }, asService(b.id));
-    expect((await reservations.getReservation({ reservationId: "hold_shared" }, asService(a.id))).reservation).toMatchObject({ status: ReservationStatus.ACTIVE, capturedAmount: 20n });
+    expect((await reservations.getReservation({ reservationId: "hold_shared" }, asService(a.id))).reservation).toMatchObject({
+      status: ReservationStatus.ACTIVE,
+      capturedAmount: 20n,
+    });
 
     const balances = await stack.sql<{ id: string; posted: bigint; held: bigint }[]>`
       select id, posted, held from entities where id in ${stack.sql([aSource, aSink, bSource, bSink])} order by id`;

@@ -135,9 +135,16 @@ describe("request budgets on the RPC ports", () => {
   it("counts every spelling of one key against the same budget", async () => {
     const { account } = await limited.newAccount("spellings");
     const ledger = createClient(LedgerService, transport(limited.ledgerUrl));
-    const spellings = [account.api_key, `Bearer ${account.api_key}`, `bEaReR   ${account.api_key}`, `\u00a0Bearer ${account.api_key}`, `Bearer\t${account.api_key}`];
+    const spellings = [
+      account.api_key,
+      `Bearer ${account.api_key}`,
+      `bEaReR   ${account.api_key}`,
+      `\u00a0Bearer ${account.api_key}`,
+      `Bearer\t${account.api_key}`,
+    ];
     const results = [];
-    for (const authorization of spellings) results.push(...(await outcomes(1, () => ledger.listPrograms({}, { headers: { authorization } }))));
+    for (const authorization of spellings)
+      results.push(...(await outcomes(1, () => ledger.listPrograms({}, { headers: { authorization } }))));
     expect(results).toEqual(["ok", "ok", "ok", "rate_limited", "rate_limited"]);
   });
 
@@ -150,7 +157,9 @@ describe("request budgets on the RPC ports", () => {
 
   it("does not limit the installation's own services (authorization: Service <token>)", async () => {
     const ledger = createClient(LedgerService, transport(limited.ledgerUrl));
-    const asService: CallOptions = { headers: { authorization: `Service ${TEST_SERVICE_TOKEN}`, [ACCOUNT_HEADER]: limited.account.account_id } };
+    const asService: CallOptions = {
+      headers: { authorization: `Service ${TEST_SERVICE_TOKEN}`, [ACCOUNT_HEADER]: limited.account.account_id },
+    };
     expect(await outcomes(BURST * 3, () => ledger.listPrograms({}, asService))).toEqual(Array(BURST * 3).fill("ok"));
     // A wrong token is no exemption: it is limited like any caller, by address.
     const forged: CallOptions = { headers: { authorization: "Service not-the-token", [ACCOUNT_HEADER]: limited.account.account_id } };

@@ -38,7 +38,15 @@ export function startLedger(config: LedgerConfig): Promise<LedgerHandle> {
         routes: routes({
           sql,
           outbox,
-          batcher: createBatcher({ sql, outbox, subjectOf: (type) => eventSubject(config.natsSubjectPrefix, type), log, maxBatch: config.batchMax, maxInFlight: config.batchConcurrency, lingerMs: config.batchLingerMs }),
+          batcher: createBatcher({
+            sql,
+            outbox,
+            subjectOf: (type) => eventSubject(config.natsSubjectPrefix, type),
+            log,
+            maxBatch: config.batchMax,
+            maxInFlight: config.batchConcurrency,
+            lingerMs: config.batchLingerMs,
+          }),
           // Uncached: the services asking cache the answer themselves, and two caches in a row would
           // add up to twice the delay before a revoked key is refused.
           authenticate: lookUpKey,

@@ -128,4 +128,3 @@ export class Writer {
     this.buf[p] = n;
   }
 }
-

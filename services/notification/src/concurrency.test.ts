@@ -39,7 +39,15 @@ async function createEndpoint(client: Api, path: string, reply?: Parameters<Webh
 /** Waits until some transaction of the notification database waits for a lock. */
 async function someoneWaits(): Promise<void> {
   await expect
-    .poll(async () => (await sql<{ n: number }[]>`select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`)[0]!.n, { timeout: 5_000, interval: 20 })
+    .poll(
+      async () =>
+        (
+          await sql<
+            { n: number }[]
+          >`select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`
+        )[0]!.n,
+      { timeout: 5_000, interval: 20 },
+    )
     .toBeGreaterThan(0);
 }
 
@@ -47,7 +55,8 @@ describe("PUT /webhooks with deliveries in flight", () => {
   it("never answers 409 or 5xx while the same destinations are updated in every order", async () => {
     const ids: string[] = [];
     // Some receivers fail, so deliveries stay pending and retry while the destinations change.
-    for (let i = 0; i < 4; i++) ids.push(await createEndpoint(api, `/hammer-${i}`, (n) => (n % 3 === 0 ? { status: 500 } : { status: 200 })));
+    for (let i = 0; i < 4; i++)
+      ids.push(await createEndpoint(api, `/hammer-${i}`, (n) => (n % 3 === 0 ? { status: 500 } : { status: 200 })));
     const entity = (await api.post("/entity", { entity_name: "w", entity_type: "wallet" })).body.entity.entity_id;
     const until = Date.now() + 6_000;
     const statuses: number[] = [];

@@ -15,7 +15,13 @@ describe("configuration", () => {
   it("defaults as docs/configuration.md says and requires a secret key in production", () => {
     const warnings: string[] = [];
     const config = readNotificationConfig({}, (m) => warnings.push(m));
-    expect(config).toMatchObject({ host: "127.0.0.1", port: 8083, webhookTimeoutMs: 10_000, webhookAllowHttp: false, webhookAllowPrivateNetworks: false });
+    expect(config).toMatchObject({
+      host: "127.0.0.1",
+      port: 8083,
+      webhookTimeoutMs: 10_000,
+      webhookAllowHttp: false,
+      webhookAllowPrivateNetworks: false,
+    });
     expect(config.webhookRetryScheduleMs).toHaveLength(7);
     expect(warnings).toEqual([expect.stringMatching(/NOTIFICATION_SECRET_KEY/)]);
     const serviceToken = "a-service-token-of-the-installation";

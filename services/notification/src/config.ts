@@ -57,7 +57,8 @@ export function parseRetrySchedule(raw: string, variable = "WEBHOOK_RETRY_SCHEDU
   if (parts.length === 0 || parts.length > 50) throw new ConfigError(variable, "must list 1 to 50 gaps such as 5s,30s,2m");
   return parts.map((part) => {
     const match = /^(\d+)(ms|s|m|h)$/.exec(part);
-    if (!match) throw new ConfigError(variable, `has ${JSON.stringify(part)}; each gap is a whole number with ms, s, m or h, as in 5s,30s,2m`);
+    if (!match)
+      throw new ConfigError(variable, `has ${JSON.stringify(part)}; each gap is a whole number with ms, s, m or h, as in 5s,30s,2m`);
     const ms = Number(match[1]) * { ms: 1, s: 1_000, m: 60_000, h: 3_600_000 }[match[2] as "ms" | "s" | "m" | "h"];
     if (ms <= 0 || ms > 24 * 3_600_000) throw new ConfigError(variable, `has ${part}; each gap must be more than 0 and at most 24h`);
     return ms;
@@ -69,9 +70,14 @@ export function readSecretKey(env: Env, warn: (message: string) => void): Buffer
   const raw = envOptional(env, "NOTIFICATION_SECRET_KEY");
   if (raw === undefined) {
     if (env["NODE_ENV"] === "production") {
-      throw new ConfigError("NOTIFICATION_SECRET_KEY", "is required when NODE_ENV=production: set it to the base64 of 32 random bytes (openssl rand -base64 32)");
+      throw new ConfigError(
+        "NOTIFICATION_SECRET_KEY",
+        "is required when NODE_ENV=production: set it to the base64 of 32 random bytes (openssl rand -base64 32)",
+      );
     }
-    warn("NOTIFICATION_SECRET_KEY is not set: webhook secrets are encrypted with a fixed development key. Set it in any real installation.");
+    warn(
+      "NOTIFICATION_SECRET_KEY is not set: webhook secrets are encrypted with a fixed development key. Set it in any real installation.",
+    );
     return DEVELOPMENT_SECRET_KEY;
   }
   const key = Buffer.from(raw, "base64");
@@ -82,7 +88,10 @@ export function readSecretKey(env: Env, warn: (message: string) => void): Buffer
 }
 
 /** Reads and validates the notification service's configuration. */
-export function readNotificationConfig(env: Env = process.env, warn: (message: string) => void = (m) => console.warn(`notification: ${m}`)): NotificationConfig {
+export function readNotificationConfig(
+  env: Env = process.env,
+  warn: (message: string) => void = (m) => console.warn(`notification: ${m}`),
+): NotificationConfig {
   return {
     ...readInfraConfig(env),
     databaseUrl: readDatabaseUrl(env, "NOTIFICATION_DATABASE_URL"),

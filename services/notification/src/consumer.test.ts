@@ -26,13 +26,17 @@ describe.runIf(NATS_SERVER_BIN)("event consumer", () => {
     const ep = await api.post("/webhooks", { url: receiver.endpoint("/late") });
     expect(ep.status).toBe(200);
     const entity = await api.post("/entity", { entity_name: "w", entity_type: "wallet" });
-    for (let i = 0; i < 3; i++) expect((await api.post("/entity/fund", { entity_id: entity.body.entity.entity_id, amount: 10 + i })).status).toBe(200);
+    for (let i = 0; i < 3; i++)
+      expect((await api.post("/entity/fund", { entity_id: entity.body.entity.entity_id, amount: 10 + i })).status).toBe(200);
 
     await nats.start();
     await expect.poll(() => receiver!.received("/late").length, { timeout: 30_000 }).toBe(3);
     const events = (await api.get("/events")).body.events;
     expect(events).toHaveLength(3);
-    const amounts = receiver.received("/late").map((r) => JSON.parse(r.body).data.amount).sort();
+    const amounts = receiver
+      .received("/late")
+      .map((r) => JSON.parse(r.body).data.amount)
+      .sort();
     expect(amounts).toEqual([10, 11, 12]);
     await new Promise((r) => setTimeout(r, 500));
     expect(receiver.received("/late")).toHaveLength(3);

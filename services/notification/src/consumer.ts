@@ -87,7 +87,8 @@ export function createEventConsumer(options: ConsumerOptions): EventConsumer {
     try {
       const info = await jsm.consumers.info(options.stream.name, name);
       // A consumer made by an earlier version let fewer messages be out at once; raise it.
-      if ((info.config.max_ack_pending ?? 0) < MAX_ACK_PENDING) await jsm.consumers.update(options.stream.name, name, { max_ack_pending: MAX_ACK_PENDING });
+      if ((info.config.max_ack_pending ?? 0) < MAX_ACK_PENDING)
+        await jsm.consumers.update(options.stream.name, name, { max_ack_pending: MAX_ACK_PENDING });
     } catch (err) {
       if (!/not found/i.test(String((err as Error).message))) throw err;
       await jsm.consumers.add(options.stream.name, {
@@ -154,7 +155,10 @@ export function createEventConsumer(options: ConsumerOptions): EventConsumer {
         "messaging.message.id": event.id,
         "event.type": event.type,
       };
-      spans.set(event.id, startSpan(tracing, `process ${event.type}`, SpanKind.CONSUMER, { traceparent: event.traceparent, tracestate: "" }, attributes));
+      spans.set(
+        event.id,
+        startSpan(tracing, `process ${event.type}`, SpanKind.CONSUMER, { traceparent: event.traceparent, tracestate: "" }, attributes),
+      );
     }
     return spans;
   }
@@ -163,7 +167,11 @@ export function createEventConsumer(options: ConsumerOptions): EventConsumer {
     const spans = startStoreSpans(batch);
     let failure: string | undefined = "store_failed";
     try {
-      const queued = await ingestEvents(sql, batch.map((b) => b.event), spans ? (event) => spans.get(event.id)!.link.traceparent : undefined);
+      const queued = await ingestEvents(
+        sql,
+        batch.map((b) => b.event),
+        spans ? (event) => spans.get(event.id)!.link.traceparent : undefined,
+      );
       failure = undefined;
       for (const b of batch) b.m.ack();
       if (queued > 0) options.onIngested();

@@ -72,7 +72,8 @@ export async function resendDelivery(tx: Tx, accountId: string, deliveryId: stri
     select event_id, endpoint_id from deliveries where id = ${deliveryId} and account_id = ${accountId}`;
   if (!earlier) throw notFound("delivery", deliveryId);
   const endpoint = await findEndpoint(tx, accountId, earlier.endpoint_id, true);
-  if (!endpoint.enabled) throw ruleViolation("invalid_state", "the endpoint is disabled; enable it before resending", { endpoint_id: endpoint.id });
+  if (!endpoint.enabled)
+    throw ruleViolation("invalid_state", "the endpoint is disabled; enable it before resending", { endpoint_id: endpoint.id });
   const id = newId("delivery");
   await tx`
     insert into deliveries (id, account_id, event_id, endpoint_id, status, next_attempt_at)

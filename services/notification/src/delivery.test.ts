@@ -65,7 +65,13 @@ describe("signed deliveries", () => {
     const ep = await endpoint();
     const group = await fund(2_500);
     const [delivery] = await settled(ep.id, 1);
-    expect(delivery).toMatchObject({ status: "succeeded", attempts: 1, response_status: 200, event_type: "transaction.created", error: null });
+    expect(delivery).toMatchObject({
+      status: "succeeded",
+      attempts: 1,
+      response_status: 200,
+      event_type: "transaction.created",
+      error: null,
+    });
     const [got] = receiver.received(ep.path);
     expect(got).toBeDefined();
     const body = JSON.parse(got!.body);
@@ -74,9 +80,20 @@ describe("signed deliveries", () => {
     expect(body.type).toBe("transaction.created");
     expect(Number.isInteger(body.created)).toBe(true);
     expect(Math.abs(body.created - Date.now() / 1000)).toBeLessThan(60);
-    expect(body.data).toMatchObject({ transaction_group_id: group, amount: 2_500, currency_code: "USD", status: "posted", disputed: false });
+    expect(body.data).toMatchObject({
+      transaction_group_id: group,
+      amount: 2_500,
+      currency_code: "USD",
+      status: "posted",
+      disputed: false,
+    });
     expect(body.data.legs).toHaveLength(2);
-    expect(body.data.legs[0]).toEqual({ transaction_id: expect.stringMatching(/^trx_/), entity_id: expect.stringMatching(/^ent_/), direction: "debit", amount: 2_500 });
+    expect(body.data.legs[0]).toEqual({
+      transaction_id: expect.stringMatching(/^trx_/),
+      entity_id: expect.stringMatching(/^ent_/),
+      direction: "debit",
+      amount: 2_500,
+    });
     expect(got!.headers["content-type"]).toBe("application/json");
     expect(got!.headers["user-agent"]).toMatch(/^ledger-webhooks\//);
     expect(got!.headers["x-service-event-type"]).toBe("transaction.created");
@@ -94,7 +111,9 @@ describe("signed deliveries", () => {
     const event = await api.get("/event", { id: body.id });
     expect(event.status).toBe(200);
     expect(event.body.event).toMatchObject({ event_id: body.id, type: "transaction.created", data: body.data });
-    expect(event.body.deliveries).toEqual([expect.objectContaining({ delivery_id: delivery!.delivery_id, status: "succeeded", attempts: 1, response_status: 200 })]);
+    expect(event.body.deliveries).toEqual([
+      expect.objectContaining({ delivery_id: delivery!.delivery_id, status: "succeeded", attempts: 1, response_status: 200 }),
+    ]);
   });
 
   it("signs with both secrets during a roll's overlap, and only the new one after it", async () => {
@@ -186,7 +205,10 @@ describe("which destinations receive an event", () => {
     const onlyPosted = await endpoint(undefined, { event_types: ["transaction.posted"] });
     const onlyCreated = await endpoint(undefined, { event_types: ["transaction.created"] });
     const disabled = await endpoint(undefined);
-    expect((await api.put("/webhooks", { endpoint_id: disabled.id, enabled: false })).body.endpoint).toMatchObject({ endpoint_id: disabled.id, enabled: false });
+    expect((await api.put("/webhooks", { endpoint_id: disabled.id, enabled: false })).body.endpoint).toMatchObject({
+      endpoint_id: disabled.id,
+      enabled: false,
+    });
 
     const a = (await api.post("/entity", { entity_name: "a", entity_type: "w" })).body.entity.entity_id;
     const b = (await api.post("/entity", { entity_name: "b", entity_type: "w" })).body.entity.entity_id;
@@ -199,12 +221,21 @@ describe("which destinations receive an event", () => {
     await settled(all.id, 3);
     await settled(onlyCreated.id, 2);
     await settled(onlyPosted.id, 1);
-    const types = (path: string) => receiver.received(path).map((r) => JSON.parse(r.body).type).sort();
+    const types = (path: string) =>
+      receiver
+        .received(path)
+        .map((r) => JSON.parse(r.body).type)
+        .sort();
     expect(types(all.path)).toEqual(["transaction.created", "transaction.created", "transaction.posted"]);
     expect(types(onlyCreated.path)).toEqual(["transaction.created", "transaction.created"]);
     expect(types(onlyPosted.path)).toEqual(["transaction.posted"]);
     const posted = JSON.parse(receiver.received(onlyPosted.path)[0]!.body);
-    expect(posted.data).toMatchObject({ transaction_group_id: pending.body.transaction_group_id, amount: 10, currency_code: "USD", status: "posted" });
+    expect(posted.data).toMatchObject({
+      transaction_group_id: pending.body.transaction_group_id,
+      amount: 10,
+      currency_code: "USD",
+      status: "posted",
+    });
     expect(receiver.received(disabled.path)).toHaveLength(0);
     expect(await deliveriesOf(disabled.id)).toEqual([]);
 

@@ -33,7 +33,18 @@ export interface EndpointRow {
   updated_at: Date;
 }
 
-const COLUMNS = ["id", "account_id", "url", "name", "description", "enabled", "event_types", "max_concurrency", "created_at", "updated_at"] as const;
+const COLUMNS = [
+  "id",
+  "account_id",
+  "url",
+  "name",
+  "description",
+  "enabled",
+  "event_types",
+  "max_concurrency",
+  "created_at",
+  "updated_at",
+] as const;
 
 /**
  * Attempts in flight to one destination at once when its creator did not say
@@ -103,14 +114,16 @@ export function validateUrl(raw: string, policy: UrlPolicy): string {
 
 /** A subscription list: known types, no repeats, at least one (null, not [], means all). */
 export function validateEventTypes(types: string[]): string[] {
-  if (types.length === 0) throw invalidArgument("event_types must name at least one type; send null or omit it for all events", { field: "event_types" });
+  if (types.length === 0)
+    throw invalidArgument("event_types must name at least one type; send null or omit it for all events", { field: "event_types" });
   const unknown = types.filter((t) => !(EVENT_TYPES as readonly string[]).includes(t));
   if (unknown.length > 0) {
-    throw invalidArgument(`unknown event type ${JSON.stringify(unknown[0])}; expected one of: ${EVENT_TYPES.join(", ")}`, { field: "event_types" });
+    throw invalidArgument(`unknown event type ${JSON.stringify(unknown[0])}; expected one of: ${EVENT_TYPES.join(", ")}`, {
+      field: "event_types",
+    });
   }
   return [...new Set(types)];
 }
-
 
 /** Inserts a destination and returns it with its secret, shown this once. */
 export async function createEndpoint(
@@ -140,8 +153,12 @@ export async function createEndpoint(
 export async function findEndpoint(sql: Sql | Tx, accountId: string, endpointId: string, lock = false): Promise<EndpointRow> {
   if (!isId("endpoint", endpointId)) throw notFound("endpoint", endpointId);
   const rows = lock
-    ? await sql<EndpointRow[]>`select ${sql(COLUMNS)} from endpoints where id = ${endpointId} and account_id = ${accountId} and deleted_at is null for no key update`
-    : await sql<EndpointRow[]>`select ${sql(COLUMNS)} from endpoints where id = ${endpointId} and account_id = ${accountId} and deleted_at is null`;
+    ? await sql<
+        EndpointRow[]
+      >`select ${sql(COLUMNS)} from endpoints where id = ${endpointId} and account_id = ${accountId} and deleted_at is null for no key update`
+    : await sql<
+        EndpointRow[]
+      >`select ${sql(COLUMNS)} from endpoints where id = ${endpointId} and account_id = ${accountId} and deleted_at is null`;
   if (!rows[0]) throw notFound("endpoint", endpointId);
   return rows[0];
 }
@@ -222,7 +239,9 @@ export const MAX_ROLL_OVERLAP_SECONDS = 7 * 24 * 3600;
  */
 export async function rollSecret(tx: Tx, key: Buffer, accountId: string, endpointId: string, overlapSeconds: number): Promise<string> {
   if (!Number.isInteger(overlapSeconds) || overlapSeconds < 0 || overlapSeconds > MAX_ROLL_OVERLAP_SECONDS) {
-    throw invalidArgument(`expire_previous_in_seconds must be a whole number from 0 to ${MAX_ROLL_OVERLAP_SECONDS}`, { field: "expire_previous_in_seconds" });
+    throw invalidArgument(`expire_previous_in_seconds must be a whole number from 0 to ${MAX_ROLL_OVERLAP_SECONDS}`, {
+      field: "expire_previous_in_seconds",
+    });
   }
   const secret = generateSecret();
   await findEndpoint(tx, accountId, endpointId, true);

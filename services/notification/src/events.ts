@@ -18,7 +18,11 @@ function storableTraceparent(value: string): string {
  * Returns how many deliveries were queued. `traceparentOf` gives the trace context stored with an
  * event for its delivery attempts: the storing span's when the service traces, else the event's own.
  */
-export async function ingestEvents(sql: Sql, events: Event[], traceparentOf: (event: Event) => string = (event) => event.traceparent): Promise<number> {
+export async function ingestEvents(
+  sql: Sql,
+  events: Event[],
+  traceparentOf: (event: Event) => string = (event) => event.traceparent,
+): Promise<number> {
   const unique = [...new Map(events.map((e) => [e.id, e])).values()];
   const rows = unique.map((event) => ({
     id: event.id,
@@ -96,7 +100,11 @@ const SUMMARY = (sql: Sql) => sql`
   (select count(*)::int from deliveries d where d.event_id = e.id and d.status = 'pending') as pending`;
 
 /** A page of the account's events, newest first (ids sort by creation), with delivery summaries. */
-export async function listEvents(sql: Sql, accountId: string, page: PageRequest): Promise<{ rows: EventRow[]; toMessage: (row: EventRow) => MessageInitShape<typeof ApiEventSchema> }> {
+export async function listEvents(
+  sql: Sql,
+  accountId: string,
+  page: PageRequest,
+): Promise<{ rows: EventRow[]; toMessage: (row: EventRow) => MessageInitShape<typeof ApiEventSchema> }> {
   const rows = await sql<EventRow[]>`
     select e.id, e.type, e.body, e.created_at, ${SUMMARY(sql)}
     from events e

@@ -44,19 +44,34 @@ it("delivers hold.created, hold.captured and hold.released, signed, with the hol
   for (const g of got) {
     expect(signature.verifyHeader(g.body, g.headers["x-service-signature"] as string, secret)).toBe(true);
     // The receiver-side helper this project ships agrees, and refuses the same body with another secret.
-    expect(verifyWebhook(g.body, g.headers["x-service-signature"] as string, [secret])).toMatchObject({ id: g.headers["x-service-event-id"] });
+    expect(verifyWebhook(g.body, g.headers["x-service-signature"] as string, [secret])).toMatchObject({
+      id: g.headers["x-service-event-id"],
+    });
     expect(() => verifyWebhook(g.body, g.headers["x-service-signature"] as string, ["whsec_other"])).toThrow(/no signature matches/);
   }
 
   const byType = Object.fromEntries(got.map((g) => [JSON.parse(g.body).type, JSON.parse(g.body).data]));
-  expect(byType["hold.created"]).toMatchObject({ hold_id: hold.hold_id, entity_id: source, amount: 300, captured_amount: 0, status: "held", currency_code: "USD", description: "auth" });
+  expect(byType["hold.created"]).toMatchObject({
+    hold_id: hold.hold_id,
+    entity_id: source,
+    amount: 300,
+    captured_amount: 0,
+    status: "held",
+    currency_code: "USD",
+    description: "auth",
+  });
   expect(byType["hold.captured"]).toMatchObject({
     hold_id: hold.hold_id,
     captured_amount: 120,
     status: "partially_captured",
     captured: { amount: 120, destination_entity_id: dest, transaction_group_id: capture.body.transaction.transaction_group_id },
   });
-  expect(byType["hold.released"]).toMatchObject({ hold_id: hold.hold_id, status: "released", release_reason: "requested", captured_amount: 120 });
+  expect(byType["hold.released"]).toMatchObject({
+    hold_id: hold.hold_id,
+    status: "released",
+    release_reason: "requested",
+    captured_amount: 120,
+  });
 
   // The event log has them too, each with its one succeeded delivery (recorded just after the
   // receiver answered, so it may take a moment).
@@ -66,5 +81,9 @@ it("delivers hold.created, hold.captured and hold.released, signed, with the hol
       const holdEvents = events.body.events.filter((e: { type: string }) => e.type.startsWith("hold."));
       return holdEvents.map((e: { deliveries: { total: number; succeeded: number } }) => [e.deliveries.total, e.deliveries.succeeded]);
     })
-    .toEqual([[1, 1], [1, 1], [1, 1]]);
+    .toEqual([
+      [1, 1],
+      [1, 1],
+      [1, 1],
+    ]);
 });

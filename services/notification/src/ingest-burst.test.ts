@@ -25,7 +25,13 @@ describe("a burst of events", () => {
   it("is published exactly once and stored in the event log", async () => {
     const log = createLogger("test-relay", "silent");
     const nats = connectNats({ natsUrl: stack.natsUrl }, "test-relay", log);
-    extra = createOutbox({ service: "test-relay", sql: stack.sql as never, nats, stream: { name: stack.stream, subjectPrefix: stack.subjectPrefix }, log });
+    extra = createOutbox({
+      service: "test-relay",
+      sql: stack.sql as never,
+      nats,
+      stream: { name: stack.stream, subjectPrefix: stack.subjectPrefix },
+      log,
+    });
     const events = Array.from({ length: BURST }, (_, i) =>
       create(EventSchema, {
         id: newId("event"),
@@ -33,24 +39,38 @@ describe("a burst of events", () => {
         accountId: stack.account.account_id,
         programId: "prg_burst",
         created: timestampNow(),
-        data: { case: "transaction", value: { transactionGroupId: `grp_burst${i}`, amount: BigInt(i + 1), currencyCode: "USD", status: "posted" } },
+        data: {
+          case: "transaction",
+          value: { transactionGroupId: `grp_burst${i}`, amount: BigInt(i + 1), currencyCode: "USD", status: "posted" },
+        },
       }),
     );
     const rows = extra.rowsOf(events);
     const started = Date.now();
     // Committed in chunks, as a load of batches would, while both relays run.
     extra.start();
-    for (let i = 0; i < rows.length; i += 500) await stack.sql`insert into outbox ${stack.sql(rows.slice(i, i + 500), "event_id", "subject", "payload")}`;
+    for (let i = 0; i < rows.length; i += 500)
+      await stack.sql`insert into outbox ${stack.sql(rows.slice(i, i + 500), "event_id", "subject", "payload")}`;
     const insertedMs = Date.now() - started;
     const published = expect
       .poll(async () => (await stack.sql<{ n: number }[]>`select count(*)::int as n from outbox`)[0]!.n, { timeout: 60_000, interval: 20 })
       .toBe(0)
       .then(() => Date.now() - started);
     const stored = expect
-      .poll(async () => (await stack.notificationSql!<{ n: number }[]>`select count(*)::int as n from events where account_id = ${stack.account.account_id}`)[0]!.n, { timeout: 60_000, interval: 50 })
+      .poll(
+        async () =>
+          (
+            await stack.notificationSql!<
+              { n: number }[]
+            >`select count(*)::int as n from events where account_id = ${stack.account.account_id}`
+          )[0]!.n,
+        { timeout: 60_000, interval: 50 },
+      )
       .toBe(BURST);
     const [publishedMs] = await Promise.all([published, stored]);
-    console.log(`${BURST} events: committed after ${insertedMs} ms, on JetStream after ${publishedMs} ms, in the event log after ${Date.now() - started} ms`);
+    console.log(
+      `${BURST} events: committed after ${insertedMs} ms, on JetStream after ${publishedMs} ms, in the event log after ${Date.now() - started} ms`,
+    );
     const [left] = await stack.sql<{ n: number }[]>`select count(*)::int as n from outbox`;
     expect(left!.n).toBe(0);
 

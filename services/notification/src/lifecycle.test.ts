@@ -40,7 +40,9 @@ interface Row {
   error: string | null;
 }
 const deliveryRows = (endpointId: string) =>
-  stack.notificationSql!<Row[]>`select id, status, attempts, error from notification.deliveries where endpoint_id = ${endpointId} order by id`;
+  stack.notificationSql!<
+    Row[]
+  >`select id, status, attempts, error from notification.deliveries where endpoint_id = ${endpointId} order by id`;
 
 describe("deleting a destination", () => {
   it("stops its pending retries, and it answers 404 afterwards", async () => {
@@ -81,7 +83,9 @@ describe("several processes", () => {
     const ep = await endpoint(other);
     const events = 30;
     await Promise.all(Array.from({ length: events }, () => fund(other)));
-    await expect.poll(async () => (await deliveryRows(ep.id)).filter((d) => d.status === "succeeded").length, { timeout: 30_000 }).toBe(events);
+    await expect
+      .poll(async () => (await deliveryRows(ep.id)).filter((d) => d.status === "succeeded").length, { timeout: 30_000 })
+      .toBe(events);
     // Give a would-be duplicate time to arrive.
     await new Promise((r) => setTimeout(r, 500));
     const got = receiver.received(ep.path);
@@ -89,7 +93,9 @@ describe("several processes", () => {
     expect(new Set(got.map((g) => g.headers["x-service-delivery-id"])).size).toBe(events);
     const rows = await deliveryRows(ep.id);
     expect(rows.every((d) => d.attempts === 1)).toBe(true);
-    const [attempts] = await stack.notificationSql!<{ n: number }[]>`select count(*)::int as n from notification.delivery_attempts where endpoint_id = ${ep.id}`;
+    const [attempts] = await stack.notificationSql!<
+      { n: number }[]
+    >`select count(*)::int as n from notification.delivery_attempts where endpoint_id = ${ep.id}`;
     expect(attempts!.n).toBe(events);
   });
 });
@@ -114,7 +120,13 @@ describe("stats", () => {
     expect(res.status).toBe(200);
     expect(res.body).toEqual({
       status: "success",
-      endpoint: expect.objectContaining({ endpoint_id: ep.id, url: receiver.endpoint(ep.path), name: expect.any(String), enabled: true, event_types: null }),
+      endpoint: expect.objectContaining({
+        endpoint_id: ep.id,
+        url: receiver.endpoint(ep.path),
+        name: expect.any(String),
+        enabled: true,
+        event_types: null,
+      }),
       stats: { total: 3, succeeded: 2, failed: 1, avg_ms: real!.avg },
     });
     expect(res.body.endpoint.secret).toBeUndefined();
@@ -194,7 +206,11 @@ describe("a slow destination", () => {
     const started = Date.now();
     for (let i = 0; i < 6; i++) await fund(own);
     await expect
-      .poll(async () => ((await own.get("/webhooks/deliveries", { endpoint_id: fast })).body.deliveries as { status: string }[]).map((d) => d.status), { timeout: 10_000, interval: 50 })
+      .poll(
+        async () =>
+          ((await own.get("/webhooks/deliveries", { endpoint_id: fast })).body.deliveries as { status: string }[]).map((d) => d.status),
+        { timeout: 10_000, interval: 50 },
+      )
       .toEqual(Array(6).fill("succeeded"));
     // Well before the slow destination's first attempt times out.
     expect(Date.now() - started).toBeLessThan(3_000);

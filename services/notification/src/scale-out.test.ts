@@ -26,7 +26,9 @@ afterAll(async () => {
 });
 
 async function newStack(retries: number[] = [300, 300]): Promise<Stack> {
-  const stack = await startStack({ notification: { webhookExtraCa: receiver.ca, webhookRetryScheduleMs: retries, secretKey, webhookTimeoutMs: 5_000 } });
+  const stack = await startStack({
+    notification: { webhookExtraCa: receiver.ca, webhookRetryScheduleMs: retries, secretKey, webhookTimeoutMs: 5_000 },
+  });
   stacks.push(stack);
   return stack;
 }
@@ -34,7 +36,9 @@ async function newStack(retries: number[] = [300, 300]): Promise<Stack> {
 async function fundMany(api: Api, n: number): Promise<void> {
   const entity = (await api.post("/entity", { entity_name: "w", entity_type: "wallet" })).body.entity.entity_id;
   for (let i = 0; i < n; i += 10) {
-    await Promise.all(Array.from({ length: Math.min(10, n - i) }, (_, j) => api.post("/entity/fund", { entity_id: entity, amount: i + j + 1 })));
+    await Promise.all(
+      Array.from({ length: Math.min(10, n - i) }, (_, j) => api.post("/entity/fund", { entity_id: entity, amount: i + j + 1 })),
+    );
   }
 }
 
@@ -51,7 +55,9 @@ function slowReply(delayMs: number) {
 }
 
 async function deliveries(stack: Stack, endpointId: string) {
-  return stack.notificationSql!<{ id: string; event_id: string; status: string; attempts: number; error: string | null; lease_id: string | null }[]>`
+  return stack.notificationSql!<
+    { id: string; event_id: string; status: string; attempts: number; error: string | null; lease_id: string | null }[]
+  >`
     select id, event_id, status, attempts, error, lease_id from deliveries where endpoint_id = ${endpointId}`;
 }
 
@@ -69,7 +75,11 @@ describe("two notification processes", () => {
     const ep = await stack.api.post("/webhooks", { url: receiver.endpoint("/cap-two", slow.reply), max_concurrency: 3 });
     expect(ep.status).toBe(200);
     await fundMany(stack.api, 40);
-    await expect.poll(async () => (await deliveries(stack, ep.body.endpoint.endpoint_id)).filter((d) => d.status === "succeeded").length, { timeout: 60_000 }).toBe(40);
+    await expect
+      .poll(async () => (await deliveries(stack, ep.body.endpoint.endpoint_id)).filter((d) => d.status === "succeeded").length, {
+        timeout: 60_000,
+      })
+      .toBe(40);
     expect(slow.state.max).toBeGreaterThan(1);
     expect(slow.state.max).toBeLessThanOrEqual(3);
     const got = receiver.received("/cap-two");
@@ -93,12 +103,17 @@ describe("a slow destination beside a fast one", () => {
 describe("a destination disabled in the middle of its backlog", () => {
   it("gets nothing more once the attempts in flight end; the rest end endpoint_disabled", async () => {
     const stack = await newStack();
-    const ep = await stack.api.post("/webhooks", { url: receiver.endpoint("/disabled-mid", () => ({ status: 200, delayMs: 100 })), max_concurrency: 2 });
+    const ep = await stack.api.post("/webhooks", {
+      url: receiver.endpoint("/disabled-mid", () => ({ status: 200, delayMs: 100 })),
+      max_concurrency: 2,
+    });
     const id = ep.body.endpoint.endpoint_id;
     await fundMany(stack.api, 40);
     await expect.poll(() => receiver.received("/disabled-mid").length, { timeout: 30_000, interval: 20 }).toBeGreaterThanOrEqual(4);
     expect((await stack.api.put("/webhooks", { endpoint_id: id, enabled: false })).status).toBe(200);
-    await expect.poll(async () => (await deliveries(stack, id)).every((d) => d.lease_id === null && d.status !== "pending"), { timeout: 30_000 }).toBe(true);
+    await expect
+      .poll(async () => (await deliveries(stack, id)).every((d) => d.lease_id === null && d.status !== "pending"), { timeout: 30_000 })
+      .toBe(true);
     const rows = await deliveries(stack, id);
     const received = receiver.received("/disabled-mid").length;
     await new Promise((resolve) => setTimeout(resolve, 1_000));
@@ -129,7 +144,9 @@ describe("retries", () => {
     });
     await fundMany(stack.api, 10);
     const id = ep.body.endpoint.endpoint_id;
-    await expect.poll(async () => (await deliveries(stack, id)).filter((d) => d.status === "succeeded").length, { timeout: 30_000 }).toBe(10);
+    await expect
+      .poll(async () => (await deliveries(stack, id)).filter((d) => d.status === "succeeded").length, { timeout: 30_000 })
+      .toBe(10);
     const byDelivery = new Map<string, number[]>();
     for (const r of receiver.received("/retry-order")) {
       const list = byDelivery.get(String(r.headers["x-service-delivery-id"])) ?? [];
@@ -157,7 +174,10 @@ describe("a notification process killed in the middle of a batch", () => {
 
   it("leaves every event delivered by the next one, and only its in-flight attempts sent twice", async () => {
     const stack = await newStack();
-    const ep = await stack.api.post("/webhooks", { url: receiver.endpoint("/killed", () => ({ status: 200, delayMs: 200 })), max_concurrency: 8 });
+    const ep = await stack.api.post("/webhooks", {
+      url: receiver.endpoint("/killed", () => ({ status: 200, delayMs: 200 })),
+      max_concurrency: 8,
+    });
     const id = ep.body.endpoint.endpoint_id;
     // The stack's own process goes; this one runs as a child the test can kill.
     await stack.notification!.close();
@@ -199,7 +219,9 @@ describe("a notification process killed in the middle of a batch", () => {
     expect(beforeKill).toBeLessThan(60);
 
     child = await start();
-    await expect.poll(async () => (await deliveries(stack, id)).filter((d) => d.status === "succeeded").length, { timeout: 90_000, interval: 200 }).toBe(60);
+    await expect
+      .poll(async () => (await deliveries(stack, id)).filter((d) => d.status === "succeeded").length, { timeout: 90_000, interval: 200 })
+      .toBe(60);
     const got = receiver.received("/killed");
     const perEvent = countBy(got, (r) => String(r.headers["x-service-event-id"]));
     expect(perEvent.size).toBe(60);

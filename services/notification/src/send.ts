@@ -35,7 +35,8 @@ export function errorCode(err: unknown): string {
   if (code === "ECONNRESET" || code === "EPIPE") return "connection_reset";
   if (code === "EHOSTUNREACH" || code === "ENETUNREACH") return "unreachable";
   if (code === "ENOTFOUND" || code === "EAI_AGAIN") return "dns";
-  if (/CERT|SSL|TLS|SELF_SIGNED|UNABLE_TO_VERIFY|HOSTNAME/i.test(code) || /ssl|tls|certificate/i.test(String((err as Error)?.message))) return "tls";
+  if (/CERT|SSL|TLS|SELF_SIGNED|UNABLE_TO_VERIFY|HOSTNAME/i.test(code) || /ssl|tls|certificate/i.test(String((err as Error)?.message)))
+    return "tls";
   return "network";
 }
 
@@ -136,7 +137,9 @@ export async function sendOnce(url: URL, body: string, headers: Record<string, s
             bodyExcerpt: Buffer.concat(chunks).subarray(0, EXCERPT_BYTES).toString("utf8"),
             durationMs: elapsed(),
             error: "",
-            ...(parseRetryAfter(res.headers["retry-after"]) !== undefined ? { retryAfterSeconds: parseRetryAfter(res.headers["retry-after"])! } : {}),
+            ...(parseRetryAfter(res.headers["retry-after"]) !== undefined
+              ? { retryAfterSeconds: parseRetryAfter(res.headers["retry-after"])! }
+              : {}),
           });
         res.on("data", (chunk: Buffer) => {
           if (size < EXCERPT_BYTES) chunks.push(chunk);

@@ -25,7 +25,16 @@ const BLOCKED = {
   "reserved and documentation": ["240.0.0.1", "255.255.255.255", "192.0.2.1", "198.18.0.1", "2001:db8::1", "fec0::1", "100::1"],
   "not an address": ["", "localhost", "example.com", "1.2.3.4.5", "fe80::1%eth0"],
 };
-const PUBLIC = ["93.184.216.34", "8.8.8.8", "172.32.0.1", "100.128.0.1", "::ffff:8.8.8.8", "::ffff:808:808", "2606:4700:4700::1111", "2a00:1450:4001:800::200e"];
+const PUBLIC = [
+  "93.184.216.34",
+  "8.8.8.8",
+  "172.32.0.1",
+  "100.128.0.1",
+  "::ffff:8.8.8.8",
+  "::ffff:808:808",
+  "2606:4700:4700::1111",
+  "2a00:1450:4001:800::200e",
+];
 
 describe("address policy", () => {
   for (const [kind, addresses] of Object.entries(BLOCKED)) {
@@ -71,9 +80,13 @@ describe("destinations and deliveries to blocked addresses", () => {
   it("refuses a destination whose host is a blocked address, however it is spelled, and stores nothing", async () => {
     const port = new URL(receiver.origin).port;
     const hosts = [
-      ...Object.values(BLOCKED).flat().filter((a) => a !== "" && !/[a-z]{2}/i.test(a) && !a.includes("%") && a !== "1.2.3.4.5"),
+      ...Object.values(BLOCKED)
+        .flat()
+        .filter((a) => a !== "" && !/[a-z]{2}/i.test(a) && !a.includes("%") && a !== "1.2.3.4.5"),
       // What a client might type: the URL parser turns each into an address first.
-      "[::127.0.0.1]", "[::ffff:127.0.0.1]", "[64:ff9b::127.0.0.1]",
+      "[::127.0.0.1]",
+      "[::ffff:127.0.0.1]",
+      "[64:ff9b::127.0.0.1]",
     ];
     for (const host of hosts) {
       const literal = host.includes(":") && !host.startsWith("[") ? `[${host}]` : host;
@@ -100,7 +113,12 @@ describe("destinations and deliveries to blocked addresses", () => {
     const ids = [res.body.endpoint.endpoint_id as string];
     // Literal addresses stored before creation refused them (or while private networks were
     // allowed) are checked again at delivery time.
-    for (const url of [receiver.endpoint("/loopback"), `https://[::7f00:1]:${port}/compat`, `https://[2002:7f00:1::]:${port}/6to4`, `https://[64:ff9b::7f00:1]:${port}/nat64`]) {
+    for (const url of [
+      receiver.endpoint("/loopback"),
+      `https://[::7f00:1]:${port}/compat`,
+      `https://[2002:7f00:1::]:${port}/6to4`,
+      `https://[64:ff9b::7f00:1]:${port}/nat64`,
+    ]) {
       const created = await other.post("/webhooks", { url: "https://hooks.example/placeholder" });
       const id = created.body.endpoint.endpoint_id as string;
       await stack.notificationSql!`update notification.endpoints set url = ${url} where id = ${id}`;
@@ -110,15 +128,27 @@ describe("destinations and deliveries to blocked addresses", () => {
     await other.post("/entity/fund", { entity_id: entity.body.entity.entity_id, amount: 5 });
     for (const id of ids) {
       await expect
-        .poll(async () => ((await other.get("/webhooks/deliveries", { endpoint_id: id })).body.deliveries as { status: string }[]).map((d) => d.status), { message: id })
+        .poll(
+          async () =>
+            ((await other.get("/webhooks/deliveries", { endpoint_id: id })).body.deliveries as { status: string }[]).map((d) => d.status),
+          { message: id },
+        )
         .toEqual(["failed"]);
     }
     // Longer than the whole retry schedule: had a retry been scheduled, it would show by now.
     await new Promise((r) => setTimeout(r, 600));
     for (const id of ids) {
       const [delivery] = (await other.get("/webhooks/deliveries", { endpoint_id: id })).body.deliveries;
-      expect(delivery).toMatchObject({ status: "failed", attempts: 1, error: "blocked_address", response_status: null, next_attempt_at: null });
-      const [row] = await stack.notificationSql!<{ n: number }[]>`select count(*)::int as n from notification.delivery_attempts where endpoint_id = ${id}`;
+      expect(delivery).toMatchObject({
+        status: "failed",
+        attempts: 1,
+        error: "blocked_address",
+        response_status: null,
+        next_attempt_at: null,
+      });
+      const [row] = await stack.notificationSql!<
+        { n: number }[]
+      >`select count(*)::int as n from notification.delivery_attempts where endpoint_id = ${id}`;
       expect(row!.n).toBe(1);
     }
     for (const path of ["/by-name", "/loopback", "/compat", "/6to4", "/nat64"]) expect(receiver.received(path)).toHaveLength(0);

@@ -172,10 +172,12 @@ export function createWorker(options: WorkerOptions): Worker {
     let contended = endpoints.length < candidates.length;
     // A destination switched off while its deliveries waited: they stop here (docs/webhooks.md#retries-and-delivery-states).
     for (const e of endpoints.filter((e) => !e.enabled || e.deleted)) {
-      writes.push(tx`
+      writes.push(
+        tx`
         update deliveries set status = 'failed', error = ${e.deleted ? "endpoint_deleted" : "endpoint_disabled"},
           next_attempt_at = null, updated_at = now()
-        where endpoint_id = ${e.id} and status = 'pending' and next_attempt_at <= now()`.execute());
+        where endpoint_id = ${e.id} and status = 'pending' and next_attempt_at <= now()`.execute(),
+      );
     }
     const live = endpoints.filter((e) => e.enabled && !e.deleted);
     if (live.length === 0) return { claimed: [], contended };
@@ -254,7 +256,13 @@ export function createWorker(options: WorkerOptions): Worker {
       result = await retried(() =>
         pipelinedTransaction(sql, async (tx, writes) => {
           writes.push(commitWithoutFlushWait(tx));
-          if (batch.length > 0) writes.push(writeOutcomes(tx, batch.map((b) => b.outcome)));
+          if (batch.length > 0)
+            writes.push(
+              writeOutcomes(
+                tx,
+                batch.map((b) => b.outcome),
+              ),
+            );
           return free > 0 ? claimIn(tx, free, writes) : { claimed: [], contended: false };
         }),
       );
@@ -312,14 +320,20 @@ export function createWorker(options: WorkerOptions): Worker {
   async function attempt(c: Claimed, answered: () => void): Promise<void> {
     const number = c.attempts + 1;
     const traced = options.tracing
-      ? startSpan(options.tracing, `deliver ${c.event_type}`, SpanKind.CLIENT, { traceparent: c.traceparent, tracestate: "" }, {
-          "http.request.method": "POST",
-          "event.type": c.event_type,
-          "event.id": c.event_id,
-          "webhook.delivery_id": c.id,
-          "webhook.endpoint_id": c.endpoint_id,
-          "webhook.attempt": number,
-        })
+      ? startSpan(
+          options.tracing,
+          `deliver ${c.event_type}`,
+          SpanKind.CLIENT,
+          { traceparent: c.traceparent, tracestate: "" },
+          {
+            "http.request.method": "POST",
+            "event.type": c.event_type,
+            "event.id": c.event_id,
+            "webhook.delivery_id": c.id,
+            "webhook.endpoint_id": c.endpoint_id,
+            "webhook.attempt": number,
+          },
+        )
       : undefined;
     try {
       await attemptOnce(c, number, answered, (result, succeeded) => {
@@ -337,7 +351,12 @@ export function createWorker(options: WorkerOptions): Worker {
 
   // The URL stays out of the span (its query may hold the receiver's token), and the request
   // carries no traceparent: internal trace ids are not the receiver's business.
-  async function attemptOnce(c: Claimed, number: number, answered: () => void, onResult: (result: AttemptResult, succeeded: boolean) => void): Promise<void> {
+  async function attemptOnce(
+    c: Claimed,
+    number: number,
+    answered: () => void,
+    onResult: (result: AttemptResult, succeeded: boolean) => void,
+  ): Promise<void> {
     let result: AttemptResult;
     try {
       const t = Math.floor(Date.now() / 1000);
@@ -374,7 +393,17 @@ export function createWorker(options: WorkerOptions): Worker {
     await written;
     // One line per attempt, carrying the request id of the call that caused the event, so a
     // delivery can be traced back to the gateway's log line and forward from it.
-    const fields = { request_id: c.request_id, event_id: c.event_id, delivery_id: c.id, endpoint_id: c.endpoint_id, attempt: number, status: result.status, error: result.error || undefined, ms: result.durationMs, next };
+    const fields = {
+      request_id: c.request_id,
+      event_id: c.event_id,
+      delivery_id: c.id,
+      endpoint_id: c.endpoint_id,
+      attempt: number,
+      status: result.status,
+      error: result.error || undefined,
+      ms: result.durationMs,
+      next,
+    };
     if (succeeded) log.info(fields, "delivery attempt succeeded");
     else log.warn(fields, "delivery attempt failed");
   }
@@ -394,7 +423,9 @@ export function createWorker(options: WorkerOptions): Worker {
       wake();
     };
     const p: Promise<void> = attempt(c, answered)
-      .catch((err: unknown) => log.error({ err, delivery_id: c.id }, "recording a delivery attempt failed; the lease will run out and it is retried"))
+      .catch((err: unknown) =>
+        log.error({ err, delivery_id: c.id }, "recording a delivery attempt failed; the lease will run out and it is retried"),
+      )
       .finally(() => {
         answered();
         inFlight.delete(p);
