@@ -1,6 +1,6 @@
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { invalidArgument } from "@ledger/common";
-import { HoldStatusSchema, type Hold } from "@ledger/proto/hold/v1/hold_pb.js";
+import { enumWordOr, invalidArgument } from "@ledger/common";
+import { HoldReleaseReasonSchema, HoldStatusSchema, type Hold } from "@ledger/proto/hold/v1/hold_pb.js";
 import { amountField, limitParam, optionalParam, requiredParam, stringField, type Fields } from "./input.js";
 import { enumParam, enumWord, renderPage } from "./render.js";
 import type { Route } from "./routes.js";
@@ -15,7 +15,8 @@ export function renderHold(hold: Hold) {
     status: enumWord(HoldStatusSchema, hold.status),
     expires_at: hold.expiresAt ? timestampDate(hold.expiresAt).toISOString() : null,
     description: hold.description,
-    release_reason: hold.releaseReason || null,
+    // The enum; an answer stored by the previous version has only the string.
+    release_reason: enumWordOr(HoldReleaseReasonSchema, hold.holdReleaseReason, hold.releaseReason) || null,
     currency_code: hold.currencyCode,
     program_id: hold.programId,
     created_at: hold.createdAt ? timestampDate(hold.createdAt).toISOString() : null,

@@ -1,6 +1,6 @@
 import type { DescEnum } from "@bufbuild/protobuf";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
-import { invalidArgument } from "@ledger/common";
+import { enumWordOr, enumWords, invalidArgument } from "@ledger/common";
 import type { PageInfo } from "@ledger/proto/common/v1/common_pb.js";
 import {
   DirectionSchema,
@@ -16,27 +16,13 @@ import {
 // Proto messages to the JSON shapes of gateway/openapi.yaml. Field names are snake_case, enums
 // are lowercase words, timestamps are ISO 8601 UTC, and amounts stay bigint until written.
 
-const wordsOf = new WeakMap<DescEnum, Map<number, string>>();
-
-/** The word of each value of a proto enum: its name without the enum's prefix, in lowercase. */
-function words(schema: DescEnum): Map<number, string> {
-  let found = wordsOf.get(schema);
-  if (!found) {
-    const prefix = schema.sharedPrefix ?? "";
-    found = new Map(schema.values.map((value) => [value.number, value.name.toLowerCase().slice(prefix.length)]));
-    wordsOf.set(schema, found);
-  }
-  return found;
-}
-
 /**
  * The REST spelling of a proto enum value, the one place the gateway turns enums into words:
  * `HOLD_STATUS_PARTIALLY_CAPTURED` is `partially_captured`. The unset value (or one this gateway
  * does not know) reads `unknown`.
  */
 export function enumWord(schema: DescEnum, value: number): string {
-  const word = value === 0 ? undefined : words(schema).get(value);
-  return word ?? "unknown";
+  return enumWordOr(schema, value, "unknown");
 }
 
 /**
@@ -45,7 +31,7 @@ export function enumWord(schema: DescEnum, value: number): string {
  */
 export function enumParam<E extends number>(schema: DescEnum, word: string, parameter: string): E {
   if (word === "") return 0 as E;
-  const known = [...words(schema)].filter(([number]) => number !== 0);
+  const known = [...enumWords(schema)].filter(([number]) => number !== 0);
   const found = known.find(([, each]) => each === word);
   if (!found) throw invalidArgument(`${parameter} must be one of ${known.map(([, each]) => each).join(", ")}`, { parameter });
   return found[0] as E;

@@ -17,6 +17,7 @@ export * from "./database-errors.js";
 export * from "./request-id.js";
 export * from "./server.js";
 export * from "./discovery.js";
+export * from "./enum-words.js";
 export * from "./main.js";
 export * from "./identity-client.js";
 export * from "./in-process.js";

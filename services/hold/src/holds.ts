@@ -23,6 +23,7 @@ import type { Reservation } from "@ledger/proto/ledger/v1/reservation_pb.js";
 import {
   CaptureHoldResponseSchema,
   CreateHoldResponseSchema,
+  HoldReleaseReason,
   HoldStatus,
   ReleaseHoldResponseSchema,
   type HoldSchema,
@@ -74,28 +75,41 @@ export function visibleStatus(row: HoldRow): string {
   return row.status;
 }
 
-/** What a client sees of a hold, in the API and in the `hold.*` events alike. */
+const RELEASE_REASON_OF: Record<string, HoldReleaseReason> = {
+  requested: HoldReleaseReason.REQUESTED,
+  expired: HoldReleaseReason.EXPIRED,
+};
+
+/**
+ * What a client sees of a hold, in the API and in the `hold.*` events alike. The release reason
+ * goes in twice, as the enum and as the word the previous version reads (docs/operations.md#upgrade-notes).
+ */
 function holdFields(row: HoldRow) {
+  const releaseReason = row.status === "released" ? (row.release_reason ?? "") : "";
   return {
     holdId: row.id,
     entityId: row.entity_id,
     programId: row.program_id,
     amount: row.amount,
     capturedAmount: row.captured_amount,
-    status: visibleStatus(row),
     ...(row.expires_at ? { expiresAt: timestampFromDate(row.expires_at) } : {}),
     description: row.description,
-    releaseReason: row.status === "released" ? (row.release_reason ?? "") : "",
+    releaseReason,
+    holdReleaseReason: RELEASE_REASON_OF[releaseReason] ?? HoldReleaseReason.UNSPECIFIED,
     currencyCode: row.currency_code,
     createdAt: timestampFromDate(row.created_at),
   };
+}
+
+function holdStatus(row: HoldRow): HoldStatus {
+  return HOLD_STATUS_OF[visibleStatus(row)] ?? HoldStatus.UNSPECIFIED;
 }
 
 /** The API form of a hold. */
 export function holdToProto(row: HoldRow): MessageInitShape<typeof HoldSchema> {
   return {
     ...holdFields(row),
-    status: HOLD_STATUS_OF[visibleStatus(row)] ?? HoldStatus.UNSPECIFIED,
+    status: holdStatus(row),
     updatedAt: timestampFromDate(row.updated_at),
   };
 }
@@ -132,7 +146,8 @@ function holdEvent(
     created: timestampFromDate(new Date()),
     requestId: origin.requestId,
     traceparent: origin.trace.traceparent,
-    data: { case: "hold", value: { ...holdFields(row), ...captured } },
+    // The status twice too: the enum, and the word the previous version reads.
+    data: { case: "hold", value: { ...holdFields(row), status: visibleStatus(row), holdStatus: holdStatus(row), ...captured } },
   });
 }
 

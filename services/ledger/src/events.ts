@@ -2,7 +2,7 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { newId, storedMetadata } from "@ledger/common";
 import { EventSchema, type Event } from "@ledger/proto/events/v1/events_pb.js";
-import type { GroupRow } from "./groups.js";
+import { directionToProto, statusToProto, type GroupRow } from "./groups.js";
 import { Writer } from "./wire.js";
 
 /** The transaction event types (docs/webhooks.md#how-events-become-deliveries). */
@@ -14,7 +14,11 @@ export type TransactionEventType =
   | "transaction.canceled"
   | "transaction.disputed";
 
-/** Builds a `transaction.*` event about `group` as it is after the change, which is what receivers see. */
+/**
+ * Builds a `transaction.*` event about `group` as it is after the change, which is what receivers see.
+ * The status and the leg directions go in twice, as enums and as the words the previous version
+ * reads (docs/operations.md#upgrade-notes).
+ */
 export function transactionEvent(
   type: TransactionEventType,
   group: GroupRow,
@@ -44,11 +48,13 @@ export function transactionEvent(
           entityId: leg.entity_id,
           direction: leg.direction,
           amount: leg.amount,
+          legDirection: directionToProto(leg.direction),
         })),
         disputed: group.disputed,
         reversalTransactionGroupId: group.reversed_by_group_id ?? "",
         reversesTransactionGroupId: group.reverses_group_id ?? "",
         reason: group.reason,
+        transactionStatus: statusToProto(group.status),
       },
     },
   });
@@ -109,12 +115,14 @@ export function encodeTransactionEvent(
     w.string(2, leg.entity_id);
     w.string(3, leg.direction);
     w.int64(4, leg.amount);
+    w.int32(5, directionToProto(leg.direction));
     w.close(at);
   }
   if (group.disputed) w.bool(9, true);
   w.string(10, group.reversed_by_group_id ?? "");
   w.string(11, group.reverses_group_id ?? "");
   w.string(12, group.reason);
+  w.int32(13, statusToProto(group.status));
   w.close(data);
   return { id, type, payload: w.take() };
 }

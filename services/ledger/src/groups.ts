@@ -45,6 +45,16 @@ const STATUS_TO_PROTO: Record<GroupStatus, TransactionStatus> = {
   reversed: TransactionStatus.REVERSED,
 };
 
+/** The proto enum of a stored status. */
+export function statusToProto(status: GroupStatus): TransactionStatus {
+  return STATUS_TO_PROTO[status];
+}
+
+/** The proto enum of a stored leg direction. */
+export function directionToProto(direction: LegRow["direction"]): Direction {
+  return direction === "debit" ? Direction.DEBIT : Direction.CREDIT;
+}
+
 /** The stored spelling of a proto status; undefined for UNSPECIFIED. */
 export function statusFromProto(status: TransactionStatus): GroupStatus | undefined {
   return (Object.keys(STATUS_TO_PROTO) as GroupStatus[]).find((key) => STATUS_TO_PROTO[key] === status);
@@ -56,9 +66,9 @@ export function legToProto(leg: LegRow, status: GroupStatus): MessageInitShape<t
     transactionId: leg.id,
     transactionGroupId: leg.group_id,
     entityId: leg.entity_id,
-    direction: leg.direction === "debit" ? Direction.DEBIT : Direction.CREDIT,
+    direction: directionToProto(leg.direction),
     amount: leg.amount,
-    status: STATUS_TO_PROTO[status],
+    status: statusToProto(status),
     createdAt: timestampFromDate(leg.created_at),
   };
 }

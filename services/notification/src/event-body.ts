@@ -1,11 +1,16 @@
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
-import { amountToJson } from "@ledger/common";
+import { amountToJson, enumWordOr } from "@ledger/common";
 import type { Event, HoldEventData, TransactionEventData } from "@ledger/proto/events/v1/events_pb.js";
+import { HoldReleaseReasonSchema, HoldStatusSchema } from "@ledger/proto/hold/v1/hold_pb.js";
+import { DirectionSchema, TransactionStatusSchema } from "@ledger/proto/ledger/v1/ledger_pb.js";
 
 // The delivered body (docs/webhooks.md#a-delivery), built once per event when it arrives and stored as text:
 // every attempt sends, and signs, exactly these bytes. Names are snake_case and amounts JSON
 // integers (amounts are at most 2^53-1, docs/api.md#amounts-and-text, so a number holds them exactly).
+// Statuses, directions and release reasons come from the enum fields, or from the string fields
+// when the enum is unspecified: an event written by the previous version has only the strings
+// (docs/operations.md#upgrade-notes). Either way the body has the same lowercase word.
 
 function iso(ts: Timestamp | undefined): string | null {
   return ts ? timestampDate(ts).toISOString() : null;
@@ -17,13 +22,13 @@ function transactionData(d: TransactionEventData): JsonObject {
     program_id: d.programId,
     amount: amountToJson(d.amount),
     currency_code: d.currencyCode,
-    status: d.status,
+    status: enumWordOr(TransactionStatusSchema, d.transactionStatus, d.status),
     description: d.description,
     metadata: (d.metadata ?? {}) as JsonValue,
     legs: d.legs.map((leg) => ({
       transaction_id: leg.transactionId,
       entity_id: leg.entityId,
-      direction: leg.direction,
+      direction: enumWordOr(DirectionSchema, leg.legDirection, leg.direction),
       amount: amountToJson(leg.amount),
     })),
     disputed: d.disputed,
@@ -41,10 +46,10 @@ function holdData(d: HoldEventData): JsonObject {
     amount: amountToJson(d.amount),
     captured_amount: amountToJson(d.capturedAmount),
     currency_code: d.currencyCode,
-    status: d.status,
+    status: enumWordOr(HoldStatusSchema, d.holdStatus, d.status),
     description: d.description,
     expires_at: iso(d.expiresAt),
-    release_reason: d.releaseReason || null,
+    release_reason: enumWordOr(HoldReleaseReasonSchema, d.holdReleaseReason, d.releaseReason) || null,
     created_at: iso(d.createdAt),
     ...(d.captured
       ? {

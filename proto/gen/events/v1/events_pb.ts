@@ -3,18 +3,28 @@
 /* eslint-disable */
 
 // Domain events published on NATS JetStream through each service's transactional outbox.
+//
+// Events are durable (outbox table, JetStream stream), so a reader may meet one written by the
+// previous version. The statuses, directions and release reasons are enums on their own field
+// numbers; the string fields they replace are still written for one release, for readers of the
+// previous version. Readers take the enum and fall back to the string when it is unspecified
+// (docs/operations.md#upgrade-notes).
 
 import type { GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { HoldReleaseReason, HoldStatus } from "../../hold/v1/hold_pb.js";
+import { file_hold_v1_hold } from "../../hold/v1/hold_pb.js";
+import type { Direction, TransactionStatus } from "../../ledger/v1/ledger_pb.js";
+import { file_ledger_v1_ledger } from "../../ledger/v1/ledger_pb.js";
 import type { JsonObject, Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file events/v1/events.proto.
  */
 export const file_events_v1_events: GenFile = /*@__PURE__*/
-  fileDesc("ChZldmVudHMvdjEvZXZlbnRzLnByb3RvEglldmVudHMudjEiiQIKBUV2ZW50EgoKAmlkGAEgASgJEgwKBHR5cGUYAiABKAkSEgoKYWNjb3VudF9pZBgDIAEoCRISCgpwcm9ncmFtX2lkGAQgASgJEisKB2NyZWF0ZWQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnJlcXVlc3RfaWQYBiABKAkSEwoLdHJhY2VwYXJlbnQYByABKAkSNgoLdHJhbnNhY3Rpb24YCiABKAsyHy5ldmVudHMudjEuVHJhbnNhY3Rpb25FdmVudERhdGFIABIoCgRob2xkGAsgASgLMhguZXZlbnRzLnYxLkhvbGRFdmVudERhdGFIAEIGCgRkYXRhItICChRUcmFuc2FjdGlvbkV2ZW50RGF0YRIcChR0cmFuc2FjdGlvbl9ncm91cF9pZBgBIAEoCRISCgpwcm9ncmFtX2lkGAIgASgJEg4KBmFtb3VudBgDIAEoAxIVCg1jdXJyZW5jeV9jb2RlGAQgASgJEg4KBnN0YXR1cxgFIAEoCRITCgtkZXNjcmlwdGlvbhgGIAEoCRIpCghtZXRhZGF0YRgHIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSIQoEbGVncxgIIAMoCzITLmV2ZW50cy52MS5FdmVudExlZxIQCghkaXNwdXRlZBgJIAEoCBIlCh1yZXZlcnNhbF90cmFuc2FjdGlvbl9ncm91cF9pZBgKIAEoCRIlCh1yZXZlcnNlc190cmFuc2FjdGlvbl9ncm91cF9pZBgLIAEoCRIOCgZyZWFzb24YDCABKAkiWAoIRXZlbnRMZWcSFgoOdHJhbnNhY3Rpb25faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJEhEKCWRpcmVjdGlvbhgDIAEoCRIOCgZhbW91bnQYBCABKAMizgIKDUhvbGRFdmVudERhdGESDwoHaG9sZF9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSDgoGYW1vdW50GAMgASgDEhcKD2NhcHR1cmVkX2Ftb3VudBgEIAEoAxIOCgZzdGF0dXMYBSABKAkSLgoKZXhwaXJlc19hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLZGVzY3JpcHRpb24YByABKAkSFgoOcmVsZWFzZV9yZWFzb24YCCABKAkSEgoKcHJvZ3JhbV9pZBgJIAEoCRIVCg1jdXJyZW5jeV9jb2RlGAogASgJEigKCGNhcHR1cmVkGAsgASgLMhYuZXZlbnRzLnYxLkhvbGRDYXB0dXJlEi4KCmNyZWF0ZWRfYXQYDCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIloKC0hvbGRDYXB0dXJlEg4KBmFtb3VudBgBIAEoAxIdChVkZXN0aW5hdGlvbl9lbnRpdHlfaWQYAiABKAkSHAoUdHJhbnNhY3Rpb25fZ3JvdXBfaWQYAyABKAliBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChZldmVudHMvdjEvZXZlbnRzLnByb3RvEglldmVudHMudjEiiQIKBUV2ZW50EgoKAmlkGAEgASgJEgwKBHR5cGUYAiABKAkSEgoKYWNjb3VudF9pZBgDIAEoCRISCgpwcm9ncmFtX2lkGAQgASgJEisKB2NyZWF0ZWQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnJlcXVlc3RfaWQYBiABKAkSEwoLdHJhY2VwYXJlbnQYByABKAkSNgoLdHJhbnNhY3Rpb24YCiABKAsyHy5ldmVudHMudjEuVHJhbnNhY3Rpb25FdmVudERhdGFIABIoCgRob2xkGAsgASgLMhguZXZlbnRzLnYxLkhvbGRFdmVudERhdGFIAEIGCgRkYXRhIpADChRUcmFuc2FjdGlvbkV2ZW50RGF0YRIcChR0cmFuc2FjdGlvbl9ncm91cF9pZBgBIAEoCRISCgpwcm9ncmFtX2lkGAIgASgJEg4KBmFtb3VudBgDIAEoAxIVCg1jdXJyZW5jeV9jb2RlGAQgASgJEhIKBnN0YXR1cxgFIAEoCUICGAESEwoLZGVzY3JpcHRpb24YBiABKAkSKQoIbWV0YWRhdGEYByABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EiEKBGxlZ3MYCCADKAsyEy5ldmVudHMudjEuRXZlbnRMZWcSEAoIZGlzcHV0ZWQYCSABKAgSJQodcmV2ZXJzYWxfdHJhbnNhY3Rpb25fZ3JvdXBfaWQYCiABKAkSJQodcmV2ZXJzZXNfdHJhbnNhY3Rpb25fZ3JvdXBfaWQYCyABKAkSDgoGcmVhc29uGAwgASgJEjgKEnRyYW5zYWN0aW9uX3N0YXR1cxgNIAEoDjIcLmxlZGdlci52MS5UcmFuc2FjdGlvblN0YXR1cyKJAQoIRXZlbnRMZWcSFgoOdHJhbnNhY3Rpb25faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJEhUKCWRpcmVjdGlvbhgDIAEoCUICGAESDgoGYW1vdW50GAQgASgDEisKDWxlZ19kaXJlY3Rpb24YBSABKA4yFC5sZWRnZXIudjEuRGlyZWN0aW9uIrkDCg1Ib2xkRXZlbnREYXRhEg8KB2hvbGRfaWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJEg4KBmFtb3VudBgDIAEoAxIXCg9jYXB0dXJlZF9hbW91bnQYBCABKAMSEgoGc3RhdHVzGAUgASgJQgIYARIuCgpleHBpcmVzX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtkZXNjcmlwdGlvbhgHIAEoCRIaCg5yZWxlYXNlX3JlYXNvbhgIIAEoCUICGAESEgoKcHJvZ3JhbV9pZBgJIAEoCRIVCg1jdXJyZW5jeV9jb2RlGAogASgJEigKCGNhcHR1cmVkGAsgASgLMhYuZXZlbnRzLnYxLkhvbGRDYXB0dXJlEi4KCmNyZWF0ZWRfYXQYDCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEigKC2hvbGRfc3RhdHVzGA0gASgOMhMuaG9sZC52MS5Ib2xkU3RhdHVzEjcKE2hvbGRfcmVsZWFzZV9yZWFzb24YDiABKA4yGi5ob2xkLnYxLkhvbGRSZWxlYXNlUmVhc29uIloKC0hvbGRDYXB0dXJlEg4KBmFtb3VudBgBIAEoAxIdChVkZXN0aW5hdGlvbl9lbnRpdHlfaWQYAiABKAkSHAoUdHJhbnNhY3Rpb25fZ3JvdXBfaWQYAyABKAliBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp, file_hold_v1_hold, file_ledger_v1_ledger]);
 
 /**
  * Event is the envelope of every domain event. Its id is also the JetStream `Nats-Msg-Id`,
@@ -138,9 +148,12 @@ export type TransactionEventData = Message<"events.v1.TransactionEventData"> & {
   currencyCode: string;
 
   /**
-   * Status of the group after the change: pending, posted, canceled, failed or reversed.
+   * Status of the group after the change, as a word (pending, posted, canceled, failed or
+   * reversed). Written for readers of the previous version; will be removed in a later release.
+   * Read `transaction_status`.
    *
-   * @generated from field: string status = 5;
+   * @generated from field: string status = 5 [deprecated = true];
+   * @deprecated
    */
   status: string;
 
@@ -192,6 +205,14 @@ export type TransactionEventData = Message<"events.v1.TransactionEventData"> & {
    * @generated from field: string reason = 12;
    */
   reason: string;
+
+  /**
+   * Status of the group after the change; unspecified in events of the previous version, which
+   * have only `status`.
+   *
+   * @generated from field: ledger.v1.TransactionStatus transaction_status = 13;
+   */
+  transactionStatus: TransactionStatus;
 };
 
 /**
@@ -222,9 +243,11 @@ export type EventLeg = Message<"events.v1.EventLeg"> & {
   entityId: string;
 
   /**
-   * `debit` or `credit`.
+   * `debit` or `credit`. Written for readers of the previous version; will be removed in a later
+   * release. Read `leg_direction`.
    *
-   * @generated from field: string direction = 3;
+   * @generated from field: string direction = 3 [deprecated = true];
+   * @deprecated
    */
   direction: string;
 
@@ -234,6 +257,13 @@ export type EventLeg = Message<"events.v1.EventLeg"> & {
    * @generated from field: int64 amount = 4;
    */
   amount: bigint;
+
+  /**
+   * Debit or credit; unspecified in events of the previous version, which have only `direction`.
+   *
+   * @generated from field: ledger.v1.Direction leg_direction = 5;
+   */
+  legDirection: Direction;
 };
 
 /**
@@ -278,9 +308,11 @@ export type HoldEventData = Message<"events.v1.HoldEventData"> & {
   capturedAmount: bigint;
 
   /**
-   * held, partially_captured, captured or released.
+   * held, partially_captured, captured or released. Written for readers of the previous version;
+   * will be removed in a later release. Read `hold_status`.
    *
-   * @generated from field: string status = 5;
+   * @generated from field: string status = 5 [deprecated = true];
+   * @deprecated
    */
   status: string;
 
@@ -299,9 +331,11 @@ export type HoldEventData = Message<"events.v1.HoldEventData"> & {
   description: string;
 
   /**
-   * For a released hold: `requested` or `expired`.
+   * For a released hold: `requested` or `expired`. Written for readers of the previous version;
+   * will be removed in a later release. Read `hold_release_reason`.
    *
-   * @generated from field: string release_reason = 8;
+   * @generated from field: string release_reason = 8 [deprecated = true];
+   * @deprecated
    */
   releaseReason: string;
 
@@ -332,6 +366,21 @@ export type HoldEventData = Message<"events.v1.HoldEventData"> & {
    * @generated from field: google.protobuf.Timestamp created_at = 12;
    */
   createdAt?: Timestamp | undefined;
+
+  /**
+   * Where the hold stands; unspecified in events of the previous version, which have only `status`.
+   *
+   * @generated from field: hold.v1.HoldStatus hold_status = 13;
+   */
+  holdStatus: HoldStatus;
+
+  /**
+   * For a released hold: why; unspecified otherwise, and in events of the previous version, which
+   * have only `release_reason`.
+   *
+   * @generated from field: hold.v1.HoldReleaseReason hold_release_reason = 14;
+   */
+  holdReleaseReason: HoldReleaseReason;
 };
 
 /**

@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file hold/v1/hold.proto.
  */
 export const file_hold_v1_hold: GenFile = /*@__PURE__*/
-  fileDesc("ChJob2xkL3YxL2hvbGQucHJvdG8SB2hvbGQudjEi5gIKBEhvbGQSDwoHaG9sZF9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSEgoKcHJvZ3JhbV9pZBgDIAEoCRIOCgZhbW91bnQYBCABKAMSFwoPY2FwdHVyZWRfYW1vdW50GAUgASgDEiMKBnN0YXR1cxgNIAEoDjITLmhvbGQudjEuSG9sZFN0YXR1cxIuCgpleHBpcmVzX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtkZXNjcmlwdGlvbhgIIAEoCRIWCg5yZWxlYXNlX3JlYXNvbhgJIAEoCRIVCg1jdXJyZW5jeV9jb2RlGAogASgJEi4KCmNyZWF0ZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYDCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSgQIBhAHIo8BChFDcmVhdGVIb2xkUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhEKCWVudGl0eV9pZBgCIAEoCRIOCgZhbW91bnQYAyABKAMSLgoKZXhwaXJlc19hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLZGVzY3JpcHRpb24YBSABKAkiMQoSQ3JlYXRlSG9sZFJlc3BvbnNlEhsKBGhvbGQYASABKAsyDS5ob2xkLnYxLkhvbGQifQoSQ2FwdHVyZUhvbGRSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSDwoHaG9sZF9pZBgCIAEoCRIOCgZhbW91bnQYAyABKAMSHQoVZGVzdGluYXRpb25fZW50aXR5X2lkGAQgASgJEhMKC2Rlc2NyaXB0aW9uGAUgASgJImAKE0NhcHR1cmVIb2xkUmVzcG9uc2USGwoEaG9sZBgBIAEoCzINLmhvbGQudjEuSG9sZBIOCgZhbW91bnQYAiABKAMSHAoUdHJhbnNhY3Rpb25fZ3JvdXBfaWQYAyABKAkiOQoSUmVsZWFzZUhvbGRSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSDwoHaG9sZF9pZBgCIAEoCSIyChNSZWxlYXNlSG9sZFJlc3BvbnNlEhsKBGhvbGQYASABKAsyDS5ob2xkLnYxLkhvbGQiNQoOR2V0SG9sZFJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIPCgdob2xkX2lkGAIgASgJIi4KD0dldEhvbGRSZXNwb25zZRIbCgRob2xkGAEgASgLMg0uaG9sZC52MS5Ib2xkIoMBChBMaXN0SG9sZHNSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJEiMKBnN0YXR1cxgGIAEoDjITLmhvbGQudjEuSG9sZFN0YXR1cxINCgVsaW1pdBgEIAEoBRIOCgZjdXJzb3IYBSABKAlKBAgDEAQiVAoRTGlzdEhvbGRzUmVzcG9uc2USHAoFaG9sZHMYASADKAsyDS5ob2xkLnYxLkhvbGQSIQoEcGFnZRgCIAEoCzITLmNvbW1vbi52MS5QYWdlSW5mbyqXAQoKSG9sZFN0YXR1cxIbChdIT0xEX1NUQVRVU19VTlNQRUNJRklFRBAAEhQKEEhPTERfU1RBVFVTX0hFTEQQARIiCh5IT0xEX1NUQVRVU19QQVJUSUFMTFlfQ0FQVFVSRUQQAhIYChRIT0xEX1NUQVRVU19DQVBUVVJFRBADEhgKFEhPTERfU1RBVFVTX1JFTEVBU0VEEAQy9AIKC0hvbGRTZXJ2aWNlEkUKCkNyZWF0ZUhvbGQSGi5ob2xkLnYxLkNyZWF0ZUhvbGRSZXF1ZXN0GhsuaG9sZC52MS5DcmVhdGVIb2xkUmVzcG9uc2USSAoLQ2FwdHVyZUhvbGQSGy5ob2xkLnYxLkNhcHR1cmVIb2xkUmVxdWVzdBocLmhvbGQudjEuQ2FwdHVyZUhvbGRSZXNwb25zZRJICgtSZWxlYXNlSG9sZBIbLmhvbGQudjEuUmVsZWFzZUhvbGRSZXF1ZXN0GhwuaG9sZC52MS5SZWxlYXNlSG9sZFJlc3BvbnNlEkEKB0dldEhvbGQSFy5ob2xkLnYxLkdldEhvbGRSZXF1ZXN0GhguaG9sZC52MS5HZXRIb2xkUmVzcG9uc2UiA5ACARJHCglMaXN0SG9sZHMSGS5ob2xkLnYxLkxpc3RIb2xkc1JlcXVlc3QaGi5ob2xkLnYxLkxpc3RIb2xkc1Jlc3BvbnNlIgOQAgFiBnByb3RvMw", [file_common_v1_common, file_google_protobuf_timestamp]);
+  fileDesc("ChJob2xkL3YxL2hvbGQucHJvdG8SB2hvbGQudjEiowMKBEhvbGQSDwoHaG9sZF9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSEgoKcHJvZ3JhbV9pZBgDIAEoCRIOCgZhbW91bnQYBCABKAMSFwoPY2FwdHVyZWRfYW1vdW50GAUgASgDEiMKBnN0YXR1cxgNIAEoDjITLmhvbGQudjEuSG9sZFN0YXR1cxIuCgpleHBpcmVzX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtkZXNjcmlwdGlvbhgIIAEoCRIaCg5yZWxlYXNlX3JlYXNvbhgJIAEoCUICGAESFQoNY3VycmVuY3lfY29kZRgKIAEoCRIuCgpjcmVhdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI3ChNob2xkX3JlbGVhc2VfcmVhc29uGA4gASgOMhouaG9sZC52MS5Ib2xkUmVsZWFzZVJlYXNvbkoECAYQByKPAQoRQ3JlYXRlSG9sZFJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSDgoGYW1vdW50GAMgASgDEi4KCmV4cGlyZXNfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC2Rlc2NyaXB0aW9uGAUgASgJIjEKEkNyZWF0ZUhvbGRSZXNwb25zZRIbCgRob2xkGAEgASgLMg0uaG9sZC52MS5Ib2xkIn0KEkNhcHR1cmVIb2xkUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEg8KB2hvbGRfaWQYAiABKAkSDgoGYW1vdW50GAMgASgDEh0KFWRlc3RpbmF0aW9uX2VudGl0eV9pZBgEIAEoCRITCgtkZXNjcmlwdGlvbhgFIAEoCSJgChNDYXB0dXJlSG9sZFJlc3BvbnNlEhsKBGhvbGQYASABKAsyDS5ob2xkLnYxLkhvbGQSDgoGYW1vdW50GAIgASgDEhwKFHRyYW5zYWN0aW9uX2dyb3VwX2lkGAMgASgJIjkKElJlbGVhc2VIb2xkUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEg8KB2hvbGRfaWQYAiABKAkiMgoTUmVsZWFzZUhvbGRSZXNwb25zZRIbCgRob2xkGAEgASgLMg0uaG9sZC52MS5Ib2xkIjUKDkdldEhvbGRSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSDwoHaG9sZF9pZBgCIAEoCSIuCg9HZXRIb2xkUmVzcG9uc2USGwoEaG9sZBgBIAEoCzINLmhvbGQudjEuSG9sZCKDAQoQTGlzdEhvbGRzUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhEKCWVudGl0eV9pZBgCIAEoCRIjCgZzdGF0dXMYBiABKA4yEy5ob2xkLnYxLkhvbGRTdGF0dXMSDQoFbGltaXQYBCABKAUSDgoGY3Vyc29yGAUgASgJSgQIAxAEIlQKEUxpc3RIb2xkc1Jlc3BvbnNlEhwKBWhvbGRzGAEgAygLMg0uaG9sZC52MS5Ib2xkEiEKBHBhZ2UYAiABKAsyEy5jb21tb24udjEuUGFnZUluZm8qlwEKCkhvbGRTdGF0dXMSGwoXSE9MRF9TVEFUVVNfVU5TUEVDSUZJRUQQABIUChBIT0xEX1NUQVRVU19IRUxEEAESIgoeSE9MRF9TVEFUVVNfUEFSVElBTExZX0NBUFRVUkVEEAISGAoUSE9MRF9TVEFUVVNfQ0FQVFVSRUQQAxIYChRIT0xEX1NUQVRVU19SRUxFQVNFRBAEKnwKEUhvbGRSZWxlYXNlUmVhc29uEiMKH0hPTERfUkVMRUFTRV9SRUFTT05fVU5TUEVDSUZJRUQQABIhCh1IT0xEX1JFTEVBU0VfUkVBU09OX1JFUVVFU1RFRBABEh8KG0hPTERfUkVMRUFTRV9SRUFTT05fRVhQSVJFRBACMvQCCgtIb2xkU2VydmljZRJFCgpDcmVhdGVIb2xkEhouaG9sZC52MS5DcmVhdGVIb2xkUmVxdWVzdBobLmhvbGQudjEuQ3JlYXRlSG9sZFJlc3BvbnNlEkgKC0NhcHR1cmVIb2xkEhsuaG9sZC52MS5DYXB0dXJlSG9sZFJlcXVlc3QaHC5ob2xkLnYxLkNhcHR1cmVIb2xkUmVzcG9uc2USSAoLUmVsZWFzZUhvbGQSGy5ob2xkLnYxLlJlbGVhc2VIb2xkUmVxdWVzdBocLmhvbGQudjEuUmVsZWFzZUhvbGRSZXNwb25zZRJBCgdHZXRIb2xkEhcuaG9sZC52MS5HZXRIb2xkUmVxdWVzdBoYLmhvbGQudjEuR2V0SG9sZFJlc3BvbnNlIgOQAgESRwoJTGlzdEhvbGRzEhkuaG9sZC52MS5MaXN0SG9sZHNSZXF1ZXN0GhouaG9sZC52MS5MaXN0SG9sZHNSZXNwb25zZSIDkAIBYgZwcm90bzM", [file_common_v1_common, file_google_protobuf_timestamp]);
 
 /**
  * Hold is money reserved in one entity.
@@ -81,9 +81,12 @@ export type Hold = Message<"hold.v1.Hold"> & {
   description: string;
 
   /**
-   * For a released hold: `requested` or `expired`.
+   * For a released hold: `requested` or `expired`. Still written so that answers stored for
+   * idempotent replay stay readable by the previous version; will be removed in a later release.
+   * Read `hold_release_reason`.
    *
-   * @generated from field: string release_reason = 9;
+   * @generated from field: string release_reason = 9 [deprecated = true];
+   * @deprecated
    */
   releaseReason: string;
 
@@ -107,6 +110,14 @@ export type Hold = Message<"hold.v1.Hold"> & {
    * @generated from field: google.protobuf.Timestamp updated_at = 12;
    */
   updatedAt?: Timestamp | undefined;
+
+  /**
+   * For a released hold: why; unspecified otherwise, and in answers stored by the previous
+   * version, which have only `release_reason`.
+   *
+   * @generated from field: hold.v1.HoldReleaseReason hold_release_reason = 14;
+   */
+  holdReleaseReason: HoldReleaseReason;
 };
 
 /**
@@ -492,6 +503,40 @@ export enum HoldStatus {
  */
 export const HoldStatusSchema: GenEnum<HoldStatus> = /*@__PURE__*/
   enumDesc(file_hold_v1_hold, 0);
+
+/**
+ * HoldReleaseReason is why a hold was released.
+ *
+ * @generated from enum hold.v1.HoldReleaseReason
+ */
+export enum HoldReleaseReason {
+  /**
+   * Not released, or an answer stored by the previous version (which has only the string).
+   *
+   * @generated from enum value: HOLD_RELEASE_REASON_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Released on request (ReleaseHold).
+   *
+   * @generated from enum value: HOLD_RELEASE_REASON_REQUESTED = 1;
+   */
+  REQUESTED = 1,
+
+  /**
+   * Released at its expiry time.
+   *
+   * @generated from enum value: HOLD_RELEASE_REASON_EXPIRED = 2;
+   */
+  EXPIRED = 2,
+}
+
+/**
+ * Describes the enum hold.v1.HoldReleaseReason.
+ */
+export const HoldReleaseReasonSchema: GenEnum<HoldReleaseReason> = /*@__PURE__*/
+  enumDesc(file_hold_v1_hold, 1);
 
 /**
  * HoldService owns the hold lifecycle. It moves money only through the ledger's reservations.
