@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { createAccount } from "@ledger/ledger-service";
+import { schemaClient } from "@ledger/e2e";
 import { startWebhookReceiver } from "@ledger/testing";
 import postgres from "postgres";
 import { backlogProbe } from "./backlog.js";
@@ -216,12 +217,7 @@ async function main(): Promise<number> {
       const system = await startSystem({ databaseUrl, natsUrl, repoRoot, caFile, layout });
       endProgress();
       console.log(`\n${layout}: system up (logs in ${system.logDir})`);
-      const sql = postgres(databaseUrl, {
-        max: 4,
-        types: { bigint: postgres.BigInt },
-        onnotice: () => {},
-        connection: { search_path: "ledger" },
-      }) as unknown as postgres.Sql<{ bigint: bigint }>;
+      const sql = schemaClient(databaseUrl, "ledger", 4);
       const probe = await backlogProbe(sql as unknown as postgres.Sql, natsUrl, system.stream);
       const overallPeak = Object.fromEntries(SERVICES.map((s) => [s, 0])) as Record<ServiceName, number>;
       peaks[layout] = overallPeak;

@@ -8,7 +8,7 @@ import postgres from "postgres";
 import { afterAll, expect, inject, it, vi } from "vitest";
 import { createAccount } from "@ledger/ledger-service";
 import { freePort, ownNats, startWebhookReceiver, type OwnNats, type WebhookReceiver } from "@ledger/testing";
-import { ledgerViolations, restClient } from "./index.js";
+import { ledgerViolations, restClient, schemaClient } from "./index.js";
 
 // A bank workload under faults, Jepsen style. Clients run transfers, pending
 // transactions settled or canceled, holds captured or released, each with an Idempotency-Key and
@@ -128,12 +128,7 @@ it(`keeps every promise through ${SECONDS} s of faults`, async () => {
   };
   for (const name of SERVICES) await start(name);
 
-  const sql = postgres(databaseUrl, {
-    max: 2,
-    onnotice: () => {},
-    types: { bigint: postgres.BigInt },
-    connection: { search_path: "ledger" },
-  });
+  const sql = schemaClient(databaseUrl, "ledger");
   const account = await createAccount(sql as never, "faults");
   const base = `http://127.0.0.1:${ports.gateway}/v1`;
   const api = restClient(base, account.api_key);

@@ -1,3 +1,4 @@
+import { afterAll, afterEach, beforeAll, expect } from "vitest";
 import { randomBytes } from "node:crypto";
 import { createRouterTransport, type ConnectRouter, type Interceptor, type Transport } from "@connectrpc/connect";
 import {
@@ -142,4 +143,21 @@ export async function startHandlers(gateway: Partial<GatewayConfig> = {}): Promi
     gateway: handle,
     close: () => handle.close(),
   };
+}
+
+/**
+ * For a file of refusal tests: starts the handlers once for the file, closes them after it, and
+ * after each test checks that nothing behind the handlers was reached, so every refusal is also
+ * proven to have changed nothing. Call it at the top of the file; it returns the running handlers.
+ */
+export function refusalHandlers(): () => Handlers {
+  let handlers: Handlers | undefined;
+  beforeAll(async () => {
+    handlers = await startHandlers();
+  });
+  afterAll(async () => handlers?.close());
+  afterEach(() => {
+    expect(handlers!.reached.splice(0)).toEqual([]);
+  });
+  return () => handlers!;
 }

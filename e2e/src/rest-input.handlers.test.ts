@@ -1,6 +1,6 @@
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { newId } from "@ledger/common";
-import { restClient, startHandlers, type ApiResponse, type Handlers } from "./index.js";
+import { refusalHandlers, restClient, type ApiResponse } from "./index.js";
 
 // Refusals of bad REST input, through the gateway and each service's own handlers and
 // authentication, in memory and with no database behind them (startHandlers): every refusal here
@@ -8,18 +8,10 @@ import { restClient, startHandlers, type ApiResponse, type Handlers } from "./in
 // What needs stored state (unknown ids, business rules, idempotent replays) is in the full-stack
 // tests beside each service and the gateway.
 
-let handlers: Handlers;
-beforeAll(async () => {
-  handlers = await startHandlers();
-});
-afterAll(async () => handlers?.close());
-afterEach(() => {
-  // Nothing a refusal could have changed was even reached.
-  const reached = handlers.reached.splice(0);
-  expect(reached).toEqual([]);
-});
+// After each test, nothing behind the handlers was reached.
+const handlers = refusalHandlers();
 
-const api = () => handlers.api;
+const api = () => handlers().api;
 const a = newId("entity");
 const b = newId("entity");
 
@@ -195,12 +187,12 @@ describe("the gateway", () => {
       ["/events", {}],
     ];
     for (const [path, query] of paths) {
-      expectError(await restClient(handlers.restUrl, undefined).get(path, query), 401, "unauthenticated", path);
-      expectError(await restClient(handlers.restUrl, "lsk_not-a-real-key").get(path, query), 401, "unauthenticated", path);
+      expectError(await restClient(handlers().restUrl, undefined).get(path, query), 401, "unauthenticated", path);
+      expectError(await restClient(handlers().restUrl, "lsk_not-a-real-key").get(path, query), 401, "unauthenticated", path);
     }
     // Past authentication with the Bearer form: refused for the amount, not for the key.
     expectError(
-      await restClient(handlers.restUrl, `Bearer ${handlers.apiKey}`).post("/entity/fund", { entity_id: a, amount: 0 }),
+      await restClient(handlers().restUrl, `Bearer ${handlers().apiKey}`).post("/entity/fund", { entity_id: a, amount: 0 }),
       400,
       "invalid_request",
     );

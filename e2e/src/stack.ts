@@ -210,12 +210,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
         }
       : {},
   );
-  const sql = postgres(databaseUrl, {
-    max: 4,
-    types: { bigint: postgres.BigInt },
-    onnotice: () => {},
-    connection: { search_path: "ledger" },
-  }) as unknown as postgres.Sql<{ bigint: bigint }>;
+  const sql = schemaClient(databaseUrl, "ledger", 4);
   const restUrl = `${gateway.server.url}/v1`;
   const transport = createConnectTransport({ baseUrl: ledger.server.url, httpVersion: "2", useBinaryFormat: true });
   const newAccount = async (name = "test account") => {
@@ -278,9 +273,10 @@ function databaseName(url: URL): string {
   return decodeURIComponent(url.pathname.slice(1));
 }
 
-function schemaClient(url: string, schema: string): postgres.Sql<{ bigint: bigint }> {
+/** A small client of one service's schema, with bigints as bigint: for checks and set-up beside the services. */
+export function schemaClient(url: string, schema: string, max = 2): postgres.Sql<{ bigint: bigint }> {
   return postgres(url, {
-    max: 2,
+    max,
     types: { bigint: postgres.BigInt },
     onnotice: () => {},
     connection: { search_path: schema },

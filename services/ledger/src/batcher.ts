@@ -3,6 +3,7 @@ import { ConnectError } from "@connectrpc/connect";
 import {
   claimIdempotencyKeys,
   createGroupScheduler,
+  metricsRegistry,
   pipelinedTransaction,
   ruleViolation,
   settleIdempotencyKeys,
@@ -14,7 +15,6 @@ import {
   type Tx,
 } from "@ledger/common";
 import { Counter, Histogram } from "prom-client";
-import { metricsRegistry } from "@ledger/common";
 import { ExternalEntityCache, openBook, type MoneyCommand, type Outcome } from "./money.js";
 
 const batchSize = new Histogram({

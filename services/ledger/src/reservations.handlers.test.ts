@@ -1,9 +1,9 @@
 import { Code, ConnectError, createClient, type CallOptions } from "@connectrpc/connect";
 import { ACCOUNT_HEADER, errorCodeOf, newId } from "@ledger/common";
-import { startHandlers, type Handlers } from "@ledger/e2e";
+import { refusalHandlers } from "@ledger/e2e";
 import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { ReservationService } from "@ledger/proto/ledger/v1/reservation_pb.js";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 
 // Who may call the ledger's RPCs, decided by its authentication before any handler runs, so checked
 // here against the handlers in memory with no database: the ReservationService that holds are built
@@ -11,15 +11,8 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 // key is refused, and the installation's service token acts for an account. What reservations do
 // with money is reservations.test.ts.
 
-let handlers: Handlers;
-beforeAll(async () => {
-  handlers = await startHandlers();
-});
-afterAll(async () => handlers?.close());
-afterEach(() => {
-  const reached = handlers.reached.splice(0);
-  expect(reached).toEqual([]);
-});
+// After each test, nothing behind the handlers was reached.
+const handlers = refusalHandlers();
 
 /** How a call ended: "ok", or its RPC code and the error code of the envelope. */
 async function outcome(call: Promise<unknown>): Promise<string> {
@@ -36,13 +29,13 @@ const reservationId = newId("hold");
 const entityId = newId("entity");
 
 describe("ReservationService", () => {
-  const reservations = () => createClient(ReservationService, handlers.ledger);
-  const asService = (accountId = handlers.principal.accountId, token = handlers.serviceToken): CallOptions => ({
+  const reservations = () => createClient(ReservationService, handlers().ledger);
+  const asService = (accountId = handlers().principal.accountId, token = handlers().serviceToken): CallOptions => ({
     headers: { authorization: `Service ${token}`, [ACCOUNT_HEADER]: accountId },
   });
 
   it("refuses a customer's API key with permission_denied on every method, in either spelling", async () => {
-    for (const authorization of [handlers.apiKey, `Bearer ${handlers.apiKey}`]) {
+    for (const authorization of [handlers().apiKey, `Bearer ${handlers().apiKey}`]) {
       const asCustomer = { headers: { authorization } };
       const calls = [
         reservations().reserve({ reservationId, entityId, amount: 10n }, asCustomer),
@@ -69,7 +62,7 @@ describe("ReservationService", () => {
       "Unauthenticated unauthenticated",
     );
     expect(
-      await outcome(reservations().getReservation({ reservationId }, { headers: { authorization: `Service ${handlers.serviceToken}` } })),
+      await outcome(reservations().getReservation({ reservationId }, { headers: { authorization: `Service ${handlers().serviceToken}` } })),
     ).toBe("Unauthenticated unauthenticated");
   });
 
@@ -89,7 +82,7 @@ describe("ReservationService", () => {
 });
 
 describe("LedgerService", () => {
-  const ledger = () => createClient(LedgerService, handlers.ledger);
+  const ledger = () => createClient(LedgerService, handlers().ledger);
 
   it("needs a valid key, and takes it in any spelling of Bearer", async () => {
     expect(await outcome(ledger().fundEntity({ entityId, amount: 0n }))).toBe("Unauthenticated unauthenticated");
@@ -97,10 +90,10 @@ describe("LedgerService", () => {
       "Unauthenticated unauthenticated",
     );
     for (const authorization of [
-      handlers.apiKey,
-      `Bearer ${handlers.apiKey}`,
-      `bEaReR   ${handlers.apiKey}`,
-      `Bearer\t${handlers.apiKey}`,
+      handlers().apiKey,
+      `Bearer ${handlers().apiKey}`,
+      `bEaReR   ${handlers().apiKey}`,
+      `Bearer\t${handlers().apiKey}`,
     ]) {
       // Past authentication: refused for the amount.
       expect(await outcome(ledger().fundEntity({ entityId, amount: 0n }, { headers: { authorization } })), authorization).toBe(
@@ -110,7 +103,7 @@ describe("LedgerService", () => {
   });
 
   it("refuses a batch of no items or of more than 1,000, naming the field", async () => {
-    const headers = { authorization: handlers.apiKey };
+    const headers = { authorization: handlers().apiKey };
     for (const count of [0, 1_001]) {
       const err = ConnectError.from(
         await ledger()
