@@ -11,7 +11,8 @@ import {
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { batchResponse } from "./batch-response.js";
 import type { ItemAnswer } from "./batcher.js";
-import { groupToProto, type GroupRow, type GroupStatus } from "./groups.js";
+import { anyText, groupRows } from "./group-arbitrary.js";
+import { groupToProto } from "./groups.js";
 
 // A batch call's results are written by hand (batch-response.ts) for speed; the answer must be byte
 // for byte what protobuf-es writes for the same results, and decode to them, whatever the items hold.
@@ -33,44 +34,8 @@ function reflective(answers: ItemAnswer[]) {
   return create(CreateTransactionsResponseSchema, { succeeded: answers.length - failed, failed, results });
 }
 
-const STATUSES: GroupStatus[] = ["pending", "posted", "canceled", "failed", "reversed"];
-const amount = fc.bigInt({ min: 1n, max: 2n ** 63n - 1n });
-const text = fc.oneof(fc.constant(""), fc.string({ maxLength: 300 }), fc.string({ unit: "grapheme", maxLength: 200 }));
-const when = fc.integer({ min: -62_135_596_800_000, max: 4_102_444_800_000 }).map((ms) => new Date(ms));
-
-const group: fc.Arbitrary<GroupRow> = fc
-  .record({
-    id: fc.string({ maxLength: 40 }),
-    account_id: fc.string({ maxLength: 40 }),
-    program_id: fc.string({ maxLength: 40 }),
-    status: fc.constantFrom(...STATUSES),
-    description: text,
-    metadata: fc.oneof(
-      { arbitrary: fc.constant(null), weight: 4 },
-      { arbitrary: fc.dictionary(fc.string({ maxLength: 10 }), fc.oneof(fc.string(), fc.integer(), fc.boolean())), weight: 1 },
-    ),
-    currency_code: fc.string({ maxLength: 3 }),
-    amount,
-    disputed: fc.boolean(),
-    reason: text,
-    reverses_group_id: fc.option(fc.string({ maxLength: 40 }), { nil: null }),
-    reversed_by_group_id: fc.option(fc.string({ maxLength: 40 }), { nil: null }),
-    created_at: when,
-    updated_at: when,
-    legs: fc.array(
-      fc.record({
-        id: fc.string({ maxLength: 40 }),
-        entity_id: fc.string({ maxLength: 40 }),
-        direction: fc.constantFrom("debit" as const, "credit" as const),
-        amount,
-        created_at: when,
-      }),
-      {
-        maxLength: 20,
-      },
-    ),
-  })
-  .map((g) => ({ ...g, legs: g.legs.map((leg, position) => ({ ...leg, group_id: g.id, position })) }));
+const group = groupRows({ minAmount: 1n, maxLegs: 20 });
+const text = anyText;
 
 const answer: fc.Arbitrary<ItemAnswer> = fc.oneof(
   {
