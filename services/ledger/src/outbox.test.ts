@@ -54,7 +54,9 @@ describe.runIf(NATS_SERVER_BIN)("outbox relay", () => {
 
     await nats.start();
     await expect
-      .poll(async () => (await stack!.sql<{ n: bigint }[]>`select coalesce(sum(events), 0)::int8 as n from outbox_writes`)[0]!.n, { timeout: 30_000 })
+      .poll(async () => (await stack!.sql<{ n: bigint }[]>`select coalesce(sum(events), 0)::int8 as n from outbox_writes`)[0]!.n, {
+        timeout: 30_000,
+      })
       .toBe(0n);
 
     const stored = await readStream(nats.url, stack.stream);

@@ -55,7 +55,10 @@ describe("a burst of events", () => {
     }
     const insertedMs = Date.now() - started;
     const published = expect
-      .poll(async () => (await stack.sql<{ n: number }[]>`select count(*)::int as n from outbox_writes`)[0]!.n, { timeout: 60_000, interval: 20 })
+      .poll(async () => (await stack.sql<{ n: number }[]>`select count(*)::int as n from outbox_writes`)[0]!.n, {
+        timeout: 60_000,
+        interval: 20,
+      })
       .toBe(0)
       .then(() => Date.now() - started);
     const stored = expect
