@@ -2,6 +2,12 @@
 -- a transaction that commits 100 transfers inserts, indexes, selects and deletes one row, not 100.
 -- The relay still publishes each event as its own message. `events` is the arrays' length, so the
 -- relay can size its batches and the backlog gauge count events without reading the arrays.
+
+-- Replicas of the previous version may be running (a rolling upgrade). This waits for their
+-- transactions that write or relay `outbox` rows to end and holds new ones off until this commits,
+-- so every row they commit is either moved below or goes through the trigger.
+lock table outbox in exclusive mode;
+
 create table outbox_writes (
   seq         bigserial primary key,
   events      int not null,
@@ -12,9 +18,7 @@ create table outbox_writes (
   check (events > 0 and cardinality(event_ids) = events and cardinality(subjects) = events and cardinality(payloads) = events)
 );
 
--- Events waiting in the per-event table move over, in order, with their commit times. Rows a relay
--- of the previous version is publishing right now are locked: the delete waits for it, and skips
--- those it deleted.
+-- Events waiting in the per-event table move over, in order, with their commit times.
 with moved as (delete from outbox returning seq, event_id, subject, payload, created_at)
 insert into outbox_writes (events, event_ids, subjects, payloads, created_at)
 select 1, array[event_id], array[subject], array[payload], created_at from moved order by seq;

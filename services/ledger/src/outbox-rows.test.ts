@@ -209,3 +209,52 @@ describe.each(["ledger", "hold"] as const)("upgrading the %s outbox from one row
     expect(stored.map((s) => s.event.id)).toEqual([...old, ...late].map((e) => e.id));
   });
 });
+
+describe("the outbox migration beside replicas of the previous version", () => {
+  it("waits for an old relay and an old writer in flight, then moves exactly the rows they left", async () => {
+    const { sql, migrateAll } = await schemaFor("ledger", "0005");
+    const row = (e: Event) => ({
+      event_id: e.id,
+      subject: "old.events.transaction.created",
+      payload: Buffer.from(toBinary(EventSchema, e)),
+    });
+    const relayed = [event(1), event(2)];
+    const waiting = [event(3)];
+    const written = [event(4)];
+    await sql`insert into outbox ${sql([...relayed, ...waiting].map(row), "event_id", "subject", "payload")}`;
+    const step = () => {
+      let go!: () => void;
+      const gate = new Promise<void>((resolve) => {
+        go = resolve;
+      });
+      return { gate, go };
+    };
+    const relayHolds = step();
+    const writerHolds = step();
+    const release = step();
+    // An old relay holds the first two rows (publishing them); an old writer has inserted a row
+    // and not committed yet.
+    const oldRelay = sql.begin(async (tx) => {
+      const rows = await tx<{ seq: bigint }[]>`select seq from outbox order by seq limit 2 for update skip locked`;
+      relayHolds.go();
+      await release.gate;
+      await tx`delete from outbox where seq = any(${rows.map((r) => `${r.seq}`)}::int8[])`;
+    });
+    const oldWriter = sql.begin(async (tx) => {
+      await tx`insert into outbox ${tx(written.map(row), "event_id", "subject", "payload")}`;
+      writerHolds.go();
+      await release.gate;
+    });
+    await Promise.all([relayHolds.gate, writerHolds.gate]);
+    const migrating = migrateAll();
+    // The migration waits for both.
+    const first = await Promise.race([migrating.then(() => "migrated"), new Promise((resolve) => setTimeout(resolve, 300, "waiting"))]);
+    expect(first).toBe("waiting");
+    release.go();
+    await Promise.all([oldRelay, oldWriter, migrating]);
+    const moved = await sql<{ event_ids: string[] }[]>`select event_ids from outbox_writes order by seq`;
+    // The relayed rows are gone for good; the waiting one and the one committed meanwhile moved, once each.
+    expect(moved.flatMap((r) => r.event_ids)).toEqual([...waiting, ...written].map((e) => e.id));
+    expect((await sql<{ n: number }[]>`select count(*)::int as n from outbox`)[0]!.n).toBe(0);
+  });
+});
