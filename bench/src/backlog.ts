@@ -1,11 +1,11 @@
-// Work the system still owes after the requests were answered: outbox rows not yet on JetStream,
+// Work the system still owes after the requests were answered: outbox events not yet on JetStream,
 // and stream messages the notification consumer has not yet stored.
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import type postgres from "postgres";
 
 export interface Backlog {
-  /** Rows in the ledger's and the hold service's outboxes. */
+  /** Events in the ledger's and the hold service's outboxes. */
   outbox: number;
   /** Messages the notification consumer has not acknowledged yet. */
   consumer: number;
@@ -27,7 +27,7 @@ export async function backlogProbe(sql: postgres.Sql, natsUrl: string, stream: s
   const jsm: JetStreamManager = await jetstreamManager(nc);
   const read = async (): Promise<Backlog> => {
     const [rows] = await sql<{ n: number }[]>`
-      select ((select count(*) from ledger.outbox) + (select count(*) from hold.outbox))::int as n`;
+      select ((select coalesce(sum(events), 0) from ledger.outbox_writes) + (select coalesce(sum(events), 0) from hold.outbox_writes))::int as n`;
     const info = await jsm.consumers.info(stream, `notification_${stream}`).catch(() => undefined);
     return { outbox: rows?.n ?? 0, consumer: info ? info.num_pending + info.num_ack_pending : 0 };
   };

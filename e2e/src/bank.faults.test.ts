@@ -271,9 +271,9 @@ it(`keeps every promise through ${SECONDS} s of faults`, async () => {
   const settled = await vi
     .waitFor(
       async () => {
-        const [l] = await sql`select count(*)::int as n from ledger.outbox`;
+        const [l] = await sql`select coalesce(sum(events), 0)::int as n from ledger.outbox_writes`;
         const [h] =
-          await holdSql`select (select count(*) from outbox) + (select count(*) from holds where status in ('creating','releasing')) + (select count(*) from captures where status = 'pending') as n`;
+          await holdSql`select (select coalesce(sum(events), 0) from outbox_writes) + (select count(*) from holds where status in ('creating','releasing')) + (select count(*) from captures where status = 'pending') as n`;
         const [d] = await notificationSql`select count(*)::int as n from deliveries where status = 'pending'`;
         // Events on the stream not yet stored: a notification process killed while holding messages
         // leaves them unacknowledged until JetStream redelivers them (its ack wait, 30 s).

@@ -5,7 +5,7 @@ import { Counter, Gauge } from "prom-client";
 import { backgroundLoop } from "./background-loop.js";
 import type { Sql, Tx } from "./db.js";
 import { metricsRegistry } from "./metrics.js";
-import { ensureEventStream, eventSubject, publishAcked, type NatsHandle, type StreamSettings } from "./nats.js";
+import { ensureEventStream, eventSubject, publishAcked, type NatsHandle, type StreamMessage, type StreamSettings } from "./nats.js";
 
 const published = new Counter({
   name: "outbox_published_total",
@@ -29,7 +29,8 @@ new Gauge({
   registers: [metricsRegistry],
   async collect() {
     for (const [service, sql] of outboxes) {
-      const [row] = await sql<{ n: bigint }[]>`select count(*)::int8 as n from outbox`.catch(() => [{ n: -1n }]);
+      // Events, not rows: a row holds every event of one write.
+      const [row] = await sql<{ n: bigint }[]>`select coalesce(sum(events), 0)::int8 as n from outbox_writes`.catch(() => [{ n: -1n }]);
       this.set({ service }, Number(row!.n));
     }
   },
@@ -42,20 +43,43 @@ new Gauge({
   async collect() {
     for (const [service, sql] of outboxes) {
       const [row] = await sql<{ age: number | null }[]>`
-        select extract(epoch from now() - min(created_at))::float8 as age from outbox`.catch(() => [{ age: null }]);
+        select extract(epoch from now() - min(created_at))::float8 as age from outbox_writes`.catch(() => [{ age: null }]);
       this.set({ service }, row!.age ?? 0);
     }
   },
 });
 
-/** Options of `createOutbox`. Each service has an `outbox` table in its own schema. */
+/**
+ * One outbox row: every event of one write, in order, as one row of the service's `outbox_writes`
+ * table. Payloads go as base64 text (one `text[]` parameter); the insert turns them back into
+ * bytes, in order, with `array(select decode(p, 'base64') from unnest($payloads::text[]) with ordinality as u(p, n) order by n)`.
+ */
+export interface OutboxWrite {
+  eventIds: string[];
+  subjects: string[];
+  payloads: string[];
+}
+
+/** An `OutboxWrite` of already encoded events. */
+export function outboxWrite(events: ReadonlyArray<{ id: string; subject: string; payload: Uint8Array }>): OutboxWrite {
+  return {
+    eventIds: events.map((e) => e.id),
+    subjects: events.map((e) => e.subject),
+    payloads: events.map((e) => Buffer.from(e.payload.buffer, e.payload.byteOffset, e.payload.byteLength).toString("base64")),
+  };
+}
+
+/** Options of `createOutbox`. Each service has an `outbox_writes` table in its own schema. */
 export interface OutboxOptions {
   service: string;
   sql: Sql;
   nats: NatsHandle;
   stream: StreamSettings;
   log: Logger;
-  /** Rows one relay transaction publishes, all in flight together. */
+  /**
+   * Events one relay transaction publishes, all in flight together; about, since it takes whole
+   * rows (at least one).
+   */
   batchSize?: number;
   /** Relay transactions in flight at once in this process (each takes its own rows). */
   lanes?: number;
@@ -69,10 +93,10 @@ export interface OutboxOptions {
  * them to JetStream with `Nats-Msg-Id` = event id and deletes them once JetStream has acked.
  */
 export interface Outbox {
-  /** Inserts the events' rows in `tx`; the statement is sent at once, the promise is its answer. */
+  /** Inserts the events as one row in `tx`; the statement is sent at once, the promise is its answer. */
   enqueue(tx: Tx, events: Event[]): Promise<void>;
-  /** The rows `enqueue` would insert, for a caller that writes them in a statement of its own. */
-  rowsOf(events: Event[]): Array<{ event_id: string; subject: string; payload: Uint8Array }>;
+  /** The row `enqueue` would insert, for a caller that writes it in a statement of its own. */
+  writeOf(events: Event[]): OutboxWrite;
   /** Tells the relay that new rows committed, so it need not wait for its next poll. */
   wake(): void;
   start(): void;
@@ -83,7 +107,7 @@ export interface Outbox {
 /** Creates the outbox of one service. */
 export function createOutbox(options: OutboxOptions): Outbox {
   const { sql, log } = options;
-  // 1,000 rows with all their publishes in flight, in two lanes: one lane selects and deletes
+  // 1,000 events with all their publishes in flight, in two lanes: one lane selects and deletes
   // while the other waits for JetStream's acks. Measured in bench/README.md (256 in one lane
   // published a burst of 20,000 about three times slower).
   const batchSize = options.batchSize ?? 1_000;
@@ -91,12 +115,14 @@ export function createOutbox(options: OutboxOptions): Outbox {
   const pollMs = options.pollMs ?? 250;
   let streamReady = false;
 
-  function rowsOf(events: Event[]) {
-    return events.map((event) => ({
-      event_id: event.id,
-      subject: eventSubject(options.stream.subjectPrefix, event.type),
-      payload: toBinary(EventSchema, event),
-    }));
+  function writeOf(events: Event[]): OutboxWrite {
+    return outboxWrite(
+      events.map((event) => ({
+        id: event.id,
+        subject: eventSubject(options.stream.subjectPrefix, event.type),
+        payload: toBinary(EventSchema, event),
+      })),
+    );
   }
 
   async function publishBatch(): Promise<number> {
@@ -108,21 +134,33 @@ export function createOutbox(options: OutboxOptions): Outbox {
     }
     return sql.begin(async (tx) => {
       // SKIP LOCKED lets lanes and replicas relay side by side without publishing a row twice at
-      // once. A row is deleted only in the transaction that saw every publish of its batch acked;
-      // a publish that fails rolls the batch back, and its rows go again under the same msgID,
-      // which JetStream's duplicate window drops if the first try did land.
-      const rows = await tx<{ seq: bigint; event_id: string; subject: string; payload: Uint8Array }[]>`
-        select seq, event_id, subject, payload from outbox order by seq limit ${batchSize} for update skip locked`;
-      if (rows.length === 0) return 0;
-      await publishAcked(
-        nc,
-        rows.map((row) => ({ subject: row.subject, payload: row.payload, msgId: row.event_id })),
-        5_000,
-      );
+      // once. A row holds the events of one write; the limit takes the rows, in order, whose events
+      // before them number under batchSize, counted on the first rows whether another lane holds
+      // them or not (so a second lane takes about as many events further on).
+      // A row is deleted only in the transaction that saw every publish of its batch acked;
+      // a publish that fails rolls the batch back, and its rows go again whole under the same msgIDs,
+      // which JetStream's duplicate window drops for those that did land.
+      // The events come back one per result row (unnest keeps their order): postgres.js reads a
+      // `bytea` column natively but a `bytea[]` one character at a time, which cost the ledger more
+      // than the rows saved (bench/README.md).
+      const events = await tx<{ seq: bigint; event_id: string; subject: string; payload: Uint8Array }[]>`
+        with taken as (
+          select seq, event_ids, subjects, payloads from outbox_writes order by seq
+          limit (select greatest(count(*), 1) from (
+            select sum(events) over (order by seq) - events as before from outbox_writes order by seq limit ${batchSize}) c
+            where before < ${batchSize})
+          for update skip locked)
+        select t.seq, u.event_id, u.subject, u.payload
+        from taken t, unnest(t.event_ids, t.subjects, t.payloads) with ordinality as u(event_id, subject, payload, n)
+        order by t.seq, u.n`;
+      if (events.length === 0) return 0;
+      const messages: StreamMessage[] = events.map((e) => ({ subject: e.subject, payload: e.payload, msgId: e.event_id }));
+      const seqs = [...new Set(events.map((e) => `${e.seq}`))];
+      await publishAcked(nc, messages, 5_000);
       // One array parameter, not one parameter per row.
-      await tx`delete from outbox where seq = any(${rows.map((row) => `${row.seq}`)}::int8[])`;
-      published.inc({ service: options.service }, rows.length);
-      return rows.length;
+      await tx`delete from outbox_writes where seq = any(${seqs}::int8[])`;
+      published.inc({ service: options.service }, messages.length);
+      return messages.length;
     });
   }
 
@@ -151,10 +189,16 @@ export function createOutbox(options: OutboxOptions): Outbox {
   return {
     enqueue(tx, events) {
       if (events.length === 0) return Promise.resolve();
+      const write = writeOf(events);
       // Sent at once, so a pipelined transaction can put its COMMIT right behind it.
-      return tx`insert into outbox ${tx(rowsOf(events), "event_id", "subject", "payload")}`.execute().then(() => {});
+      return tx`
+        insert into outbox_writes (events, event_ids, subjects, payloads)
+        values (${events.length}, ${write.eventIds}::text[], ${write.subjects}::text[],
+          array(select decode(p, 'base64') from unnest(${write.payloads}::text[]) with ordinality as u(p, n) order by n))`
+        .execute()
+        .then(() => {});
     },
-    rowsOf,
+    writeOf,
     wake,
     start() {
       outboxes.set(options.service, sql);

@@ -262,7 +262,7 @@ export function createHolds(deps: HoldDeps) {
       updated_at: new Date(),
     };
     const response = create(CreateHoldResponseSchema, { hold: holdToProto(held) });
-    const [event] = outbox.rowsOf([holdEvent("hold.created", held, origin)]);
+    const event = outbox.writeOf([holdEvent("hold.created", held, origin)]);
     let completing: Promise<{ n: number }[]> | undefined;
     await commits.transaction([hold.id], async (tx, writes) => {
       completing = tx<{ n: number }[]>`
@@ -270,8 +270,8 @@ export function createHolds(deps: HoldDeps) {
           update holds set status = 'held', program_id = ${held.program_id}, currency_code = ${held.currency_code}, updated_at = ${held.updated_at}
           where id = ${hold.id} and status = 'creating' returning id),
         events as (
-          insert into outbox (event_id, subject, payload)
-          select ${event!.event_id}, ${event!.subject}, ${Buffer.from(event!.payload)} from done)
+          insert into outbox_writes (events, event_ids, subjects, payloads)
+          select 1, ${event.eventIds}::text[], ${event.subjects}::text[], array[decode(${event.payloads[0]!}, 'base64')] from done)
         select count(*)::int as n from done`.execute();
       // A key another completion answered first keeps that answer (`response is null` in the update).
       writes.push(completing, answerIdempotencyKeys(tx, operations.create(hold.id), toBinary(CreateHoldResponseSchema, response)));

@@ -1,23 +1,16 @@
-import type { Tx } from "@ledger/common";
+import type { OutboxWrite, Tx } from "@ledger/common";
 import type { ExternalBalances } from "./money-load.js";
 import type { BookEffects, EntityState } from "./money-rules.js";
-
-/** An outbox row as `Outbox.rowsOf` makes it, written in the same statement as the effects. */
-export interface OutboxRow {
-  event_id: string;
-  subject: string;
-  payload: Uint8Array;
-}
 
 /**
  * Writes a batch's effects in one statement, sent at once and not awaited here, so a batch costs
  * at most one round trip to write however many commands it holds: ordinary balances (absolute), external balances (deltas), new groups
- * and legs, changed groups, reservations and captures, and the outbox rows of its events.
+ * and legs, changed groups, reservations and captures, and one outbox row with all its events.
  * It answers with the external entities' new balances, for ExternalEntityCache.
  * Foreign keys between the parts are checked at the end of the statement, when all are in.
  * The statement text never changes, so Postgres plans it once per connection.
  */
-export function persist(tx: Tx, batch: Omit<BookEffects, "events"> & { outbox: OutboxRow[]; now: Date }): Promise<ExternalBalances[]> {
+export function persist(tx: Tx, batch: Omit<BookEffects, "events"> & { outbox: OutboxWrite; now: Date }): Promise<ExternalBalances[]> {
   const changed = batch.changedEntities;
   const balances = (states: EntityState[]) =>
     json(
@@ -79,13 +72,7 @@ export function persist(tx: Tx, batch: Omit<BookEffects, "events"> & { outbox: O
     })),
   );
   const captures = json(batch.newCaptures.map((c) => ({ ...c, amount: `${c.amount}` })));
-  const outbox = json(
-    batch.outbox.map((r) => ({
-      event_id: r.event_id,
-      subject: r.subject,
-      payload: Buffer.from(r.payload.buffer, r.payload.byteOffset, r.payload.byteLength).toString("base64"),
-    })),
-  );
+  const outbox = batch.outbox;
   return tx<ExternalBalances[]>`
     with
     ordinary_balances as (
@@ -132,9 +119,10 @@ export function persist(tx: Tx, batch: Omit<BookEffects, "events"> & { outbox: O
       select id, account_id, reservation_id, amount, group_id
       from json_to_recordset(${captures}::text::json) as r(id text, account_id text, reservation_id text, amount int8, group_id text)),
     new_events as (
-      insert into outbox (event_id, subject, payload)
-      select event_id, subject, decode(payload, 'base64')
-      from json_to_recordset(${outbox}::text::json) as r(event_id text, subject text, payload text))
+      insert into outbox_writes (events, event_ids, subjects, payloads)
+      select cardinality(w.ids), w.ids, ${outbox.subjects}::text[],
+        array(select decode(p, 'base64') from unnest(${outbox.payloads}::text[]) with ordinality as u(p, n) order by n)
+      from (select ${outbox.eventIds}::text[] as ids) w where cardinality(w.ids) > 0)
     select * from external_balances`.execute();
 }
 

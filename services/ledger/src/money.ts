@@ -1,13 +1,12 @@
 // The money core, in three parts: the rules over in-memory balances (money-rules.ts, no I/O),
 // loading and locking what a set of commands needs (money-load.ts), and writing what they did in
 // one statement (money-persist.ts). This file puts them together for a transaction.
-import type { Tx } from "@ledger/common";
+import { outboxWrite, type Tx } from "@ledger/common";
 import { type ExternalEntityCache, loadBook } from "./money-load.js";
-import { persist, type OutboxRow } from "./money-persist.js";
+import { persist } from "./money-persist.js";
 import type { Book, MoneyCommand } from "./money-rules.js";
 
 export { ExternalEntityCache } from "./money-load.js";
-export type { OutboxRow } from "./money-persist.js";
 export {
   Book,
   expectOk,
@@ -37,7 +36,7 @@ export async function openBook(
     book,
     write() {
       const { events, ...effects } = book.effects();
-      const outbox: OutboxRow[] = events.map((e) => ({ event_id: e.id, subject: subjectOf(e.type), payload: e.payload }));
+      const outbox = outboxWrite(events.map((e) => ({ id: e.id, subject: subjectOf(e.type), payload: e.payload })));
       return persist(tx, { ...effects, outbox, now }).then((balances) => externals.refreshBalances(balances));
     },
   };

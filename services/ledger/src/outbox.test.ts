@@ -49,12 +49,14 @@ describe.runIf(NATS_SERVER_BIN)("outbox relay", () => {
     }
     const posted = await api.post("/transaction/post", { transaction_group_id: pending.body.transaction_group_id });
     expect(posted.status).toBe(200);
-    const [backlog] = await stack.sql<{ n: bigint }[]>`select count(*)::int8 as n from outbox`;
+    const [backlog] = await stack.sql<{ n: bigint }[]>`select coalesce(sum(events), 0)::int8 as n from outbox_writes`;
     expect(backlog!.n).toBeGreaterThan(0n);
 
     await nats.start();
     await expect
-      .poll(async () => (await stack!.sql<{ n: bigint }[]>`select count(*)::int8 as n from outbox`)[0]!.n, { timeout: 30_000 })
+      .poll(async () => (await stack!.sql<{ n: bigint }[]>`select coalesce(sum(events), 0)::int8 as n from outbox_writes`)[0]!.n, {
+        timeout: 30_000,
+      })
       .toBe(0n);
 
     const stored = await readStream(nats.url, stack.stream);
