@@ -373,7 +373,12 @@ async function main(): Promise<number> {
               );
               latency(beside.alone, "steady, alone:");
               latency(beside.beside, "steady, beside a slow destination:");
+              // The second drain starts from nothing owed: the steady runs' deliveries (the slow
+              // destination's end `endpoint_disabled`) must be done, or their backlog is timed too.
               await probe.settle(60_000);
+              const owedUntil = Date.now() + 120_000;
+              while ((await probe.pendingDeliveries()) > 0 && Date.now() < owedUntil)
+                await new Promise((resolve) => setTimeout(resolve, 100));
               await system.startNotificationReplica();
               await drainWith(2);
             }
