@@ -16,6 +16,8 @@ export interface BacklogProbe {
   read(): Promise<Backlog>;
   /** Events in the notification service's event log so far. */
   storedEvents(): Promise<number>;
+  /** Deliveries not yet ended (pending, leased or waiting for a retry). */
+  pendingDeliveries(): Promise<number>;
   /** Waits until both are empty, at most `capMs`; answers how long it waited and what was left. */
   settle(capMs: number): Promise<{ waitedMs: number; left: Backlog }>;
   natsVersion(): string;
@@ -35,6 +37,10 @@ export async function backlogProbe(sql: postgres.Sql, natsUrl: string, stream: s
     read,
     async storedEvents() {
       const [row] = await sql<{ n: number }[]>`select count(*)::int as n from notification.events`;
+      return row?.n ?? 0;
+    },
+    async pendingDeliveries() {
+      const [row] = await sql<{ n: number }[]>`select count(*)::int as n from notification.deliveries where status = 'pending'`;
       return row?.n ?? 0;
     },
     async settle(capMs) {

@@ -86,7 +86,7 @@ export async function startSystem(options: SystemOptions): Promise<System> {
     NATS_URL: options.natsUrl,
     NATS_STREAM: stream,
     NATS_SUBJECT_PREFIX: `bench${tag}`,
-    LOG_LEVEL: "warn",
+    LOG_LEVEL: process.env.BENCH_LOG_LEVEL ?? "warn",
     SERVICE_TOKEN: `bench-service-token-${randomBytes(8).toString("hex")}`,
     LEDGER_PORT: String(ports.ledger),
     HOLD_PORT: String(ports.hold),

@@ -76,27 +76,42 @@ export interface DrainResult {
   missing: number;
 }
 
-/** At most this many paced requests wait for an answer at once, so a stalled ledger cannot pile up unbounded work. */
+/** At most this many paced transactions wait for an answer at once, so a stalled ledger cannot pile up unbounded work. */
 const MAX_IN_FLIGHT = 2_000;
+/** Items per batch call of the paced load at most. */
+const BATCH_MAX_ITEMS = 200;
 
-/** Sends one posted transfer in the webhook account; answers its group id. */
-function sender(rpc: Rpc, fixtures: Fixtures): () => Promise<string> {
-  return async () => {
+/** Sends `n` posted transfers in the webhook account (one call: `CreateTransaction` for one, `CreateTransactions` for more); answers their group ids. */
+function sender(rpc: Rpc, fixtures: Fixtures): (n: number) => Promise<string[]> {
+  const transfer = () => {
     const a = fixtures.entities[Math.floor(Math.random() * fixtures.entities.length)]!;
     let b = a;
     for (let i = 0; b === a && i < 100; i++) b = fixtures.entities[Math.floor(Math.random() * fixtures.entities.length)]!;
-    const res = await rpc.ledger.createTransaction({
+    return {
       description: "bench webhook",
       status: TransactionStatus.POSTED,
-      form: { case: "transfer", value: { fromEntityId: a, toEntityId: b, amount: 1n } },
+      form: { case: "transfer" as const, value: { fromEntityId: a, toEntityId: b, amount: 1n } },
+    };
+  };
+  return async (n) => {
+    if (n === 1) {
+      const res = await rpc.ledger.createTransaction(transfer());
+      return [res.transactionGroup!.transactionGroupId];
+    }
+    const res = await rpc.ledger.createTransactions({ transactions: Array.from({ length: n }, () => ({ transaction: transfer() })) });
+    return res.results.map((r) => {
+      if (r.result.case !== "transactionGroup") throw Object.assign(new Error("a batch item was refused"), { code: "item_refused" });
+      return r.result.value.transactionGroupId;
     });
-    return res.transactionGroup!.transactionGroupId;
   };
 }
 
 /**
- * Open loop: request i leaves at start + i/rate whether or not earlier ones answered, so a slow
- * system shows as latency rather than as a politely slower sender.
+ * Open loop: transaction i is sent at start + i/rate whether or not earlier ones answered, so a
+ * slow system shows as latency rather than as a politely slower sender. With `batchMs` the
+ * transactions that fall due within each such tick go out together as one batch call (each still
+ * its own transaction with its own event): a busy ledger's writers batch, and the figure measured
+ * is the webhooks' pace, not the ledger's single-call ceiling on two shared cores.
  */
 export async function pacedLatency(
   rpc: Rpc,
@@ -105,6 +120,7 @@ export async function pacedLatency(
   rate: number,
   seconds: number,
   onProgress: (line: string) => void,
+  batchMs = 0,
 ): Promise<WebhookLatency> {
   const send = sender(rpc, fixtures);
   const total = Math.max(1, Math.round(rate * seconds));
@@ -119,22 +135,26 @@ export async function pacedLatency(
     while (launched < total) {
       const due = Math.min(total, Math.floor(((performance.now() - start) / 1000) * rate) + 1);
       while (launched < due && inFlight < MAX_IN_FLIGHT) {
-        launched++;
-        inFlight++;
-        send()
+        const n = batchMs > 0 ? Math.min(due - launched, BATCH_MAX_ITEMS) : 1;
+        launched += n;
+        inFlight += n;
+        send(n)
           .then(
-            (group) => void commits.set(group, Date.now()),
+            (groups) => {
+              const at = Date.now();
+              for (const group of groups) commits.set(group, at);
+            },
             (err: unknown) => {
               const code = errorCode(err);
-              errors[code] = (errors[code] ?? 0) + 1;
+              errors[code] = (errors[code] ?? 0) + n;
             },
           )
           .finally(() => {
-            inFlight--;
+            inFlight -= n;
             lastAnswer = performance.now();
           });
       }
-      await new Promise((resolve) => setTimeout(resolve, 1));
+      await new Promise((resolve) => setTimeout(resolve, Math.max(1, batchMs)));
     }
     // Each call has its own timeout, so this wait ends.
     const deadline = Date.now() + REQUEST_TIMEOUT_MS + 1_000;
@@ -180,7 +200,7 @@ export async function drain(
       Array.from({ length: 32 }, async () => {
         while (next < events) {
           next++;
-          groups.push(await send());
+          groups.push(...(await send(1)));
         }
       }),
     );
@@ -223,13 +243,16 @@ export interface SlowBeside {
   slowReceived: number;
 }
 
+/** The steady runs send what fell due every 10 ms as one batch call (about 11 transactions a call at 1,100/s). */
+const STEADY_BATCH_MS = 10;
+
 /** The receiver path of the slow destination. */
 export const SLOW_PATH = "/slow";
 
 /**
  * Runs the paced load twice at `rate`: alone, then with a second destination of the same account
- * that answers every delivery after 2 s (deleted afterwards, which ends its backlog
- * `endpoint_deleted`: only the fast destination's deliveries count in the invariants).
+ * that answers every delivery after 2 s (disabled afterwards, which ends its backlog
+ * `endpoint_disabled`: only the fast destination's deliveries count in the invariants).
  */
 export async function slowBeside(
   rpc: Rpc,
@@ -241,12 +264,20 @@ export async function slowBeside(
   seconds: number,
   onProgress: (line: string) => void,
 ): Promise<SlowBeside> {
-  const alone = await pacedLatency(rpc, fixtures, tracker, rate, seconds, onProgress);
+  const alone = await pacedLatency(rpc, fixtures, tracker, rate, seconds, onProgress, STEADY_BATCH_MS);
   // The receiver may be shared with an earlier run: count this run's slow requests only.
   const slowBefore = receiver.received(SLOW_PATH).length;
   const removeSlow = await addSlow(receiver.endpoint(SLOW_PATH, () => ({ status: 200, delayMs: 2_000 })));
   try {
-    const beside = await pacedLatency(rpc, fixtures, tracker, rate, seconds, (line) => onProgress(`beside a slow destination: ${line}`));
+    const beside = await pacedLatency(
+      rpc,
+      fixtures,
+      tracker,
+      rate,
+      seconds,
+      (line) => onProgress(`beside a slow destination: ${line}`),
+      STEADY_BATCH_MS,
+    );
     return { rate, alone, beside, slowReceived: receiver.received(SLOW_PATH).length - slowBefore };
   } finally {
     await removeSlow();

@@ -33,6 +33,8 @@ export interface NotificationConfig extends InfraConfig {
   webhookRetryScheduleMs: number[];
   /** Attempts in flight at once, per process. */
   webhookConcurrency: number;
+  /** The worker's pause before looking again at a destination another process holds; not an environment setting (tests lengthen it). */
+  webhookContendedPauseMs?: { firstMs: number; maxMs: number };
   /** AES-256-GCM key that encrypts signing secrets at rest. */
   secretKey: Buffer;
   /**

@@ -88,6 +88,63 @@ describe("two notification processes", () => {
   });
 });
 
+describe("a process waiting on a destination another process holds", () => {
+  it("looks again as soon as the other writes its outcomes, not after its own pause", async () => {
+    // This stack's process pauses a whole minute when a destination is held elsewhere, so only
+    // the other process's notification can bring the second delivery in time. The test plays
+    // the other process: it holds the destination's only slot with a lease of its own, then
+    // frees it and notifies, as a worker's turn does when it writes outcomes.
+    const stack = await startStack({
+      notification: {
+        webhookExtraCa: receiver.ca,
+        secretKey,
+        webhookTimeoutMs: 5_000,
+        webhookContendedPauseMs: { firstMs: 60_000, maxMs: 60_000 },
+      },
+    });
+    stacks.push(stack);
+    const sql = stack.notificationSql!;
+    const ep = await stack.api.post("/webhooks", { url: receiver.endpoint("/woken"), max_concurrency: 1 });
+    expect(ep.status).toBe(200);
+    const endpointId = ep.body.endpoint.endpoint_id as string;
+    await fundMany(stack.api, 1);
+    await expect.poll(() => receiver.received("/woken").length, { timeout: 10_000 }).toBe(1);
+
+    const [first] = await deliveries(stack, endpointId);
+    await sql`
+      insert into deliveries (id, account_id, event_id, endpoint_id, status, next_attempt_at, lease_id)
+      select 'held-elsewhere', account_id, event_id, endpoint_id, 'pending', now() + interval '1 hour', 'another process'
+      from deliveries where id = ${first!.id}`;
+    await fundMany(stack.api, 1);
+    // The new delivery is stored, and the process has looked at it and found the slot taken.
+    await expect.poll(async () => (await deliveries(stack, endpointId)).length, { timeout: 10_000 }).toBe(3);
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    expect(receiver.received("/woken")).toHaveLength(1);
+
+    await sql.begin(async (tx) => {
+      await tx`update deliveries set status = 'succeeded', lease_id = null, next_attempt_at = null where id = 'held-elsewhere'`;
+      await tx`select pg_notify('webhook_slots_freed', 'another process')`;
+    });
+    await expect.poll(() => receiver.received("/woken").length, { timeout: 10_000 }).toBe(2);
+  });
+
+  it("is told by a turn that wrote outcomes", async () => {
+    const stack = await newStack();
+    const heard: string[] = [];
+    const listener = await stack.notificationSql!.listen("webhook_slots_freed", (from) => void heard.push(from));
+    try {
+      await stack.api.post("/webhooks", { url: receiver.endpoint("/tells") });
+      await fundMany(stack.api, 3);
+      await expect.poll(() => receiver.received("/tells").length, { timeout: 10_000 }).toBe(3);
+      await expect.poll(() => heard.length, { timeout: 5_000 }).toBeGreaterThan(0);
+      // One process, so every notification names the same worker.
+      expect(new Set(heard).size).toBe(1);
+    } finally {
+      await listener.unlisten();
+    }
+  });
+});
+
 describe("a slow destination beside a fast one", () => {
   it("does not hold the fast one back", async () => {
     const stack = await newStack();

@@ -42,6 +42,7 @@ export function startNotification(config: NotificationConfig, peers: { ledger?: 
           userAgent: USER_AGENT,
           tracing,
           ...(config.webhookExtraCa ? { extraCa: config.webhookExtraCa } : {}),
+          ...(config.webhookContendedPauseMs ? { contendedPauseMs: config.webhookContendedPauseMs } : {}),
         }),
       );
       lifecycle.run(

@@ -33,6 +33,12 @@ export interface WorkerOptions {
   userAgent: string;
   /** How often to look for due work when nothing woke the loop. */
   pollMs?: number;
+  /**
+   * The pause before looking again at a destination another process holds: `firstMs`, doubling
+   * while it stays held, at most `maxMs` (default 2 ms up to 50 ms). Tests lengthen it to see the
+   * other process's wake alone.
+   */
+  contendedPauseMs?: { firstMs: number; maxMs: number };
   /** When set, each attempt is a span in the trace of the call that caused the event. */
   tracing?: Tracing | undefined;
 }
@@ -78,6 +84,15 @@ const CLAIM_LOCK_SPACE = 7_301;
 const CLAIM_ENDPOINTS = 1_000;
 // Outcomes written per turn at most; more wait for the next turn.
 const OUTCOMES_PER_TURN = 1_000;
+// Postgres NOTIFY channel on which a turn that wrote outcomes (so freed leases) tells the other
+// processes, which then look again at once instead of waiting out their contended pause.
+const SLOTS_FREED_CHANNEL = "webhook_slots_freed";
+// The pause before looking again at a destination another process holds (its lock for one turn,
+// or its slots until that process's next outcomes): a freed slot usually wakes the loop through
+// SLOTS_FREED_CHANNEL first, so the pause only covers a lost notification or a lock held by a
+// turn that wrote nothing. It was 2 ms doubling up to the 250 ms poll, and two processes sharing
+// one destination then took turns, each waiting out most of a pause (bench/README.md).
+const CONTENDED_PAUSE_MS = { firstMs: 2, maxMs: 50 };
 
 /**
  * Leases and outcomes commit without waiting for the WAL flush: they are visible to every other
@@ -123,6 +138,9 @@ export function retryDelayMs(schedule: number[], attempt: number, result: Attemp
 export function createWorker(options: WorkerOptions): Worker {
   const { sql, log } = options;
   const pollMs = options.pollMs ?? 250;
+  const contendedPause = options.contendedPauseMs ?? CONTENDED_PAUSE_MS;
+  // Names this process in its own notifications, which it ignores.
+  const workerId = randomUUID();
   const leaseMs = options.timeoutMs + 30_000;
   // Attempts from claim to written outcome, which stop() waits for.
   const inFlight = new Set<Promise<void>>();
@@ -256,13 +274,16 @@ export function createWorker(options: WorkerOptions): Worker {
       result = await retried(() =>
         pipelinedTransaction(sql, async (tx, writes) => {
           writes.push(commitWithoutFlushWait(tx));
-          if (batch.length > 0)
+          if (batch.length > 0) {
             writes.push(
               writeOutcomes(
                 tx,
                 batch.map((b) => b.outcome),
               ),
             );
+            // Delivered at commit, to every process listening (this one ignores its own).
+            writes.push(tx`select pg_notify(${SLOTS_FREED_CHANNEL}, ${workerId})`.execute());
+          }
           return free > 0 ? claimIn(tx, free, writes) : { claimed: [], contended: false };
         }),
       );
@@ -448,7 +469,7 @@ export function createWorker(options: WorkerOptions): Worker {
     }
     const { claimed, contended } = await turn(free);
     for (const c of claimed) launch(c);
-    contendedMs = contended ? Math.min(Math.max(2 * contendedMs, 2), pollMs) : 0;
+    contendedMs = contended ? Math.min(Math.max(2 * contendedMs, contendedPause.firstMs), contendedPause.maxMs) : 0;
     // Fewer than asked: nothing more is due that this process may take. Wait for an answer (a
     // slot), for new events, or, when another process holds a destination, a short while.
     if (claimed.length < free) return contendedMs || false;
@@ -464,10 +485,28 @@ export function createWorker(options: WorkerOptions): Worker {
     failureMessage: "cannot claim deliveries; retrying",
   });
 
+  // Another process freed leases: worth a look now if the last turn found a destination held.
+  let listening: Promise<{ unlisten(): Promise<void> } | undefined> = Promise.resolve(undefined);
+  function listenForFreedSlots(): void {
+    listening = sql
+      .listen(SLOTS_FREED_CHANNEL, (from) => {
+        if (from !== workerId && contendedMs > 0) wake();
+      })
+      .catch((err: unknown) => {
+        // Without it the contended pause still bounds the wait; postgres.js re-listens after a reconnect.
+        log.warn({ err: (err as Error).message }, "cannot listen for other processes' freed delivery slots; polling instead");
+        return undefined;
+      });
+  }
+
   return {
-    start: () => loop.start(),
+    start() {
+      listenForFreedSlots();
+      loop.start();
+    },
     wake,
     async stop() {
+      await (await listening)?.unlisten().catch(() => {});
       await loop.stop();
       await Promise.allSettled([...sending]);
       await flushEnded();
