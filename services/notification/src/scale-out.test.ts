@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { freePort, startWebhookReceiver, type Reply, type WebhookReceiver } from "@ledger/testing";
 import { startStack, TEST_SERVICE_TOKEN, type Api, type Stack } from "@ledger/e2e";
 
@@ -20,8 +20,12 @@ const secretKey = randomBytes(32);
 beforeAll(async () => {
   receiver = await startWebhookReceiver();
 });
+// Each test's stacks close when it ends: held to the end of the file, their connection pools
+// together ran past Postgres's connection limit.
+afterEach(async () => {
+  for (const s of stacks.splice(0)) await s.close();
+});
 afterAll(async () => {
-  for (const s of stacks) await s.close();
   await receiver?.close();
 });
 
