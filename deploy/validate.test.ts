@@ -88,6 +88,7 @@ function codeEnvNames(): Set<string> {
   const files = [
     "packages/common/src/config.ts",
     "packages/common/src/logger.ts",
+    "packages/common/src/memory.ts",
     "services/ledger/src/config.ts",
     "services/hold/src/config.ts",
     "services/notification/src/config.ts",
