@@ -161,7 +161,8 @@ export function createWorker(options: WorkerOptions): Worker {
    * worth looking again soon.
    */
   async function claimIn(tx: Tx, limit: number, writes: Promise<unknown>[]): Promise<{ claimed: Claimed[]; contended: boolean }> {
-    const lease = randomUUID();
+    // Prefixed with this process's id, so the claim can tell its own leases from the others'.
+    const lease = `${workerId}.${randomUUID()}`;
     // Destinations with due work, oldest due first, locked for this claim; a destination whose
     // lock another process holds is skipped now and looked at by the next claim.
     const candidates = await tx<{ id: string; enabled: boolean; deleted: boolean; max_concurrency: number; locked: boolean }[]>`
@@ -199,22 +200,27 @@ export function createWorker(options: WorkerOptions): Worker {
     }
     const live = endpoints.filter((e) => e.enabled && !e.deleted);
     if (live.length === 0) return { claimed: [], contended };
-    // One statement counts each destination's live leases and takes new ones up to its
-    // max_concurrency. It starts after the statement above got the destinations' locks, so its
-    // snapshot has every lease another process committed before; none can commit more until
-    // this transaction ends. This process's free slots are shared among the destinations one
+    // One statement counts each destination's attempts in flight and takes new leases up to its
+    // max_concurrency: the other processes' live leases (it starts after the statement above got
+    // the destinations' locks, so its snapshot has every lease another process committed before,
+    // and none can commit more until this transaction ends), plus this process's attempts still
+    // waiting for an answer, counted in memory. This process's own leases whose answer arrived
+    // but whose outcome the next turn writes are no longer in flight, so they no longer hold a
+    // slot: the slot frees when the answer arrives, not a turn later. This process's free slots are shared among the destinations one
     // round at a time, oldest due first, so one with a large backlog cannot take them all.
     // Per destination, its oldest due deliveries come through the (endpoint_id, next_attempt_at)
     // index. The due conditions stand on the locked rows themselves, so a row leased after this
     // statement's snapshot is re-read by the lock and dropped, never sent twice.
     const claimed = await tx<Claimed[]>`
       with live as (
-        select * from unnest(${live.map((e) => e.id)}::text[], ${live.map((e) => e.max_concurrency)}::int[])
-          with ordinality as l(endpoint_id, max_concurrency, ord)),
+        select * from unnest(${live.map((e) => e.id)}::text[], ${live.map((e) => e.max_concurrency)}::int[],
+                             ${live.map((e) => sendingTo.get(e.id) ?? 0)}::int[])
+          with ordinality as l(endpoint_id, max_concurrency, mine, ord)),
       room as (
-        select l.endpoint_id, l.ord, l.max_concurrency - (
+        select l.endpoint_id, l.ord, l.max_concurrency - l.mine - (
           select count(*) from deliveries d
-          where d.endpoint_id = l.endpoint_id and d.status = 'pending' and d.lease_id is not null and d.next_attempt_at > now())::int as room
+          where d.endpoint_id = l.endpoint_id and d.status = 'pending' and d.lease_id is not null
+            and d.lease_id not like ${`${workerId}.%`} and d.next_attempt_at > now())::int as room
         from live l),
       quota as (
         select endpoint_id, count(*)::int as n from (
