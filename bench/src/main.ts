@@ -348,7 +348,7 @@ async function main(): Promise<number> {
                 drains.push(result);
                 endProgress();
                 console.log(
-                  `  drain: ${result.events} events in ${result.seconds.toFixed(2)} s = ${Math.round(result.perSecond)} deliveries/s by ${processes} notification process${processes > 1 ? "es" : ""}`,
+                  `  drain: ${result.events} events in ${result.seconds.toFixed(2)} s = ${Math.round(result.perSecond)} deliveries/s by ${processes} notification process${processes > 1 ? "es" : ""} (${result.newConnections} new TLS connections to the receiver)`,
                 );
                 if (result.missing) unexpectedErrors.push(`drain (${processes}): ${result.missing} events not received within 120 s`);
               };

@@ -24,6 +24,10 @@ export class DeliveryTracker {
     this.seen = receiver.received(HOOK_PATH).length;
   }
 
+  receiverConnections(): number {
+    return this.receiver.connections();
+  }
+
   update(): void {
     const list = this.receiver.received(HOOK_PATH);
     for (; this.seen < list.length; this.seen++) {
@@ -71,6 +75,8 @@ export interface DrainResult {
   events: number;
   /** Notification processes sharing the work. */
   processes: number;
+  /** TLS connections the receiver accepted during the drain. */
+  newConnections: number;
   seconds: number;
   perSecond: number;
   missing: number;
@@ -214,6 +220,7 @@ export async function drain(
     system.signal("notification", "SIGCONT");
   }
   const resumed = Date.now();
+  const connectionsBefore = tracker.receiverConnections();
   const progress = setInterval(
     () => onProgress(`drain (${processes}): ${groups.filter((g) => tracker.arrivals.has(g)).length}/${groups.length} delivered`),
     1_000,
@@ -225,6 +232,7 @@ export async function drain(
     return {
       events: groups.length,
       processes,
+      newConnections: tracker.receiverConnections() - connectionsBefore,
       seconds,
       perSecond: seconds > 0 ? (groups.length - missing.length) / seconds : 0,
       missing: missing.length,

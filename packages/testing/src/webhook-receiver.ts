@@ -69,6 +69,8 @@ export interface WebhookReceiver {
   /** A URL on the receiver whose answers `reply` decides (default 200); its requests are recorded. */
   endpoint(path: string, reply?: (n: number, req: ReceivedWebhook) => Reply): string;
   received(path: string): ReceivedWebhook[];
+  /** TLS connections accepted so far (each one a full or resumed handshake). */
+  connections(): number;
   close(): Promise<void>;
 }
 
@@ -96,6 +98,8 @@ export async function startWebhookReceiver(): Promise<WebhookReceiver> {
       else answer();
     });
   });
+  let connections = 0;
+  server.on("secureConnection", () => connections++);
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", () => resolve()));
   const origin = `https://127.0.0.1:${(server.address() as AddressInfo).port}`;
   return {
@@ -106,6 +110,7 @@ export async function startWebhookReceiver(): Promise<WebhookReceiver> {
       return origin + path;
     },
     received: (path) => log.get(path) ?? [],
+    connections: () => connections,
     async close() {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
