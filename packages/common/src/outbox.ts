@@ -51,8 +51,8 @@ new Gauge({
 
 /**
  * One outbox row: every event of one write, in order, as one row of the service's `outbox_writes`
- * table. Payloads go as base64 text (one `text[]` parameter); the insert turns them back into
- * bytes, in order, with `array(select decode(p, 'base64') from unnest($payloads::text[]) with ordinality as u(p, n) order by n)`.
+ * table. Payloads go as base64 text (one `text[]` parameter); `outboxRowValues` turns them back
+ * into bytes, in order.
  */
 export interface OutboxWrite {
   eventIds: string[];
@@ -67,6 +67,16 @@ export function outboxWrite(events: ReadonlyArray<{ id: string; subject: string;
     subjects: events.map((e) => e.subject),
     payloads: events.map((e) => Buffer.from(e.payload.buffer, e.payload.byteOffset, e.payload.byteLength).toString("base64")),
   };
+}
+
+/**
+ * The values of one `outbox_writes` row, for `insert into outbox_writes (events, event_ids,
+ * subjects, payloads) select <these>` inside a statement of the caller's own (a fragment, sent
+ * with that statement).
+ */
+export function outboxRowValues(tx: Tx, write: OutboxWrite) {
+  return tx`${write.eventIds.length}::int, ${write.eventIds}::text[], ${write.subjects}::text[],
+    array(select decode(p, 'base64') from unnest(${write.payloads}::text[]) with ordinality as u(p, n) order by n)`;
 }
 
 /** Options of `createOutbox`. Each service has an `outbox_writes` table in its own schema. */
@@ -191,10 +201,7 @@ export function createOutbox(options: OutboxOptions): Outbox {
       if (events.length === 0) return Promise.resolve();
       const write = writeOf(events);
       // Sent at once, so a pipelined transaction can put its COMMIT right behind it.
-      return tx`
-        insert into outbox_writes (events, event_ids, subjects, payloads)
-        values (${events.length}, ${write.eventIds}::text[], ${write.subjects}::text[],
-          array(select decode(p, 'base64') from unnest(${write.payloads}::text[]) with ordinality as u(p, n) order by n))`
+      return tx`insert into outbox_writes (events, event_ids, subjects, payloads) select ${outboxRowValues(tx, write)}`
         .execute()
         .then(() => {});
     },

@@ -9,6 +9,7 @@ import {
   newId,
   NO_TRACE,
   notFound,
+  outboxRowValues,
   ruleViolation,
   startIdempotentOperation,
   type CallOrigin,
@@ -271,7 +272,7 @@ export function createHolds(deps: HoldDeps) {
           where id = ${hold.id} and status = 'creating' returning id),
         events as (
           insert into outbox_writes (events, event_ids, subjects, payloads)
-          select 1, ${event.eventIds}::text[], ${event.subjects}::text[], array[decode(${event.payloads[0]!}, 'base64')] from done)
+          select ${outboxRowValues(tx, event)} from done)
         select count(*)::int as n from done`.execute();
       // A key another completion answered first keeps that answer (`response is null` in the update).
       writes.push(completing, answerIdempotencyKeys(tx, operations.create(hold.id), toBinary(CreateHoldResponseSchema, response)));

@@ -1,4 +1,4 @@
-import type { OutboxWrite, Tx } from "@ledger/common";
+import { outboxRowValues, type OutboxWrite, type Tx } from "@ledger/common";
 import type { ExternalBalances } from "./money-load.js";
 import type { BookEffects, EntityState } from "./money-rules.js";
 
@@ -120,9 +120,7 @@ export function persist(tx: Tx, batch: Omit<BookEffects, "events"> & { outbox: O
       from json_to_recordset(${captures}::text::json) as r(id text, account_id text, reservation_id text, amount int8, group_id text)),
     new_events as (
       insert into outbox_writes (events, event_ids, subjects, payloads)
-      select cardinality(w.ids), w.ids, ${outbox.subjects}::text[],
-        array(select decode(p, 'base64') from unnest(${outbox.payloads}::text[]) with ordinality as u(p, n) order by n)
-      from (select ${outbox.eventIds}::text[] as ids) w where cardinality(w.ids) > 0)
+      select ${outboxRowValues(tx, outbox)} where ${outbox.eventIds.length}::int > 0)
     select * from external_balances`.execute();
 }
 
