@@ -12,6 +12,10 @@ export const anyText = fc.oneof(fc.constant(""), fc.string({ maxLength: 300 }), 
 
 const anyDate = fc.integer({ min: -62_135_596_800_000, max: 4_102_444_800_000 }).map((ms) => new Date(ms));
 
+// "__proto__" as a key does not survive protobuf-es's Struct reading (it sets the object's
+// prototype instead of a property), so a group carrying it cannot round-trip through any encoder.
+const metadataKey = fc.string({ maxLength: 10 }).filter((key) => key !== "__proto__");
+
 /** A stored group with its legs; amounts from `minAmount` to 2^63-1, mostly without metadata (which takes the reflective path). */
 export function groupRows(options: { minAmount: bigint; maxLegs: number }): fc.Arbitrary<GroupRow> {
   const amount = fc.bigInt({ min: options.minAmount, max: 2n ** 63n - 1n });
@@ -24,7 +28,7 @@ export function groupRows(options: { minAmount: bigint; maxLegs: number }): fc.A
       description: anyText,
       metadata: fc.oneof(
         { arbitrary: fc.constant(null), weight: 4 },
-        { arbitrary: fc.dictionary(fc.string({ maxLength: 10 }), fc.oneof(fc.string(), fc.integer(), fc.boolean())), weight: 1 },
+        { arbitrary: fc.dictionary(metadataKey, fc.oneof(fc.string(), fc.integer(), fc.boolean())), weight: 1 },
       ),
       currency_code: fc.string({ maxLength: 3 }),
       amount,
