@@ -31,7 +31,7 @@ import {
 } from "@ledger/proto/hold/v1/hold_pb.js";
 import type { CrashPoint } from "./crash.js";
 import type { GroupCommit } from "./group-commit.js";
-import type { LedgerClients } from "./ledger-client.js";
+import type { LedgerBatch } from "./ledger-batch.js";
 
 /** A hold as stored. `creating` and `releasing` are the in-flight states recovery finishes. */
 export interface HoldRow {
@@ -164,7 +164,8 @@ export interface HoldDeps {
   /** Where the hold operations' transactions run, many requests' steps to one transaction. */
   commits: GroupCommit;
   outbox: Outbox;
-  ledger: LedgerClients;
+  /** The ledger's reservation commands, many holds' to one call (see ledger-batch.ts). */
+  reservations: LedgerBatch;
   crash: (point: CrashPoint) => void;
   log: Logger;
 }
@@ -202,7 +203,7 @@ function keyClaim(accountId: string, idempotency: Idempotency | undefined): KeyC
  * steps leaves an intent that `recover` finishes by repeating the same ledger call.
  */
 export function createHolds(deps: HoldDeps) {
-  const { sql, commits, outbox, ledger, crash, log } = deps;
+  const { sql, commits, outbox, reservations, crash, log } = deps;
   /**
    * What a step touches, for group commit: steps on one hold, or with one client key, never share a
    * transaction (see group-commit.ts).
@@ -235,9 +236,10 @@ export function createHolds(deps: HoldDeps) {
   async function finishCreate(hold: HoldRow, origin: CallOrigin): Promise<MessageShape<typeof CreateHoldResponseSchema>> {
     let reservation: Reservation;
     try {
-      const res = await ledger.reservations.reserve(
+      const res = await reservations.reserve(
+        hold.account_id,
         { programId: hold.program_id, reservationId: hold.id, entityId: hold.entity_id, amount: hold.amount },
-        ledger.asAccount(hold.account_id, origin),
+        origin,
       );
       reservation = res.reservation!;
     } catch (err) {
@@ -295,7 +297,8 @@ export function createHolds(deps: HoldDeps) {
   ): Promise<MessageShape<typeof CaptureHoldResponseSchema>> {
     let groupId: string;
     try {
-      const res = await ledger.reservations.captureReservation(
+      const res = await reservations.capture(
+        hold.account_id,
         {
           programId: hold.program_id,
           reservationId: hold.id,
@@ -304,7 +307,7 @@ export function createHolds(deps: HoldDeps) {
           destinationEntityId: capture.destination_entity_id,
           description: capture.description,
         },
-        ledger.asAccount(hold.account_id, origin),
+        origin,
       );
       groupId = res.transactionGroup!.transactionGroupId;
     } catch (err) {
@@ -413,10 +416,7 @@ export function createHolds(deps: HoldDeps) {
 
   /** Releases in the ledger and completes a hold in `releasing`. Safe to repeat. */
   async function finishRelease(hold: HoldRow, origin: CallOrigin): Promise<MessageShape<typeof ReleaseHoldResponseSchema>> {
-    await ledger.reservations.releaseReservation(
-      { programId: hold.program_id, reservationId: hold.id },
-      ledger.asAccount(hold.account_id, origin),
-    );
+    await reservations.release(hold.account_id, { programId: hold.program_id, reservationId: hold.id }, origin);
     crash("after_ledger_release");
     const response = await commits.transaction([hold.id], async (tx, writes) => {
       const [row] = await tx<HoldRow[]>`
