@@ -2,6 +2,7 @@ import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { appError, createGroupScheduler, metricsRegistry, type CallOrigin, type ErrorCode, type Logger, type Queued } from "@ledger/common";
 import type {
+  ApplyReservationsResponse,
   CaptureReservationRequestSchema,
   CaptureReservationResponse,
   ReleaseReservationRequestSchema,
@@ -80,7 +81,7 @@ export function createLedgerBatch(options: LedgerBatchOptions) {
   async function call(jobs: Job[]): Promise<void> {
     const first = jobs[0]!;
     callSize.observe(jobs.length);
-    let results;
+    let results: ApplyReservationsResponse["results"];
     try {
       ({ results } = await ledger.reservations.applyReservations(
         { commands: jobs.map((job) => ({ command: job.command })) },

@@ -17,7 +17,7 @@ import {
   ApplyReservationsResponseSchema,
   type CaptureReservationRequest,
   type ReleaseReservationRequest,
-  ReservationCommandResultSchema,
+  type ReservationCommandResultSchema,
   type ReserveRequest,
   CaptureReservationRequestSchema,
   CaptureReservationResponseSchema,
