@@ -174,9 +174,10 @@ describe("with tracing configured", () => {
     expect(toHold.parentSpanId).toBe(rest.spanId);
     const inHold = one(spans, "hold", "hold.v1.HoldService/CaptureHold");
     expect(inHold).toMatchObject({ kind: SERVER, parentSpanId: toHold.spanId });
-    const toLedger = one(spans, "hold", "ledger.v1.ReservationService/CaptureReservation");
+    // A lone capture's ledger call (ApplyReservations carrying just it) continues its trace.
+    const toLedger = one(spans, "hold", "ledger.v1.ReservationService/ApplyReservations");
     expect(toLedger).toMatchObject({ kind: CLIENT, parentSpanId: inHold.spanId });
-    const inLedger = one(spans, "ledger", "ledger.v1.ReservationService/CaptureReservation");
+    const inLedger = one(spans, "ledger", "ledger.v1.ReservationService/ApplyReservations");
     expect(inLedger).toMatchObject({ kind: SERVER, parentSpanId: toLedger.spanId });
     // Each event continues from the span that committed it: the transfer from the ledger's, the hold event from the hold service's.
     const storedTransfer = one(spans, "notification", "process transaction.created");

@@ -132,3 +132,54 @@ it.each(CRASH_POINTS)("recovers after a crash at %s", async (point) => {
   await expectHeldMatches(stack);
   await stopHoldProcess();
 });
+
+// The ledger calls of concurrent holds go together (ledger-batch.ts): a crash right after one
+// returns leaves many holds half done at once, some applied by the ledger and some not yet sent.
+it.each(["after_ledger_reserve", "after_ledger_capture"] as const)(
+  "recovers every hold of a batched ledger call after a crash at %s",
+  async (point) => {
+    const { api } = stack;
+    const source = (await api.post("/entity", { entity_name: "s", entity_type: "w" })).body.entity.entity_id;
+    const dest = (await api.post("/entity", { entity_name: "d", entity_type: "w" })).body.entity.entity_id;
+    await api.post("/entity/fund", { entity_id: source, amount: 10_000 });
+    await startHoldProcess(point);
+
+    const n = 12;
+    if (point === "after_ledger_reserve") {
+      const answers = await Promise.all(Array.from({ length: n }, () => api.post("/hold", { entity_id: source, amount: 100 })));
+      expect(answers.every((a) => a.status >= 500)).toBe(true);
+    } else {
+      const holdIds: string[] = [];
+      for (let i = 0; i < n; i++) holdIds.push((await api.post("/hold", { entity_id: source, amount: 100 })).body.hold.hold_id);
+      const answers = await Promise.all(
+        holdIds.map((id) => api.post("/hold/capture", { hold_id: id, amount: 60, destination_entity_id: dest })),
+      );
+      expect(answers.every((a) => a.status >= 500)).toBe(true);
+    }
+    await waitForExit();
+    expect(child!.exitCode).toBe(137);
+
+    await startHoldProcess();
+    await expect
+      .poll(
+        async () => {
+          const [row] = await stack.holdSql()<{ n: bigint }[]>`
+        select (select count(*) from holds where status in ('creating', 'releasing') and entity_id = ${source})
+             + (select count(*) from captures c join holds h on h.id = c.hold_id where c.status = 'pending' and h.entity_id = ${source}) as n`;
+          return row!.n;
+        },
+        { timeout: 20_000 },
+      )
+      .toBe(0n);
+    const [destination] = await stack.sql<{ posted: bigint }[]>`select posted from entities where id = ${dest}`;
+    const [captured] = await stack.holdSql()<
+      { total: bigint; holds: bigint }[]
+    >`select coalesce(sum(captured_amount), 0)::int8 as total, count(*)::int8 as holds from holds where entity_id = ${source}`;
+    expect(destination!.posted).toBe(captured!.total);
+    // At least the call that returned was applied and its holds finished by recovery.
+    if (point === "after_ledger_reserve") expect(captured!.holds).toBeGreaterThan(0n);
+    else expect(captured!.total).toBeGreaterThan(0n);
+    await expectHeldMatches(stack);
+    await stopHoldProcess();
+  },
+);

@@ -134,6 +134,53 @@ describe("holds", () => {
     await expectHeldMatchesHolds();
   });
 
+  it("answers and announces each of concurrent captures of one hold with the hold as that capture left it", async () => {
+    // A capture's completion writes the hold it expects from its intent in one statement; when
+    // another capture of the hold completed first it must notice and add to the hold as it is.
+    const [source, sink] = [await entity(), await entity()];
+    await api.post("/entity/fund", { entity_id: source, amount: 1000 });
+    const holdIds: string[] = [];
+    for (let i = 0; i < 4; i++) holdIds.push((await api.post("/hold", { entity_id: source, amount: 100 })).body.hold.hold_id);
+    const answers = await Promise.all(
+      holdIds.flatMap((id) =>
+        [10, 20, 30].map((amount) => api.post("/hold/capture", { hold_id: id, amount, destination_entity_id: sink })),
+      ),
+    );
+    expect(answers.map((a) => a.status)).toEqual(Array(12).fill(200));
+    for (const id of holdIds) {
+      const mine = answers.filter((a) => a.body.hold.hold_id === id).map((a) => a.body.hold.captured_amount as number);
+      // Each answer shows the hold after its own capture: three different totals, the last 60.
+      expect(new Set(mine).size).toBe(3);
+      expect(Math.max(...mine)).toBe(60);
+      expect((await api.get("/hold", { hold_id: id })).body.hold).toMatchObject({ captured_amount: 60, status: "partially_captured" });
+    }
+    await expect
+      .poll(
+        async () =>
+          (await readStream(stack.natsUrl, stack.stream)).filter(
+            (s) => s.event.type === "hold.captured" && s.event.data.case === "hold" && holdIds.includes(s.event.data.value.holdId),
+          ).length,
+      )
+      .toBe(12);
+    const events = (await readStream(stack.natsUrl, stack.stream)).filter(
+      (s) => s.event.type === "hold.captured" && s.event.data.case === "hold" && holdIds.includes(s.event.data.value.holdId),
+    );
+    for (const id of holdIds) {
+      const totals = events
+        .filter((e) => e.event.data.case === "hold" && e.event.data.value.holdId === id)
+        .map((e) => (e.event.data.case === "hold" ? Number(e.event.data.value.capturedAmount) : 0));
+      expect(totals.sort((a, b) => a - b)).toEqual(
+        answers
+          .filter((a) => a.body.hold.hold_id === id)
+          .map((a) => a.body.hold.captured_amount as number)
+          .sort((a, b) => a - b),
+      );
+    }
+    expect(await balances(source)).toMatchObject({ posted: 760, held: 160 });
+    expect((await balances(sink)).posted).toBe(240);
+    await expectHeldMatchesHolds();
+  });
+
   it("releases an expired hold by itself, with reason expired, and emits every hold event once", async () => {
     const source = await entity();
     await api.post("/entity/fund", { entity_id: source, amount: 100 });

@@ -31,7 +31,7 @@ import {
 } from "@ledger/proto/hold/v1/hold_pb.js";
 import type { CrashPoint } from "./crash.js";
 import type { GroupCommit } from "./group-commit.js";
-import type { LedgerClients } from "./ledger-client.js";
+import type { LedgerBatch } from "./ledger-batch.js";
 
 /** A hold as stored. `creating` and `releasing` are the in-flight states recovery finishes. */
 export interface HoldRow {
@@ -164,7 +164,8 @@ export interface HoldDeps {
   /** Where the hold operations' transactions run, many requests' steps to one transaction. */
   commits: GroupCommit;
   outbox: Outbox;
-  ledger: LedgerClients;
+  /** The ledger's reservation commands, many holds' to one call (see ledger-batch.ts). */
+  reservations: LedgerBatch;
   crash: (point: CrashPoint) => void;
   log: Logger;
 }
@@ -202,7 +203,7 @@ function keyClaim(accountId: string, idempotency: Idempotency | undefined): KeyC
  * steps leaves an intent that `recover` finishes by repeating the same ledger call.
  */
 export function createHolds(deps: HoldDeps) {
-  const { sql, commits, outbox, ledger, crash, log } = deps;
+  const { sql, commits, outbox, reservations, crash, log } = deps;
   /**
    * What a step touches, for group commit: steps on one hold, or with one client key, never share a
    * transaction (see group-commit.ts).
@@ -235,9 +236,10 @@ export function createHolds(deps: HoldDeps) {
   async function finishCreate(hold: HoldRow, origin: CallOrigin): Promise<MessageShape<typeof CreateHoldResponseSchema>> {
     let reservation: Reservation;
     try {
-      const res = await ledger.reservations.reserve(
+      const res = await reservations.reserve(
+        hold.account_id,
         { programId: hold.program_id, reservationId: hold.id, entityId: hold.entity_id, amount: hold.amount },
-        ledger.asAccount(hold.account_id, origin),
+        origin,
       );
       reservation = res.reservation!;
     } catch (err) {
@@ -295,7 +297,8 @@ export function createHolds(deps: HoldDeps) {
   ): Promise<MessageShape<typeof CaptureHoldResponseSchema>> {
     let groupId: string;
     try {
-      const res = await ledger.reservations.captureReservation(
+      const res = await reservations.capture(
+        hold.account_id,
         {
           programId: hold.program_id,
           reservationId: hold.id,
@@ -304,7 +307,7 @@ export function createHolds(deps: HoldDeps) {
           destinationEntityId: capture.destination_entity_id,
           description: capture.description,
         },
-        ledger.asAccount(hold.account_id, origin),
+        origin,
       );
       groupId = res.transactionGroup!.transactionGroupId;
     } catch (err) {
@@ -319,41 +322,101 @@ export function createHolds(deps: HoldDeps) {
       throw err;
     }
     crash("after_ledger_capture");
+    const done: CaptureRow = { ...capture, status: "done", transaction_group_id: groupId };
+    const completed = (await completeCaptureAsSeen(hold, done, origin)) ?? (await completeCaptureAfresh(hold, done, origin));
+    if (completed.completed) outbox.wake();
+    return completed.response;
+  }
+
+  /**
+   * The common case in one round trip: the hold is as the capture's intent saw it (no other capture
+   * of it completed since), so the hold after this capture, its event and the response for the
+   * client's key are known before anything is written, and one conditional statement writes them
+   * all with the COMMIT. The statement locks the hold first and checks its captured amount and
+   * status on the newest version of the row; when they moved, it writes nothing and the caller
+   * falls back to `completeCaptureAfresh`. Undefined then.
+   */
+  async function completeCaptureAsSeen(
+    hold: HoldRow,
+    done: CaptureRow,
+    origin: CallOrigin,
+  ): Promise<{ response: MessageShape<typeof CaptureHoldResponseSchema>; completed: boolean } | undefined> {
+    const capturedAmount = hold.captured_amount + done.amount;
+    const after: HoldRow = {
+      ...hold,
+      captured_amount: capturedAmount,
+      status: capturedAmount === hold.amount ? "captured" : "partially_captured",
+      updated_at: new Date(),
+    };
+    const response = captureResponse(after, done);
+    const event = outbox.writeOf([holdEvent("hold.captured", after, origin, done)]);
+    let completing: Promise<{ n: number }[]> | undefined;
+    await commits.transaction([hold.id], async (tx, writes) => {
+      // The hold is locked before the capture, as the intent and the fallback do, so two completions
+      // of one hold queue on the hold's lock. A capture already done (recovery finished it) has moved
+      // the captured amount, so it is not done twice.
+      completing = tx<{ n: number }[]>`
+        with seen as (
+          select id from holds where id = ${hold.id} and captured_amount = ${hold.captured_amount} and status = ${hold.status}
+          for update),
+        done as (
+          update captures set status = 'done', transaction_group_id = ${done.transaction_group_id}
+          where id = ${done.id} and status = 'pending' and exists (select 1 from seen) returning id),
+        held as (
+          update holds set captured_amount = ${after.captured_amount}, status = ${after.status}, updated_at = ${after.updated_at}
+          where id = ${hold.id} and exists (select 1 from done) returning id),
+        events as (
+          insert into outbox_writes (events, event_ids, subjects, payloads)
+          select ${outboxRowValues(tx, event)} from held),
+        keys as (
+          update idempotency_keys set response = ${toBinary(CaptureHoldResponseSchema, response)}
+          where operation = ${operations.capture(done.id)} and response is null and exists (select 1 from held))
+        select count(*)::int as n from held`.execute();
+      writes.push(completing);
+    });
+    const [written] = await completing!;
+    return written!.n === 0 ? undefined : { response, completed: true };
+  }
+
+  /**
+   * A capture's completion reading the hold as it is: when another capture of the hold completed
+   * since this one's intent, or another process completed this one.
+   */
+  async function completeCaptureAfresh(
+    hold: HoldRow,
+    done: CaptureRow,
+    origin: CallOrigin,
+  ): Promise<{ response: MessageShape<typeof CaptureHoldResponseSchema>; completed: boolean }> {
     // One statement marks the capture done and adds it to the hold; the event and the response for
     // the client's key, built from the hold as that statement left it, go out with the COMMIT.
-    const result = await commits.transaction([hold.id], async (tx, writes) => {
+    return commits.transaction([hold.id], async (tx, writes) => {
       const [row] = await tx<HoldRow[]>`
-        with done as (
-          update captures set status = 'done', transaction_group_id = ${groupId}
-          where id = ${capture.id} and status = 'pending' returning hold_id, amount)
+        with seen as (select id from holds where id = ${hold.id} for update),
+        done as (
+          update captures set status = 'done', transaction_group_id = ${done.transaction_group_id}
+          where id = ${done.id} and status = 'pending' and exists (select 1 from seen) returning hold_id, amount)
         update holds h set captured_amount = h.captured_amount + done.amount,
           status = case when h.captured_amount + done.amount = h.amount then 'captured' else 'partially_captured' end,
           updated_at = now()
         from done where h.id = done.hold_id returning h.*`;
       if (!row) {
         // Another process (recovery) completed it first: answer with what it wrote.
-        const [again] = await tx<CaptureRow[]>`select * from captures where id = ${capture.id}`;
+        const [again] = await tx<CaptureRow[]>`select * from captures where id = ${done.id}`;
         const [now] = await tx<HoldRow[]>`select * from holds where id = ${hold.id}`;
         return { response: captureResponse(now!, again!), completed: false };
       }
-      const done: CaptureRow = { ...capture, status: "done", transaction_group_id: groupId };
       const response = captureResponse(row, done);
       writes.push(
         outbox.enqueue(tx, [holdEvent("hold.captured", row, origin, done)]),
-        answerIdempotencyKeys(tx, operations.capture(capture.id), toBinary(CaptureHoldResponseSchema, response)),
+        answerIdempotencyKeys(tx, operations.capture(done.id), toBinary(CaptureHoldResponseSchema, response)),
       );
       return { response, completed: true };
     });
-    if (result.completed) outbox.wake();
-    return result.response;
   }
 
   /** Releases in the ledger and completes a hold in `releasing`. Safe to repeat. */
   async function finishRelease(hold: HoldRow, origin: CallOrigin): Promise<MessageShape<typeof ReleaseHoldResponseSchema>> {
-    await ledger.reservations.releaseReservation(
-      { programId: hold.program_id, reservationId: hold.id },
-      ledger.asAccount(hold.account_id, origin),
-    );
+    await reservations.release(hold.account_id, { programId: hold.program_id, reservationId: hold.id }, origin);
     crash("after_ledger_release");
     const response = await commits.transaction([hold.id], async (tx, writes) => {
       const [row] = await tx<HoldRow[]>`

@@ -16,6 +16,7 @@ import { crashHook } from "./crash.js";
 import { createHoldService } from "./hold-rpc.js";
 import { createGroupCommit } from "./group-commit.js";
 import { createHolds } from "./holds.js";
+import { createLedgerBatch } from "./ledger-batch.js";
 import { connectLedger } from "./ledger-client.js";
 
 const MIGRATIONS = fileURLToPath(new URL("../migrations", import.meta.url));
@@ -61,7 +62,15 @@ export function startHold(config: HoldConfig, peers: { ledger?: InProcessService
         maxInFlight: config.batchConcurrency,
         lingerMs: config.batchLingerMs,
       });
-      const holds = createHolds({ sql, commits, outbox, ledger, crash: crashHook(config.crashAt), log });
+      // The ledger calls are grouped like the transactions: the same settings bound both.
+      const reservations = createLedgerBatch({
+        ledger,
+        log,
+        maxBatch: config.batchMax,
+        maxInFlight: config.batchConcurrency,
+        lingerMs: config.batchLingerMs,
+      });
+      const holds = createHolds({ sql, commits, outbox, reservations, crash: crashHook(config.crashAt), log });
 
       // Expiry and recovery run in every replica; row locks and conditional updates keep them from
       // doing one hold's work twice. Recovery runs at once at start (a crash may have left intents).

@@ -1,7 +1,24 @@
-import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import { invalidArgument, notFound, parseAmount, sqlState, type Sql } from "@ledger/common";
+import type { DescMessage, MessageInitShape } from "@bufbuild/protobuf";
+import { ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import {
+  errorCodeOf,
+  idempotencyKeyOf,
+  IDEMPOTENT_REPLAYED_HEADER,
+  invalidArgument,
+  notFound,
+  parseAmount,
+  principalOf,
+  requestFingerprint,
+  sqlState,
+  type Sql,
+} from "@ledger/common";
+import {
+  ApplyReservationsRequestSchema,
+  ApplyReservationsResponseSchema,
+  type CaptureReservationRequest,
+  type ReleaseReservationRequest,
+  type ReservationCommandResultSchema,
+  type ReserveRequest,
   CaptureReservationRequestSchema,
   CaptureReservationResponseSchema,
   ReleaseReservationRequestSchema,
@@ -14,8 +31,8 @@ import {
 } from "@ledger/proto/ledger/v1/reservation_pb.js";
 import { groupToProto } from "./groups.js";
 import { commandScope, type ProgramResolver } from "./programs.js";
-import type { ReservationRow } from "./money.js";
-import type { createBatcher } from "./batcher.js";
+import type { MoneyCommand, ReservationRow } from "./money.js";
+import type { Applied, createBatcher, ItemAnswer, Submission } from "./batcher.js";
 import { createWritePath } from "./write-path.js";
 import type { Outbox } from "@ledger/common";
 
@@ -31,6 +48,9 @@ function reservationToProto(row: ReservationRow): MessageInitShape<typeof Reserv
     currencyCode: row.currency_code,
   };
 }
+
+/** Most commands in one ApplyReservations call. */
+export const MAX_RESERVATION_COMMANDS = 1000;
 
 /** Caller-chosen ids (hold ids, capture ids) are opaque but bounded. */
 function parseCallerId(value: string, field: string): string {
@@ -63,62 +83,118 @@ export function createReservationService(deps: {
 
   const scope = (ctx: HandlerContext, programId: string) => commandScope(ctx, deps.resolveProgram, programId);
 
+  // Each command as a single call and an item of ApplyReservations validate and build it alike.
+  async function reserveCommand(ctx: HandlerContext, req: ReserveRequest): Promise<MoneyCommand> {
+    const base = await scope(ctx, req.programId);
+    const reservationId = parseCallerId(req.reservationId, "reservation_id");
+    if (req.entityId === "") throw invalidArgument("entity_id is required");
+    const amount = parseAmount(req.amount);
+    return { kind: "reserve", ...base, reservationId, entityId: req.entityId, amount };
+  }
+
+  async function captureCommand(ctx: HandlerContext, req: CaptureReservationRequest): Promise<MoneyCommand> {
+    const base = await scope(ctx, req.programId);
+    const reservationId = parseCallerId(req.reservationId, "reservation_id");
+    const captureId = parseCallerId(req.captureId, "capture_id");
+    if (req.destinationEntityId === "") throw invalidArgument("destination_entity_id is required");
+    const amount = parseAmount(req.amount);
+    return {
+      kind: "capture",
+      ...base,
+      reservationId,
+      captureId,
+      amount,
+      destinationEntityId: req.destinationEntityId,
+      description: req.description || `Capture of ${reservationId}`,
+    };
+  }
+
+  async function releaseCommand(ctx: HandlerContext, req: ReleaseReservationRequest): Promise<MoneyCommand> {
+    const base = await scope(ctx, req.programId);
+    const reservationId = parseCallerId(req.reservationId, "reservation_id");
+    return { kind: "release", ...base, reservationId };
+  }
+
+  const reserved = (outcome: Applied) => ({ reservation: reservationToProto(outcome.reservation!) });
+  const captured = (outcome: Applied) => ({
+    reservation: reservationToProto(outcome.reservation!),
+    transactionGroup: groupToProto(outcome.group!),
+  });
+
   return {
     async reserve(req, ctx) {
-      const base = await scope(ctx, req.programId);
-      const reservationId = parseCallerId(req.reservationId, "reservation_id");
-      if (req.entityId === "") throw invalidArgument("entity_id is required");
-      const amount = parseAmount(req.amount);
-      return onceMoreOnDuplicate(() =>
-        submit(
-          ctx,
-          ReserveRequestSchema,
-          req,
-          ReserveResponseSchema,
-          { kind: "reserve", ...base, reservationId, entityId: req.entityId, amount },
-          (outcome) => ({
-            reservation: reservationToProto(outcome.reservation!),
-          }),
-        ),
-      );
+      const command = await reserveCommand(ctx, req);
+      return onceMoreOnDuplicate(() => submit(ctx, ReserveRequestSchema, req, ReserveResponseSchema, command, reserved));
     },
 
     async captureReservation(req, ctx) {
-      const base = await scope(ctx, req.programId);
-      const reservationId = parseCallerId(req.reservationId, "reservation_id");
-      const captureId = parseCallerId(req.captureId, "capture_id");
-      if (req.destinationEntityId === "") throw invalidArgument("destination_entity_id is required");
-      const amount = parseAmount(req.amount);
-      const command = {
-        kind: "capture" as const,
-        ...base,
-        reservationId,
-        captureId,
-        amount,
-        destinationEntityId: req.destinationEntityId,
-        description: req.description || `Capture of ${reservationId}`,
-      };
+      const command = await captureCommand(ctx, req);
       return onceMoreOnDuplicate(() =>
-        submit(ctx, CaptureReservationRequestSchema, req, CaptureReservationResponseSchema, command, (outcome) => ({
-          reservation: reservationToProto(outcome.reservation!),
-          transactionGroup: groupToProto(outcome.group!),
-        })),
+        submit(ctx, CaptureReservationRequestSchema, req, CaptureReservationResponseSchema, command, captured),
       );
     },
 
     async releaseReservation(req, ctx) {
-      const base = await scope(ctx, req.programId);
-      const reservationId = parseCallerId(req.reservationId, "reservation_id");
-      return submit(
-        ctx,
-        ReleaseReservationRequestSchema,
-        req,
-        ReleaseReservationResponseSchema,
-        { kind: "release", ...base, reservationId },
-        (outcome) => ({
-          reservation: reservationToProto(outcome.reservation!),
+      const command = await releaseCommand(ctx, req);
+      return submit(ctx, ReleaseReservationRequestSchema, req, ReleaseReservationResponseSchema, command, reserved);
+    },
+
+    async applyReservations(req, ctx) {
+      if (req.commands.length === 0 || req.commands.length > MAX_RESERVATION_COMMANDS) {
+        throw invalidArgument(`commands must hold 1 to ${MAX_RESERVATION_COMMANDS} items; got ${req.commands.length}`, {
+          field: "commands",
+        });
+      }
+      // A malformed item refuses alone: it keeps its place with its error and the others apply.
+      const items = await Promise.all(
+        req.commands.map(async (item, index): Promise<Submission<DescMessage>> => {
+          const { command } = item;
+          try {
+            switch (command.case) {
+              case "reserve":
+                return { command: await reserveCommand(ctx, command.value), responseSchema: ReserveResponseSchema, respond: reserved };
+              case "capture":
+                return {
+                  command: await captureCommand(ctx, command.value),
+                  responseSchema: CaptureReservationResponseSchema,
+                  respond: captured,
+                };
+              case "release":
+                return {
+                  command: await releaseCommand(ctx, command.value),
+                  responseSchema: ReleaseReservationResponseSchema,
+                  respond: reserved,
+                };
+              default:
+                throw invalidArgument(`commands[${index}] names no command`, { field: "commands", index });
+            }
+          } catch (err) {
+            return { command: ConnectError.from(err), responseSchema: ReserveResponseSchema, respond: reserved };
+          }
         }),
       );
+      const key = idempotencyKeyOf(ctx);
+      const idempotency =
+        key === undefined
+          ? undefined
+          : {
+              accountId: principalOf(ctx).accountId,
+              key,
+              fingerprint: requestFingerprint(`${ctx.service.typeName}/${ctx.method.name}`, ApplyReservationsRequestSchema, req),
+            };
+      const kinds = req.commands.map((item) => item.command.case);
+      // Two calls with one reservation id can both insert it; the second try answers from the first's row.
+      const answer = await onceMoreOnDuplicate(() =>
+        deps.batcher.submitBatch({
+          items,
+          atomic: false,
+          ...(idempotency ? { idempotency } : {}),
+          responseSchema: ApplyReservationsResponseSchema,
+          respond: (answers) => ({ results: answers.map((a, i) => commandResult(a, kinds[i])) }),
+        }),
+      );
+      if (answer.replayed) ctx.responseHeader.set(IDEMPOTENT_REPLAYED_HEADER, "true");
+      return answer.response;
     },
 
     async getReservation(req, ctx) {
@@ -131,4 +207,15 @@ export function createReservationService(deps: {
       return { reservation: reservationToProto(row) };
     },
   };
+}
+
+/** One item's result: the single call's response under the item's kind, or its error in the batch envelope. */
+function commandResult(answer: ItemAnswer, kind: string | undefined): MessageInitShape<typeof ReservationCommandResultSchema> {
+  if (answer instanceof ConnectError) {
+    const { code, details } = errorCodeOf(answer);
+    return {
+      result: { case: "error", value: { code, message: answer.rawMessage, rpcCode: answer.code, ...(details ? { details } : {}) } },
+    };
+  }
+  return { result: { case: kind, value: answer.response } } as MessageInitShape<typeof ReservationCommandResultSchema>;
 }

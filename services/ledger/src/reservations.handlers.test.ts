@@ -45,8 +45,12 @@ describe("ReservationService", () => {
         ),
         reservations().releaseReservation({ reservationId }, asCustomer),
         reservations().getReservation({ reservationId }, asCustomer),
+        reservations().applyReservations(
+          { commands: [{ command: { case: "reserve", value: { reservationId, entityId, amount: 10n } } }] },
+          asCustomer,
+        ),
       ];
-      expect(await Promise.all(calls.map(outcome))).toEqual(Array(4).fill("PermissionDenied permission_denied"));
+      expect(await Promise.all(calls.map(outcome))).toEqual(Array(5).fill("PermissionDenied permission_denied"));
     }
   });
 
@@ -78,6 +82,26 @@ describe("ReservationService", () => {
         reservations().captureReservation({ reservationId, captureId: "", amount: 5n, destinationEntityId: entityId }, asService()),
       ),
     ).toBe("InvalidArgument invalid_request");
+  });
+});
+
+describe("ReservationService.ApplyReservations", () => {
+  const reservations = () => createClient(ReservationService, handlers().ledger);
+  const asService = (): CallOptions => ({
+    headers: { authorization: `Service ${handlers().serviceToken}`, [ACCOUNT_HEADER]: handlers().principal.accountId },
+  });
+
+  it("refuses a call of no commands or of more than 1,000, naming the field, before anything is applied", async () => {
+    const command = { command: { case: "release" as const, value: { reservationId } } };
+    for (const count of [0, 1_001]) {
+      const err = ConnectError.from(
+        await reservations()
+          .applyReservations({ commands: Array.from({ length: count }, () => command) }, asService())
+          .catch((e: unknown) => e),
+      );
+      expect(err.code).toBe(Code.InvalidArgument);
+      expect(errorCodeOf(err)).toMatchObject({ code: "invalid_request", details: { field: "commands" } });
+    }
   });
 });
 

@@ -1,4 +1,4 @@
-import { createClient, type Client } from "@connectrpc/connect";
+import { Code, createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { ReservationService, ReservationStatus } from "@ledger/proto/ledger/v1/reservation_pb.js";
 import { startStack, TEST_SERVICE_TOKEN, type Api, type Stack } from "@ledger/e2e";
@@ -69,5 +69,91 @@ describe("ReservationService", () => {
     expect(by.get(aSink)).toEqual({ posted: 20n, held: 0n });
     expect(by.get(bSource)).toEqual({ posted: 90n, held: 0n });
     expect(by.get(bSink)).toEqual({ posted: 10n, held: 0n });
+  });
+
+  it("applies many commands in one ApplyReservations call, each answered as its single call would be", async () => {
+    const account = stack.account.account_id;
+    const [source, sink] = [await fundedEntity(stack.api, 100), await fundedEntity(stack.api, 0)];
+    const ids = [1, 2, 3].map((n) => `hold_batch_${Date.now()}_${n}`);
+    const reserve = (reservationId: string, amount: bigint) => ({
+      command: { case: "reserve" as const, value: { reservationId, entityId: source, amount } },
+    });
+    const first = await reservations.applyReservations(
+      {
+        commands: [
+          reserve(ids[0]!, 40n),
+          // More than is left after the first: refused alone, with the single call's error.
+          reserve(ids[1]!, 70n),
+          reserve(ids[2]!, 50n),
+          // Malformed: refused alone, in its place.
+          reserve("", 1n),
+          { command: { case: undefined } },
+        ],
+      },
+      asService(account),
+    );
+    expect(first.results.map((r) => r.result.case)).toEqual(["reserve", "error", "reserve", "error", "error"]);
+    expect(first.results[0]!.result.value).toMatchObject({
+      reservation: { reservationId: ids[0], amount: 40n, status: ReservationStatus.ACTIVE },
+    });
+    expect(first.results[1]!.result.value).toMatchObject({ code: "insufficient_funds", rpcCode: Code.FailedPrecondition });
+    expect(first.results[3]!.result.value).toMatchObject({ code: "invalid_request", rpcCode: Code.InvalidArgument });
+    expect(first.results[4]!.result.value).toMatchObject({ code: "invalid_request", details: { field: "commands", index: 4 } });
+
+    // Capture and release in one call; each answers as its single call.
+    const second = await reservations.applyReservations(
+      {
+        commands: [
+          {
+            command: {
+              case: "capture",
+              value: { reservationId: ids[0]!, captureId: `${ids[0]}:1`, amount: 40n, destinationEntityId: sink },
+            },
+          },
+          { command: { case: "release", value: { reservationId: ids[2]! } } },
+          // Nothing left to capture: refused alone.
+          {
+            command: {
+              case: "capture",
+              value: { reservationId: ids[2]!, captureId: `${ids[2]}:1`, amount: 1n, destinationEntityId: sink },
+            },
+          },
+        ],
+      },
+      asService(account),
+    );
+    expect(second.results.map((r) => r.result.case)).toEqual(["capture", "release", "error"]);
+    const captured = second.results[0]!.result.value as {
+      reservation: { capturedAmount: bigint };
+      transactionGroup: { transactionGroupId: string };
+    };
+    expect(captured.reservation.capturedAmount).toBe(40n);
+    expect(second.results[1]!.result.value).toMatchObject({ reservation: { status: ReservationStatus.RELEASED } });
+    expect((second.results[2]!.result.value as { rpcCode: number }).rpcCode).toBe(Code.FailedPrecondition);
+
+    // Idempotent per item: the same commands again move no money and answer the same.
+    const again = await reservations.applyReservations(
+      {
+        commands: [
+          reserve(ids[0]!, 40n),
+          {
+            command: {
+              case: "capture",
+              value: { reservationId: ids[0]!, captureId: `${ids[0]}:1`, amount: 40n, destinationEntityId: sink },
+            },
+          },
+        ],
+      },
+      asService(account),
+    );
+    expect(again.results.map((r) => r.result.case)).toEqual(["reserve", "capture"]);
+    expect((again.results[1]!.result.value as typeof captured).transactionGroup.transactionGroupId).toBe(
+      captured.transactionGroup.transactionGroupId,
+    );
+    const rows = await stack.sql<{ id: string; posted: bigint; held: bigint }[]>`
+      select id, posted, held from entities where id in ${stack.sql([source, sink])}`;
+    const by = new Map(rows.map((r) => [r.id, { posted: r.posted, held: r.held }]));
+    expect(by.get(source)).toEqual({ posted: 60n, held: 0n });
+    expect(by.get(sink)).toEqual({ posted: 40n, held: 0n });
   });
 });

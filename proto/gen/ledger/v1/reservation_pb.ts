@@ -7,15 +7,16 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import { file_google_protobuf_struct } from "@bufbuild/protobuf/wkt";
 import type { TransactionGroup } from "./ledger_pb.js";
 import { file_ledger_v1_ledger } from "./ledger_pb.js";
-import type { Message } from "@bufbuild/protobuf";
+import type { JsonObject, Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file ledger/v1/reservation.proto.
  */
 export const file_ledger_v1_reservation: GenFile = /*@__PURE__*/
-  fileDesc("ChtsZWRnZXIvdjEvcmVzZXJ2YXRpb24ucHJvdG8SCWxlZGdlci52MSLAAQoLUmVzZXJ2YXRpb24SFgoOcmVzZXJ2YXRpb25faWQYASABKAkSEgoKcHJvZ3JhbV9pZBgCIAEoCRIRCgllbnRpdHlfaWQYAyABKAkSDgoGYW1vdW50GAQgASgDEhcKD2NhcHR1cmVkX2Ftb3VudBgFIAEoAxIsCgZzdGF0dXMYCCABKA4yHC5sZWRnZXIudjEuUmVzZXJ2YXRpb25TdGF0dXMSFQoNY3VycmVuY3lfY29kZRgHIAEoCUoECAYQByJfCg5SZXNlcnZlUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhYKDnJlc2VydmF0aW9uX2lkGAIgASgJEhEKCWVudGl0eV9pZBgDIAEoCRIOCgZhbW91bnQYBCABKAMiPgoPUmVzZXJ2ZVJlc3BvbnNlEisKC3Jlc2VydmF0aW9uGAEgASgLMhYubGVkZ2VyLnYxLlJlc2VydmF0aW9uIp8BChlDYXB0dXJlUmVzZXJ2YXRpb25SZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSFgoOcmVzZXJ2YXRpb25faWQYAiABKAkSEgoKY2FwdHVyZV9pZBgDIAEoCRIOCgZhbW91bnQYBCABKAMSHQoVZGVzdGluYXRpb25fZW50aXR5X2lkGAUgASgJEhMKC2Rlc2NyaXB0aW9uGAYgASgJIoEBChpDYXB0dXJlUmVzZXJ2YXRpb25SZXNwb25zZRIrCgtyZXNlcnZhdGlvbhgBIAEoCzIWLmxlZGdlci52MS5SZXNlcnZhdGlvbhI2ChF0cmFuc2FjdGlvbl9ncm91cBgCIAEoCzIbLmxlZGdlci52MS5UcmFuc2FjdGlvbkdyb3VwIkcKGVJlbGVhc2VSZXNlcnZhdGlvblJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIWCg5yZXNlcnZhdGlvbl9pZBgCIAEoCSJJChpSZWxlYXNlUmVzZXJ2YXRpb25SZXNwb25zZRIrCgtyZXNlcnZhdGlvbhgBIAEoCzIWLmxlZGdlci52MS5SZXNlcnZhdGlvbiJDChVHZXRSZXNlcnZhdGlvblJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIWCg5yZXNlcnZhdGlvbl9pZBgCIAEoCSJFChZHZXRSZXNlcnZhdGlvblJlc3BvbnNlEisKC3Jlc2VydmF0aW9uGAEgASgLMhYubGVkZ2VyLnYxLlJlc2VydmF0aW9uKncKEVJlc2VydmF0aW9uU3RhdHVzEiIKHlJFU0VSVkFUSU9OX1NUQVRVU19VTlNQRUNJRklFRBAAEh0KGVJFU0VSVkFUSU9OX1NUQVRVU19BQ1RJVkUQARIfChtSRVNFUlZBVElPTl9TVEFUVVNfUkVMRUFTRUQQAjL4AgoSUmVzZXJ2YXRpb25TZXJ2aWNlEkAKB1Jlc2VydmUSGS5sZWRnZXIudjEuUmVzZXJ2ZVJlcXVlc3QaGi5sZWRnZXIudjEuUmVzZXJ2ZVJlc3BvbnNlEmEKEkNhcHR1cmVSZXNlcnZhdGlvbhIkLmxlZGdlci52MS5DYXB0dXJlUmVzZXJ2YXRpb25SZXF1ZXN0GiUubGVkZ2VyLnYxLkNhcHR1cmVSZXNlcnZhdGlvblJlc3BvbnNlEmEKElJlbGVhc2VSZXNlcnZhdGlvbhIkLmxlZGdlci52MS5SZWxlYXNlUmVzZXJ2YXRpb25SZXF1ZXN0GiUubGVkZ2VyLnYxLlJlbGVhc2VSZXNlcnZhdGlvblJlc3BvbnNlEloKDkdldFJlc2VydmF0aW9uEiAubGVkZ2VyLnYxLkdldFJlc2VydmF0aW9uUmVxdWVzdBohLmxlZGdlci52MS5HZXRSZXNlcnZhdGlvblJlc3BvbnNlIgOQAgFiBnByb3RvMw", [file_ledger_v1_ledger]);
+  fileDesc("ChtsZWRnZXIvdjEvcmVzZXJ2YXRpb24ucHJvdG8SCWxlZGdlci52MSLAAQoLUmVzZXJ2YXRpb24SFgoOcmVzZXJ2YXRpb25faWQYASABKAkSEgoKcHJvZ3JhbV9pZBgCIAEoCRIRCgllbnRpdHlfaWQYAyABKAkSDgoGYW1vdW50GAQgASgDEhcKD2NhcHR1cmVkX2Ftb3VudBgFIAEoAxIsCgZzdGF0dXMYCCABKA4yHC5sZWRnZXIudjEuUmVzZXJ2YXRpb25TdGF0dXMSFQoNY3VycmVuY3lfY29kZRgHIAEoCUoECAYQByJfCg5SZXNlcnZlUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhYKDnJlc2VydmF0aW9uX2lkGAIgASgJEhEKCWVudGl0eV9pZBgDIAEoCRIOCgZhbW91bnQYBCABKAMiPgoPUmVzZXJ2ZVJlc3BvbnNlEisKC3Jlc2VydmF0aW9uGAEgASgLMhYubGVkZ2VyLnYxLlJlc2VydmF0aW9uIp8BChlDYXB0dXJlUmVzZXJ2YXRpb25SZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSFgoOcmVzZXJ2YXRpb25faWQYAiABKAkSEgoKY2FwdHVyZV9pZBgDIAEoCRIOCgZhbW91bnQYBCABKAMSHQoVZGVzdGluYXRpb25fZW50aXR5X2lkGAUgASgJEhMKC2Rlc2NyaXB0aW9uGAYgASgJIoEBChpDYXB0dXJlUmVzZXJ2YXRpb25SZXNwb25zZRIrCgtyZXNlcnZhdGlvbhgBIAEoCzIWLmxlZGdlci52MS5SZXNlcnZhdGlvbhI2ChF0cmFuc2FjdGlvbl9ncm91cBgCIAEoCzIbLmxlZGdlci52MS5UcmFuc2FjdGlvbkdyb3VwIkcKGVJlbGVhc2VSZXNlcnZhdGlvblJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIWCg5yZXNlcnZhdGlvbl9pZBgCIAEoCSJJChpSZWxlYXNlUmVzZXJ2YXRpb25SZXNwb25zZRIrCgtyZXNlcnZhdGlvbhgBIAEoCzIWLmxlZGdlci52MS5SZXNlcnZhdGlvbiJDChVHZXRSZXNlcnZhdGlvblJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIWCg5yZXNlcnZhdGlvbl9pZBgCIAEoCSJFChZHZXRSZXNlcnZhdGlvblJlc3BvbnNlEisKC3Jlc2VydmF0aW9uGAEgASgLMhYubGVkZ2VyLnYxLlJlc2VydmF0aW9uIr8BChJSZXNlcnZhdGlvbkNvbW1hbmQSLAoHcmVzZXJ2ZRgBIAEoCzIZLmxlZGdlci52MS5SZXNlcnZlUmVxdWVzdEgAEjcKB2NhcHR1cmUYAiABKAsyJC5sZWRnZXIudjEuQ2FwdHVyZVJlc2VydmF0aW9uUmVxdWVzdEgAEjcKB3JlbGVhc2UYAyABKAsyJC5sZWRnZXIudjEuUmVsZWFzZVJlc2VydmF0aW9uUmVxdWVzdEgAQgkKB2NvbW1hbmQiSwoYQXBwbHlSZXNlcnZhdGlvbnNSZXF1ZXN0Ei8KCGNvbW1hbmRzGAEgAygLMh0ubGVkZ2VyLnYxLlJlc2VydmF0aW9uQ29tbWFuZCJ0ChdSZXNlcnZhdGlvbkNvbW1hbmRFcnJvchIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkSKAoHZGV0YWlscxgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEAoIcnBjX2NvZGUYBCABKA0i/AEKGFJlc2VydmF0aW9uQ29tbWFuZFJlc3VsdBItCgdyZXNlcnZlGAEgASgLMhoubGVkZ2VyLnYxLlJlc2VydmVSZXNwb25zZUgAEjgKB2NhcHR1cmUYAiABKAsyJS5sZWRnZXIudjEuQ2FwdHVyZVJlc2VydmF0aW9uUmVzcG9uc2VIABI4CgdyZWxlYXNlGAMgASgLMiUubGVkZ2VyLnYxLlJlbGVhc2VSZXNlcnZhdGlvblJlc3BvbnNlSAASMwoFZXJyb3IYBCABKAsyIi5sZWRnZXIudjEuUmVzZXJ2YXRpb25Db21tYW5kRXJyb3JIAEIICgZyZXN1bHQiUQoZQXBwbHlSZXNlcnZhdGlvbnNSZXNwb25zZRI0CgdyZXN1bHRzGAEgAygLMiMubGVkZ2VyLnYxLlJlc2VydmF0aW9uQ29tbWFuZFJlc3VsdCp3ChFSZXNlcnZhdGlvblN0YXR1cxIiCh5SRVNFUlZBVElPTl9TVEFUVVNfVU5TUEVDSUZJRUQQABIdChlSRVNFUlZBVElPTl9TVEFUVVNfQUNUSVZFEAESHwobUkVTRVJWQVRJT05fU1RBVFVTX1JFTEVBU0VEEAIy2AMKElJlc2VydmF0aW9uU2VydmljZRJACgdSZXNlcnZlEhkubGVkZ2VyLnYxLlJlc2VydmVSZXF1ZXN0GhoubGVkZ2VyLnYxLlJlc2VydmVSZXNwb25zZRJhChJDYXB0dXJlUmVzZXJ2YXRpb24SJC5sZWRnZXIudjEuQ2FwdHVyZVJlc2VydmF0aW9uUmVxdWVzdBolLmxlZGdlci52MS5DYXB0dXJlUmVzZXJ2YXRpb25SZXNwb25zZRJhChJSZWxlYXNlUmVzZXJ2YXRpb24SJC5sZWRnZXIudjEuUmVsZWFzZVJlc2VydmF0aW9uUmVxdWVzdBolLmxlZGdlci52MS5SZWxlYXNlUmVzZXJ2YXRpb25SZXNwb25zZRJeChFBcHBseVJlc2VydmF0aW9ucxIjLmxlZGdlci52MS5BcHBseVJlc2VydmF0aW9uc1JlcXVlc3QaJC5sZWRnZXIudjEuQXBwbHlSZXNlcnZhdGlvbnNSZXNwb25zZRJaCg5HZXRSZXNlcnZhdGlvbhIgLmxlZGdlci52MS5HZXRSZXNlcnZhdGlvblJlcXVlc3QaIS5sZWRnZXIudjEuR2V0UmVzZXJ2YXRpb25SZXNwb25zZSIDkAIBYgZwcm90bzM", [file_google_protobuf_struct, file_ledger_v1_ledger]);
 
 /**
  * Reservation is money set aside in one entity.
@@ -326,6 +327,190 @@ export const GetReservationResponseSchema: GenMessage<GetReservationResponse> = 
   messageDesc(file_ledger_v1_reservation, 8);
 
 /**
+ * ReservationCommand is one item of ApplyReservations: exactly one of the single calls' requests.
+ *
+ * @generated from message ledger.v1.ReservationCommand
+ */
+export type ReservationCommand = Message<"ledger.v1.ReservationCommand"> & {
+  /**
+   * The command.
+   *
+   * @generated from oneof ledger.v1.ReservationCommand.command
+   */
+  command: {
+    /**
+     * As Reserve takes it.
+     *
+     * @generated from field: ledger.v1.ReserveRequest reserve = 1;
+     */
+    value: ReserveRequest;
+    case: "reserve";
+  } | {
+    /**
+     * As CaptureReservation takes it.
+     *
+     * @generated from field: ledger.v1.CaptureReservationRequest capture = 2;
+     */
+    value: CaptureReservationRequest;
+    case: "capture";
+  } | {
+    /**
+     * As ReleaseReservation takes it.
+     *
+     * @generated from field: ledger.v1.ReleaseReservationRequest release = 3;
+     */
+    value: ReleaseReservationRequest;
+    case: "release";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message ledger.v1.ReservationCommand.
+ * Use `create(ReservationCommandSchema)` to create a new message.
+ */
+export const ReservationCommandSchema: GenMessage<ReservationCommand> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_reservation, 9);
+
+/**
+ * ApplyReservationsRequest carries 1 to 1,000 commands applied in order.
+ *
+ * @generated from message ledger.v1.ApplyReservationsRequest
+ */
+export type ApplyReservationsRequest = Message<"ledger.v1.ApplyReservationsRequest"> & {
+  /**
+   * The commands, 1 to 1,000.
+   *
+   * @generated from field: repeated ledger.v1.ReservationCommand commands = 1;
+   */
+  commands: ReservationCommand[];
+};
+
+/**
+ * Describes the message ledger.v1.ApplyReservationsRequest.
+ * Use `create(ApplyReservationsRequestSchema)` to create a new message.
+ */
+export const ApplyReservationsRequestSchema: GenMessage<ApplyReservationsRequest> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_reservation, 10);
+
+/**
+ * ReservationCommandError is why one item was refused; the item changed nothing.
+ *
+ * @generated from message ledger.v1.ReservationCommandError
+ */
+export type ReservationCommandError = Message<"ledger.v1.ReservationCommandError"> & {
+  /**
+   * The error code the single call would have answered, for example `insufficient_funds`.
+   *
+   * @generated from field: string code = 1;
+   */
+  code: string;
+
+  /**
+   * What went wrong, for people.
+   *
+   * @generated from field: string message = 2;
+   */
+  message: string;
+
+  /**
+   * Structured facts about the error, as on the single call.
+   *
+   * @generated from field: google.protobuf.Struct details = 3;
+   */
+  details?: JsonObject | undefined;
+
+  /**
+   * The RPC status code the single call would have answered (Connect and gRPC numbering, for
+   * example 9 for failed_precondition), so a caller can tell a refusal from a failure as it would
+   * for the single call.
+   *
+   * @generated from field: uint32 rpc_code = 4;
+   */
+  rpcCode: number;
+};
+
+/**
+ * Describes the message ledger.v1.ReservationCommandError.
+ * Use `create(ReservationCommandErrorSchema)` to create a new message.
+ */
+export const ReservationCommandErrorSchema: GenMessage<ReservationCommandError> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_reservation, 11);
+
+/**
+ * ReservationCommandResult is the outcome of one item, in request order.
+ *
+ * @generated from message ledger.v1.ReservationCommandResult
+ */
+export type ReservationCommandResult = Message<"ledger.v1.ReservationCommandResult"> & {
+  /**
+   * The single call's response, or the error.
+   *
+   * @generated from oneof ledger.v1.ReservationCommandResult.result
+   */
+  result: {
+    /**
+     * The answer of a `reserve` item.
+     *
+     * @generated from field: ledger.v1.ReserveResponse reserve = 1;
+     */
+    value: ReserveResponse;
+    case: "reserve";
+  } | {
+    /**
+     * The answer of a `capture` item.
+     *
+     * @generated from field: ledger.v1.CaptureReservationResponse capture = 2;
+     */
+    value: CaptureReservationResponse;
+    case: "capture";
+  } | {
+    /**
+     * The answer of a `release` item.
+     *
+     * @generated from field: ledger.v1.ReleaseReservationResponse release = 3;
+     */
+    value: ReleaseReservationResponse;
+    case: "release";
+  } | {
+    /**
+     * Why the item was refused.
+     *
+     * @generated from field: ledger.v1.ReservationCommandError error = 4;
+     */
+    value: ReservationCommandError;
+    case: "error";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message ledger.v1.ReservationCommandResult.
+ * Use `create(ReservationCommandResultSchema)` to create a new message.
+ */
+export const ReservationCommandResultSchema: GenMessage<ReservationCommandResult> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_reservation, 12);
+
+/**
+ * ApplyReservationsResponse lists one result per item, in request order.
+ *
+ * @generated from message ledger.v1.ApplyReservationsResponse
+ */
+export type ApplyReservationsResponse = Message<"ledger.v1.ApplyReservationsResponse"> & {
+  /**
+   * One result per item, in request order.
+   *
+   * @generated from field: repeated ledger.v1.ReservationCommandResult results = 1;
+   */
+  results: ReservationCommandResult[];
+};
+
+/**
+ * Describes the message ledger.v1.ApplyReservationsResponse.
+ * Use `create(ApplyReservationsResponseSchema)` to create a new message.
+ */
+export const ApplyReservationsResponseSchema: GenMessage<ApplyReservationsResponse> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_reservation, 13);
+
+/**
  * ReservationStatus is where a reservation stands.
  *
  * @generated from enum ledger.v1.ReservationStatus
@@ -395,6 +580,19 @@ export const ReservationService: GenService<{
     methodKind: "unary";
     input: typeof ReleaseReservationRequestSchema;
     output: typeof ReleaseReservationResponseSchema;
+  },
+  /**
+   * ApplyReservations applies 1 to 1,000 reservation commands of the calling account in one call,
+   * in request order, through the ledger's group commit as one unit: one transaction and one round
+   * trip for many holds. Each item answers as its single call would, in `results`; a refused item
+   * changes nothing and leaves the others alone. Idempotent per item, as the single calls are.
+   *
+   * @generated from rpc ledger.v1.ReservationService.ApplyReservations
+   */
+  applyReservations: {
+    methodKind: "unary";
+    input: typeof ApplyReservationsRequestSchema;
+    output: typeof ApplyReservationsResponseSchema;
   },
   /**
    * GetReservation reads one reservation, for recovery after a crash.
