@@ -12,7 +12,7 @@ import { connect } from "@nats-io/transport-node";
 import { restClient } from "@ledger/e2e";
 import { startOtlpReceiver } from "@ledger/testing";
 import { afterAll, beforeAll, expect, inject, it } from "vitest";
-import { loadOpenApi } from "../gateway/src/docs.js";
+import { loadOpenApi } from "../gateway/src/openapi-source.js";
 import { buildAll } from "./build.mjs";
 
 // `npm start` on a machine without PostgreSQL: the whole system on the embedded database, as a
