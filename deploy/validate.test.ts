@@ -544,4 +544,9 @@ describe("Dockerfile", () => {
     expect(runtime).not.toMatch(/tsx|--import/);
     expect(runtime).toMatch(/^CMD \["node", "dist\/ledger\.js"\]$/m);
   });
+
+  it("caps glibc's malloc arenas for every process of the image", () => {
+    const runtime = dockerfile.slice(dockerfile.lastIndexOf("\nFROM "));
+    expect(runtime).toMatch(/^ENV MALLOC_ARENA_MAX=2$/m);
+  });
 });

@@ -5,3 +5,5 @@ export declare const ENTRIES: Record<string, string>;
 export declare function isCurrent(): boolean;
 /** Compiles every entry point; resolves to the milliseconds it took. */
 export declare function buildAll(): Promise<number>;
+/** `text` (a compiled module) with the non-ASCII characters of its comments and regular expressions escaped. */
+export declare function asciiSource(text: string, path?: string): string;

@@ -10,8 +10,9 @@ import { promisify } from "node:util";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { restClient } from "@ledger/e2e";
+import { startOtlpReceiver } from "@ledger/testing";
 import { afterAll, beforeAll, expect, inject, it } from "vitest";
-import { loadOpenApi } from "../gateway/src/docs.js";
+import { loadOpenApi } from "../gateway/src/openapi-source.js";
 import { buildAll } from "./build.mjs";
 
 // `npm start` on a machine without PostgreSQL: the whole system on the embedded database, as a
@@ -184,6 +185,34 @@ it("runs everything on the embedded database, and keeps the data across a restar
   expect(await stop(second)).toBe(0);
 }, 240_000);
 
+it("traces when configured: the compiled processes load the SDK's chunk and export one trace per call", async () => {
+  const otlp = await startOtlpReceiver();
+  try {
+    const env = await laptopEnv({
+      LEDGER_EMBEDDED_POSTGRES: "true",
+      LEDGER_DATA_DIR: mkdtempSync(join(dataRoot, "traced-")),
+      OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: otlp.tracesUrl,
+      OTEL_BSP_SCHEDULE_DELAY: "100",
+    });
+    const running = await startAll(env);
+    const { stdout } = await run(process.execPath, [CLI, "accounts", "create", "--name", "Traced", "--json"], {
+      cwd: ROOT,
+      env: { ...env, DATABASE_URL: running.databaseUrl },
+    });
+    const api = restClient(running.restUrl, (JSON.parse(stdout) as { api_key: string }).api_key);
+    expect((await api.post("/entity", { entity_name: "Traced", entity_type: "customer" })).status).toBe(200);
+    await expect
+      .poll(() => {
+        const gateway = otlp.spans().find((s) => s.service === "gateway" && s.kind === 2);
+        return gateway ? otlp.spans().some((s) => s.service === "ledger" && s.traceId === gateway.traceId) : false;
+      })
+      .toBe(true);
+    expect(await stop(running)).toBe(0);
+  } finally {
+    await otlp.close();
+  }
+}, 240_000);
+
 it("stops with a message naming DATABASE_URL when the database it names does not answer", async () => {
   const port = await freePort();
   const env = await laptopEnv({ DATABASE_URL: `postgres://127.0.0.1:${port}/ledger` });
@@ -202,13 +231,58 @@ it("is what `npm start` runs: the compiled script on plain node, no TypeScript l
   expect(steps.at(-2)).toBe("node scripts/build.mjs --if-changed");
   expect(steps.at(-1)).toBe("node dist/start-all.js");
   expect(pkg.scripts["start"]).not.toMatch(/tsx|ts-node|--import|--loader|--require|NODE_OPTIONS/);
-  // The bundle imports no TypeScript source and no loader: every import left in it is node's or PGlite's.
-  const bundle = readFileSync(START_ALL, "utf8");
-  const imports = [...bundle.matchAll(/^\s*import\b[^"']*["']([^"']+)["']|\bimport\(\s*["']([^"']+)["']\s*\)/gm)].map((m) => m[1] ?? m[2]!);
-  expect(imports.length).toBeGreaterThan(0);
-  for (const specifier of imports) {
+  // The bundle imports no TypeScript source and no loader: every import left in it is node's, PGlite's
+  // or one of the build's own chunks beside it, and so on through those chunks.
+  const graph = bundleGraph("start-all.js");
+  expect(graph.files.size).toBeGreaterThan(1);
+  for (const [file, specifier] of graph.foreign) {
     const ok = specifier.startsWith("node:") || builtinModules.includes(specifier) || specifier.startsWith("@electric-sql/pglite");
-    expect(ok, `dist/start-all.js imports ${specifier}`).toBe(true);
+    expect(ok, `dist/${file} imports ${specifier}`).toBe(true);
+  }
+});
+
+/** What a compiled entry point loads: dist/ files through static and dynamic imports, and any other specifier. */
+function bundleGraph(entry: string, follow: "static" | "all" = "all"): { files: Set<string>; foreign: Array<[string, string]> } {
+  const files = new Set<string>();
+  const foreign: Array<[string, string]> = [];
+  const visit = (file: string) => {
+    if (files.has(file)) return;
+    files.add(file);
+    const code = readFileSync(join(ROOT, "dist", file), "utf8");
+    for (const m of code.matchAll(
+      /^\s*(?:import|export)\b[^"'`;]*?\bfrom\s*["']([^"']+)["']|^\s*import\s*["']([^"']+)["']|\bimport\(\s*["']([^"']+)["']\s*\)/gm,
+    )) {
+      const specifier = m[1] ?? m[2] ?? m[3]!;
+      if (m[3] !== undefined && follow === "static") continue;
+      if (specifier.startsWith("./")) visit(specifier.slice(2));
+      else foreign.push([file, specifier]);
+    }
+  };
+  visit(entry);
+  return { files, foreign };
+}
+
+it("loads the OpenTelemetry SDK only when tracing is on: it is in no module a service imports statically", () => {
+  for (const entry of ["start-all.js", "ledger.js", "hold.js", "notification.js", "gateway.js"]) {
+    const loaded = [...bundleGraph(entry, "static").files].map((file) => readFileSync(join(ROOT, "dist", file), "utf8"));
+    expect(
+      loaded.some((code) => code.includes("startTracing")),
+      entry,
+    ).toBe(true);
+    expect(
+      loaded.some((code) => /\bvar BatchSpanProcessor = class\b|\bOTLPTraceExporter = class\b/.test(code)),
+      entry,
+    ).toBe(false);
+  }
+  const all = [...bundleGraph("start-all.js").files].map((file) => readFileSync(join(ROOT, "dist", file), "utf8"));
+  expect(all.some((code) => /\bvar BatchSpanProcessor = class\b/.test(code))).toBe(true);
+});
+
+it("compiles to ASCII only, which V8 keeps at one byte a character", () => {
+  for (const file of readdirSync(join(ROOT, "dist")).filter((name) => name.endsWith(".js"))) {
+    const code = readFileSync(join(ROOT, "dist", file), "utf8");
+    const at = code.search(/[\u0080-\uffff]/);
+    expect(at, `dist/${file}: ${code.slice(Math.max(0, at - 60), at + 20)}`).toBe(-1);
   }
 });
 

@@ -100,6 +100,9 @@ export async function startSystem(options: SystemOptions): Promise<System> {
     // the services call each other in memory as `npm start` does (LEDGER_INTERNAL_CALLS=http in the
     // bench's environment measures the same process over loopback HTTP/2 instead).
     ...(options.layout === "processes" ? { LEDGER_URL: urls.ledger, HOLD_URL: urls.hold, NOTIFICATION_URL: urls.notification } : {}),
+    // Apart, the processes run as the image runs them, whose environment caps glibc's malloc
+    // arenas (Dockerfile); `npm start` does not set it. The bench's own environment wins.
+    ...(options.layout === "processes" ? { MALLOC_ARENA_MAX: process.env["MALLOC_ARENA_MAX"] ?? "2" } : {}),
     NOTIFICATION_SECRET_KEY: randomBytes(32).toString("base64"),
     WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
   };

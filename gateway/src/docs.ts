@@ -1,32 +1,25 @@
-import { readFileSync } from "node:fs";
+import { readFileSync, statSync } from "node:fs";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { requestUrl } from "@ledger/common";
-import { parse } from "yaml";
 
 // The OpenAPI description and a page that renders it, served by the gateway itself. Neither
 // needs an API key: the description is public, and a browser opening /docs sends none.
 // The renderer is swagger-ui-dist's prebuilt bundle, served from node_modules, because the page
 // must work where no CDN is reachable.
 
-/** Where gateway/openapi.yaml lives, beside this package's src/. */
-export const OPENAPI_PATH = fileURLToPath(new URL("../openapi.yaml", import.meta.url));
-
-/** The OpenAPI document as an object (parsed from YAML). */
-export function loadOpenApi(path = OPENAPI_PATH): Record<string, unknown> {
-  return parse(readFileSync(path, "utf8")) as Record<string, unknown>;
-}
-
 // The build (scripts/build.mjs) parses openapi.yaml once and defines this as the document's JSON
 // text: parsing the YAML took about 0.4 s of the one process's start. Run from source (tsx, tests)
-// it is not defined and the YAML is parsed here.
+// it is not defined and the YAML is parsed here, by a module loaded only then: compiled, the YAML
+// parser is a chunk the gateway never reads.
 declare const __LEDGER_OPENAPI_JSON__: string | undefined;
 
 /** The OpenAPI document as JSON text, as /v1/openapi.json serves it. */
-export function openApiJson(): string {
-  return typeof __LEDGER_OPENAPI_JSON__ === "string" ? __LEDGER_OPENAPI_JSON__ : JSON.stringify(loadOpenApi());
+export async function openApiJson(): Promise<string> {
+  if (typeof __LEDGER_OPENAPI_JSON__ === "string") return __LEDGER_OPENAPI_JSON__;
+  const { loadOpenApi } = await import("./openapi-source.js");
+  return JSON.stringify(loadOpenApi());
 }
 
 const SWAGGER_DIR = dirname(createRequire(import.meta.url).resolve("swagger-ui-dist/package.json"));
@@ -56,15 +49,21 @@ const ASSETS: Record<string, { file: string; type: string }> = {
 
 /**
  * A handler for GET /v1/openapi.json, /docs and the renderer's files. It returns false for any
- * other request so the REST handler takes it. Everything is read once here, at start, so a
- * missing or broken openapi.yaml stops the gateway (or, compiled, the build) instead of failing a
- * client later.
+ * other request so the REST handler takes it. The document is read here, at start, so a missing
+ * or broken openapi.yaml stops the gateway (or, compiled, the build) instead of failing a client
+ * later. The renderer's files (1.9 MB) are checked here but read at their first request: most
+ * gateways never serve them, and each would otherwise hold them in memory.
  */
-export function createDocsHandler(): (req: IncomingMessage, res: ServerResponse) => boolean {
-  const spec = Buffer.from(openApiJson());
+export async function createDocsHandler(): Promise<(req: IncomingMessage, res: ServerResponse) => boolean> {
+  const spec = Buffer.from(await openApiJson());
   const page = Buffer.from(PAGE);
   const assets = new Map(
-    Object.entries(ASSETS).map(([path, a]) => [path, { body: readFileSync(join(SWAGGER_DIR, a.file)), type: a.type }]),
+    Object.entries(ASSETS).map(([path, a]) => {
+      const file = join(SWAGGER_DIR, a.file);
+      if (!statSync(file).isFile()) throw new Error(`${file} is not a file`);
+      let body: Buffer | undefined;
+      return [path, { body: () => (body ??= readFileSync(file)), type: a.type }];
+    }),
   );
   const send = (res: ServerResponse, type: string, body: Buffer, cache: string) => {
     res.writeHead(200, { "content-type": type, "content-length": body.length, "cache-control": cache });
@@ -83,7 +82,7 @@ export function createDocsHandler(): (req: IncomingMessage, res: ServerResponse)
     }
     const asset = assets.get(path);
     if (asset) {
-      send(res, asset.type, asset.body, "public, max-age=3600");
+      send(res, asset.type, asset.body(), "public, max-age=3600");
       return true;
     }
     return false;

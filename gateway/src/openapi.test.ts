@@ -4,7 +4,7 @@ import { dirname, join } from "node:path";
 import { rateLimited } from "@ledger/common";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startStack, type Stack } from "@ledger/e2e";
-import { loadOpenApi, OPENAPI_PATH } from "./docs.js";
+import { loadOpenApi, OPENAPI_PATH } from "./openapi-source.js";
 import { errorEnvelope } from "./errors.js";
 import { holdRoutes } from "./hold-routes.js";
 import { notificationRoutes } from "./notification-routes.js";

@@ -75,7 +75,7 @@ export async function startGateway(config: GatewayConfig, peers: GatewayPeers = 
     });
     // The docs and the webhook console come first: they need no API key and do not count against
     // a key's rate limit.
-    const pages = [createDocsHandler(), createConsoleHandler()];
+    const pages = [await createDocsHandler(), createConsoleHandler()];
     const methodsByPath = new Map<string, string[]>([["/openapi.json", ["GET"]]]);
     for (const route of routes) methodsByPath.set(route.path, [...(methodsByPath.get(route.path) ?? []), route.method]);
     const cors = createCors(config.corsOrigins ?? [], (path) => methodsByPath.get(path));

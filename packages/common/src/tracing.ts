@@ -47,8 +47,8 @@ export interface Tracing {
  * deliberately not registered as the global one: in the one-process mode four services share a
  * process, each with its own `service.name`, and every span here is started from an explicit
  * parent context, so no global context manager is needed either. The SDK and the exporter are
- * loaded only here, when tracing is configured: a process that does not trace saves the memory
- * (about 20 MB of RSS).
+ * loaded only here, when tracing is configured; compiled, they are chunks of their own that a
+ * process which does not trace never reads (bench/README.md, "Memory").
  */
 export async function startTracing(config: TracingConfig | undefined, processName: string): Promise<Tracing | undefined> {
   if (!config) return undefined;
@@ -57,15 +57,22 @@ export async function startTracing(config: TracingConfig | undefined, processNam
     { OTLPTraceExporter },
     { defaultResource, resourceFromAttributes },
     { BatchSpanProcessor, TracerProvider },
-  ] = await Promise.all([
-    import("@opentelemetry/core"),
-    // Two packages with the same class and options; only the body's encoding differs.
-    config.protocol === "http/json"
-      ? import("@opentelemetry/exporter-trace-otlp-http")
-      : import("@opentelemetry/exporter-trace-otlp-proto"),
-    import("@opentelemetry/resources"),
-    import("@opentelemetry/sdk-trace"),
-  ]);
+  ] = (
+    await Promise.all([
+      import("@opentelemetry/core"),
+      // Two packages with the same class and options; only the body's encoding differs.
+      config.protocol === "http/json"
+        ? import("@opentelemetry/exporter-trace-otlp-http")
+        : import("@opentelemetry/exporter-trace-otlp-proto"),
+      import("@opentelemetry/resources"),
+      import("@opentelemetry/sdk-trace"),
+    ])
+  ).map(commonJsExports) as [
+    typeof import("@opentelemetry/core"),
+    typeof import("@opentelemetry/exporter-trace-otlp-http"),
+    typeof import("@opentelemetry/resources"),
+    typeof import("@opentelemetry/sdk-trace"),
+  ];
   const exporter = new OTLPTraceExporter({ url: config.tracesUrl, headers: config.headers });
   const provider = new TracerProvider({
     resource: defaultResource().merge(resourceFromAttributes({ "service.name": config.serviceName ?? processName })),
@@ -77,6 +84,17 @@ export async function startTracing(config: TracingConfig | undefined, processNam
     forceFlush: () => provider.forceFlush(),
     shutdown: () => provider.shutdown(),
   };
+}
+
+/**
+ * The exports of a CommonJS package loaded with `import()`. From source, node (or vitest) gives
+ * them as named exports; in the compiled build each of these packages is a chunk of its own
+ * (scripts/build.mjs, `splitting`) whose only export is the package's `module.exports`, as
+ * `default`. Neither package has a `default` export of its own.
+ */
+function commonJsExports(module: object): object {
+  const fallback = (module as { default?: unknown }).default;
+  return typeof fallback === "object" && fallback !== null ? fallback : module;
 }
 
 /**
