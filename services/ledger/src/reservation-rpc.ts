@@ -1,17 +1,6 @@
 import type { DescMessage, MessageInitShape } from "@bufbuild/protobuf";
 import { ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
-import {
-  errorCodeOf,
-  idempotencyKeyOf,
-  IDEMPOTENT_REPLAYED_HEADER,
-  invalidArgument,
-  notFound,
-  parseAmount,
-  principalOf,
-  requestFingerprint,
-  sqlState,
-  type Sql,
-} from "@ledger/common";
+import { errorCodeOf, IDEMPOTENT_REPLAYED_HEADER, invalidArgument, notFound, parseAmount, sqlState, type Sql } from "@ledger/common";
 import {
   ApplyReservationsRequestSchema,
   ApplyReservationsResponseSchema,
@@ -33,7 +22,7 @@ import { groupToProto } from "./groups.js";
 import { commandScope, type ProgramResolver } from "./programs.js";
 import type { MoneyCommand, ReservationRow } from "./money.js";
 import type { Applied, createBatcher, ItemAnswer, Submission } from "./batcher.js";
-import { createWritePath } from "./write-path.js";
+import { callIdempotency, createWritePath } from "./write-path.js";
 import type { Outbox } from "@ledger/common";
 
 /** The API form of a reservation. */
@@ -173,15 +162,7 @@ export function createReservationService(deps: {
           }
         }),
       );
-      const key = idempotencyKeyOf(ctx);
-      const idempotency =
-        key === undefined
-          ? undefined
-          : {
-              accountId: principalOf(ctx).accountId,
-              key,
-              fingerprint: requestFingerprint(`${ctx.service.typeName}/${ctx.method.name}`, ApplyReservationsRequestSchema, req),
-            };
+      const idempotency = callIdempotency(ctx, ApplyReservationsRequestSchema, req);
       const kinds = req.commands.map((item) => item.command.case);
       // Two calls with one reservation id can both insert it; the second try answers from the first's row.
       const answer = await onceMoreOnDuplicate(() =>

@@ -14,6 +14,20 @@ import type { Applied, createBatcher } from "./batcher.js";
 import type { MoneyCommand } from "./money.js";
 
 /**
+ * The call's idempotency for the batcher: its key, scoped to the caller's account, with the
+ * fingerprint of the method and request that a replay must match. Undefined without a key.
+ */
+export function callIdempotency<I extends DescMessage>(ctx: HandlerContext, requestSchema: I, request: MessageShape<I>) {
+  const key = idempotencyKeyOf(ctx);
+  if (key === undefined) return undefined;
+  return {
+    accountId: principalOf(ctx).accountId,
+    key,
+    fingerprint: requestFingerprint(`${ctx.service.typeName}/${ctx.method.name}`, requestSchema, request),
+  };
+}
+
+/**
  * The one write path of the ledger. Money commands go to the group-commit batcher (`submit`);
  * other writes (entities, programs) run in a transaction of their own (`mutate`). Both are
  * idempotent per key, and both wake the outbox relay after commit.
@@ -50,15 +64,7 @@ export function createWritePath(deps: { sql: Sql; outbox: Outbox; batcher: Retur
     command: MoneyCommand,
     respond: (outcome: Applied) => MessageInitShape<O>,
   ): Promise<MessageShape<O>> {
-    const key = idempotencyKeyOf(ctx);
-    const idempotency =
-      key === undefined
-        ? undefined
-        : {
-            accountId: principalOf(ctx).accountId,
-            key,
-            fingerprint: requestFingerprint(`${ctx.service.typeName}/${ctx.method.name}`, requestSchema, request),
-          };
+    const idempotency = callIdempotency(ctx, requestSchema, request);
     const answer = await batcher.submit({ command, responseSchema, respond, ...(idempotency ? { idempotency } : {}) });
     if (answer.replayed) ctx.responseHeader.set(IDEMPOTENT_REPLAYED_HEADER, "true");
     return answer.response;
