@@ -42,6 +42,20 @@ describe("REST edge", () => {
     expect(res.status).toBe(200);
     expect(res.body.entity.metadata).toEqual(nested(16));
   });
+
+  it('refuses a "__proto__" key at any level with 400 instead of dropping it, and stores nothing', async () => {
+    const before = await counts();
+    // JSON.parse makes "__proto__" an own key, as a client's body has it; an object literal would not.
+    for (const text of ['{"__proto__":{"a":1},"b":2}', '{"a":{"b":[{"__proto__":1}]}}']) {
+      const res = await stack.api.post("/entity", { entity_name: "p", entity_type: "wallet", metadata: JSON.parse(text) });
+      expect(res.status).toBe(400);
+      expect(res.body.status).toBe("error");
+      expect(res.body.error.code).toBe("invalid_request");
+      expect(res.body.error.message).toMatch(/__proto__/);
+    }
+    const after = await counts();
+    expect(after!.entities).toBe(before!.entities);
+  });
 });
 
 describe("RPC edge (Connect JSON straight to the ledger)", () => {

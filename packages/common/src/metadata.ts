@@ -30,6 +30,9 @@ export function parseMetadata(value: unknown, field = "metadata"): JsonObject | 
         max_key_length: METADATA_MAX_KEY_LENGTH,
       });
     }
+    // protobuf-es builds a Struct's fields by assignment, so a key "__proto__" replaces the
+    // object's prototype instead of becoming a field: the value would vanish without a word.
+    if (key === "__proto__") throw invalidArgument(`${field} keys must not be "__proto__"`, { field });
     if (key?.includes("\u0000") || (typeof node === "string" && node.includes("\u0000"))) {
       throw invalidArgument(`${field} must not contain NUL characters`, { field });
     }
