@@ -2,14 +2,13 @@ import { create, toBinary, type MessageShape } from "@bufbuild/protobuf";
 import { WireType } from "@bufbuild/protobuf/wire";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { ConnectError } from "@connectrpc/connect";
-import { errorCodeOf } from "@ledger/common";
 import {
   CreateTransactionsResponseSchema,
   CreateTransactionsResultSchema,
   type CreateTransactionResponse,
   type TransactionGroup,
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
-import type { ItemAnswer } from "./batcher.js";
+import { itemError, type ItemAnswer } from "./batcher.js";
 import { Writer } from "./wire.js";
 
 const RESULTS_FIELD = 3;
@@ -37,13 +36,10 @@ export function batchResponse(answers: ItemAnswer[]): MessageShape<typeof Create
     const at = w.openLength();
     if (answer instanceof ConnectError) {
       failed++;
-      const { code, details } = errorCodeOf(answer);
       w.raw(
         toBinary(
           CreateTransactionsResultSchema,
-          create(CreateTransactionsResultSchema, {
-            result: { case: "error", value: { code, message: answer.rawMessage, ...(details ? { details } : {}) } },
-          }),
+          create(CreateTransactionsResultSchema, { result: { case: "error", value: itemError(answer) } }),
         ),
       );
     } else {

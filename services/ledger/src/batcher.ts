@@ -1,7 +1,16 @@
-import { create, fromBinary, toBinary, type DescMessage, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
+import {
+  create,
+  fromBinary,
+  toBinary,
+  type DescMessage,
+  type JsonObject,
+  type MessageInitShape,
+  type MessageShape,
+} from "@bufbuild/protobuf";
 import { ConnectError } from "@connectrpc/connect";
 import {
   claimIdempotencyKeys,
+  errorCodeOf,
   createGroupScheduler,
   metricsRegistry,
   pipelinedTransaction,
@@ -59,6 +68,12 @@ export interface Answer<O extends DescMessage> {
 
 /** The answer of one item of a batch: its response, or why it was refused. */
 export type ItemAnswer = Answer<DescMessage> | ConnectError;
+
+/** A refused item as a batch answer carries it: the single call's error code, message and details. */
+export function itemError(error: ConnectError): { code: string; message: string; details?: JsonObject } {
+  const { code, details } = errorCodeOf(error);
+  return { code, message: error.rawMessage, ...(details ? { details } : {}) };
+}
 
 /** A batch call: items applied in order in one transaction, answered as one response. */
 export interface BatchSubmission<O extends DescMessage> {

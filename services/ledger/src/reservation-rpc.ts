@@ -1,6 +1,6 @@
 import type { DescMessage, MessageInitShape } from "@bufbuild/protobuf";
 import { ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
-import { errorCodeOf, IDEMPOTENT_REPLAYED_HEADER, invalidArgument, notFound, parseAmount, sqlState, type Sql } from "@ledger/common";
+import { IDEMPOTENT_REPLAYED_HEADER, invalidArgument, notFound, parseAmount, sqlState, type Sql } from "@ledger/common";
 import {
   ApplyReservationsRequestSchema,
   ApplyReservationsResponseSchema,
@@ -21,7 +21,7 @@ import {
 import { groupToProto } from "./groups.js";
 import { commandScope, type ProgramResolver } from "./programs.js";
 import type { MoneyCommand, ReservationRow } from "./money.js";
-import type { Applied, createBatcher, ItemAnswer, Submission } from "./batcher.js";
+import { itemError, type Applied, type createBatcher, type ItemAnswer, type Submission } from "./batcher.js";
 import { callIdempotency, createWritePath } from "./write-path.js";
 import type { Outbox } from "@ledger/common";
 
@@ -193,10 +193,7 @@ export function createReservationService(deps: {
 /** One item's result: the single call's response under the item's kind, or its error in the batch envelope. */
 function commandResult(answer: ItemAnswer, kind: string | undefined): MessageInitShape<typeof ReservationCommandResultSchema> {
   if (answer instanceof ConnectError) {
-    const { code, details } = errorCodeOf(answer);
-    return {
-      result: { case: "error", value: { code, message: answer.rawMessage, rpcCode: answer.code, ...(details ? { details } : {}) } },
-    };
+    return { result: { case: "error", value: { ...itemError(answer), rpcCode: answer.code } } };
   }
   return { result: { case: kind, value: answer.response } } as MessageInitShape<typeof ReservationCommandResultSchema>;
 }
