@@ -11,6 +11,7 @@ export default defineConfig({
       "e2e/src/**/*.test.ts",
       "deploy/**/*.test.ts",
       "scripts/**/*.test.ts",
+      "bench/src/**/*.test.ts",
     ],
     exclude: ["**/node_modules/**", "**/*.faults.test.ts"],
     globalSetup: ["packages/testing/src/global-setup.ts"],

@@ -1,9 +1,21 @@
 // The two ways in: REST/JSON through the gateway over keep-alive HTTP/1.1, and Connect RPC straight
 // to the services over one HTTP/2 connection with binary protobuf.
 import { Agent, request } from "node:http";
+import http2, { type ClientHttp2Session } from "node:http2";
+import {
+  create,
+  fromBinary,
+  toBinary,
+  type DescMessage,
+  type DescMethod,
+  type DescService,
+  type MessageInitShape,
+  type MessageShape,
+} from "@bufbuild/protobuf";
 import { ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { errorCodeOf } from "@ledger/common";
+import { ErrorDetailSchema } from "@ledger/proto/common/v1/common_pb.js";
 import { HoldService } from "@ledger/proto/hold/v1/hold_pb.js";
 import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
 
@@ -78,23 +90,123 @@ export function restClient(restUrl: string, apiKey: string, maxSockets: number):
 export interface Rpc {
   ledger: Client<typeof LedgerService>;
   hold: Client<typeof HoldService>;
+  close(): void;
 }
 
-/** Binary Connect over HTTP/2: one multiplexed connection per service, as a service mesh would use. */
+/**
+ * Binary Connect over HTTP/2: one multiplexed connection per service, as a service mesh would use.
+ *
+ * By default the calls go through `leanClient` below, not Connect-ES's client: the load generator
+ * runs on the same two cores as the system it measures (as pgbench's C client does), and Connect-ES's
+ * client spent about as much CPU per call as the ledger itself (bench/README.md). The bytes on the
+ * wire are the same Connect protocol. `BENCH_RPC_CLIENT=connect` measures with Connect-ES's client.
+ */
 export function rpcClients(ledgerUrl: string, holdUrl: string, apiKey: string): Rpc {
-  const auth: Interceptor = (next) => async (req) => {
-    req.header.set("authorization", apiKey);
-    return next(req);
+  if (process.env["BENCH_RPC_CLIENT"] === "connect") {
+    const auth: Interceptor = (next) => async (req) => {
+      req.header.set("authorization", apiKey);
+      return next(req);
+    };
+    const transport = (baseUrl: string) =>
+      createConnectTransport({
+        baseUrl,
+        httpVersion: "2",
+        useBinaryFormat: true,
+        interceptors: [auth],
+        defaultTimeoutMs: REQUEST_TIMEOUT_MS,
+      });
+    return {
+      ledger: createClient(LedgerService, transport(ledgerUrl)),
+      hold: createClient(HoldService, transport(holdUrl)),
+      close: () => {},
+    };
+  }
+  const ledger = leanClient(LedgerService, ledgerUrl, apiKey);
+  const hold = leanClient(HoldService, holdUrl, apiKey);
+  return {
+    ledger: ledger.client,
+    hold: hold.client,
+    close: () => {
+      ledger.close();
+      hold.close();
+    },
   };
-  const transport = (baseUrl: string) =>
-    createConnectTransport({
-      baseUrl,
-      httpVersion: "2",
-      useBinaryFormat: true,
-      interceptors: [auth],
-      defaultTimeoutMs: REQUEST_TIMEOUT_MS,
+}
+
+/**
+ * The unary methods of `service` over one HTTP/2 session, as the Connect protocol's unary POST: the
+ * request's binary protobuf as the body, the answer's as the response (200), or the Connect error
+ * JSON with its code otherwise. Nothing else of Connect-ES's client (interceptors, abort signals,
+ * streaming): what a call needs and no more, so the generator's CPU stays small beside the system's.
+ */
+export function leanClient<S extends DescService>(service: S, baseUrl: string, apiKey: string): { client: Client<S>; close(): void } {
+  let session: ClientHttp2Session | undefined;
+  const connect = () => {
+    if (session && !session.closed && !session.destroyed) return session;
+    const s = http2.connect(baseUrl);
+    s.on("error", () => {}); // each call sees the failure through its own stream
+    session = s;
+    return s;
+  };
+  const call = <I extends DescMessage, O extends DescMessage>(method: DescMethod & { input: I; output: O }, init: MessageInitShape<I>) =>
+    new Promise<MessageShape<O>>((resolve, reject) => {
+      const stream = connect().request({
+        ":method": "POST",
+        ":path": `/${service.typeName}/${method.name}`,
+        "content-type": "application/proto",
+        "connect-protocol-version": "1",
+        "connect-timeout-ms": String(REQUEST_TIMEOUT_MS),
+        authorization: apiKey,
+      });
+      let status = 0;
+      const chunks: Buffer[] = [];
+      stream.setTimeout(REQUEST_TIMEOUT_MS, () => stream.close(http2.constants.NGHTTP2_CANCEL));
+      stream.on("response", (headers) => {
+        status = Number(headers[":status"]);
+      });
+      stream.on("data", (chunk: Buffer) => chunks.push(chunk));
+      stream.on("error", (err: NodeJS.ErrnoException) => reject(new CallError(err.code ?? "network")));
+      stream.on("close", () => {
+        const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
+        if (status === 200) {
+          try {
+            resolve(fromBinary(method.output, body));
+          } catch {
+            reject(new CallError("bad_response"));
+          }
+          return;
+        }
+        if (status === 0) return reject(new CallError("timeout"));
+        reject(new CallError(connectErrorCode(status, body)));
+      });
+      stream.end(toBinary(method.input, create(method.input, init)));
     });
-  return { ledger: createClient(LedgerService, transport(ledgerUrl)), hold: createClient(HoldService, transport(holdUrl)) };
+  const client: Record<string, (init: never) => Promise<unknown>> = {};
+  for (const method of service.methods) {
+    if (method.methodKind === "unary") client[method.localName] = (init: never) => call(method, init);
+  }
+  return {
+    client: client as unknown as Client<S>,
+    close: () => session?.close(),
+  };
+}
+
+/**
+ * The code a Connect error body is counted under: the domain code of its `ErrorDetail`, as
+ * `errorCodeOf` reads it from a `ConnectError`, else the Connect code, else the HTTP status.
+ */
+function connectErrorCode(status: number, body: Buffer): string {
+  try {
+    const parsed = JSON.parse(body.toString("utf8")) as { code?: string; details?: Array<{ type?: string; value?: string }> };
+    const detail = parsed.details?.find((d) => d.type === ErrorDetailSchema.typeName);
+    if (detail?.value) {
+      const { code } = fromBinary(ErrorDetailSchema, Buffer.from(detail.value, "base64"));
+      if (code) return code;
+    }
+    return parsed.code ?? `http_${status}`;
+  } catch {
+    return `http_${status}`;
+  }
 }
 
 /** The code a failure is counted under: the domain code (`insufficient_funds`...) when there is one. */

@@ -306,6 +306,7 @@ async function main(): Promise<number> {
             }
           }
           rest.close();
+          rpc.close();
         }
 
         // 4. Webhooks, in an account of their own so the workloads above queue no deliveries.
@@ -314,13 +315,13 @@ async function main(): Promise<number> {
         if (settings.webhooks) {
           tracker = new DeliveryTracker(receiver);
           const hookApi = restClient(system.restUrl, hookAccount.api_key, 4);
+          const hookRpc = rpcClients(system.urls.ledger, system.urls.hold, hookAccount.api_key);
           try {
             const hook = await hookApi.post<{ endpoint: { endpoint_id: string } }>("/webhooks", {
               url: receiver.endpoint(HOOK_PATH),
               name: `bench receiver (${layout})`,
             });
             hookEndpoint = hook.endpoint.endpoint_id;
-            const hookRpc = rpcClients(system.urls.ledger, system.urls.hold, hookAccount.api_key);
             const hookFixtures = await createFixtures(hookRpc, 50);
             progress("webhooks: waiting for the workloads' events to be consumed first");
             const settled = await probe.settle(180_000);
@@ -387,6 +388,7 @@ async function main(): Promise<number> {
             }
           } finally {
             hookApi.close();
+            hookRpc.close();
           }
         }
 
