@@ -83,6 +83,11 @@ export function readRateLimitConfig(env: Env = process.env): RateLimitConfig {
 export interface InfraConfig extends RateLimitConfig {
   /** Largest RPC request body, checked before the caller is authenticated; larger ones are refused resource_exhausted. */
   rpcBodyLimitBytes: number;
+  /**
+   * RPC_UNARY_FAST_PATH: unary binary Connect calls over HTTP/2 skip connect-node's universal layer
+   * (unary-fast-path.ts). On by default; false sends every call through connect-node.
+   */
+  rpcUnaryFastPath?: boolean | undefined;
   natsUrl: string;
   /** NATS_USER and NATS_PASSWORD: the server's user, both or neither; the password is never logged. */
   natsUser?: string | undefined;
@@ -123,6 +128,7 @@ export function readInfraConfig(env: Env = process.env): InfraConfig {
     logLevel: envString(env, "LOG_LEVEL", "info"),
     tracing: readTracingConfig(env),
     rpcBodyLimitBytes: envInt(env, "RPC_BODY_LIMIT_BYTES", DEFAULT_RPC_BODY_LIMIT_BYTES, 1024, 64 * 1024 * 1024),
+    rpcUnaryFastPath: envBool(env, "RPC_UNARY_FAST_PATH", true),
     ...readRateLimitConfig(env),
   };
 }

@@ -9,6 +9,7 @@ import { DEFAULT_RPC_BODY_LIMIT_BYTES } from "./config.js";
 import { addDiscovery } from "./discovery.js";
 import { inProcessService, type InProcessService } from "./in-process.js";
 import { metricsRegistry } from "./metrics.js";
+import { createUnaryFastPath } from "./unary-fast-path.js";
 
 /** Checks a dependency for /readyz; resolves true when it is reachable. */
 export type ReadinessCheck = () => Promise<boolean>;
@@ -174,6 +175,11 @@ export interface ServeOptions {
    * any interceptor (authentication included) runs.
    */
   rpcBodyLimitBytes?: number;
+  /**
+   * Serve unary binary Connect calls over HTTP/2 without connect-node's universal layer
+   * (unary-fast-path.ts); every other request goes to connect-node. Default true.
+   */
+  unaryFastPath?: boolean;
   /** Plain HTTP requests that are neither RPC nor ops endpoints. */
   fallback?: NodeHandler;
   readiness: Record<string, ReadinessCheck>;
@@ -211,6 +217,18 @@ export async function listen(options: ServeOptions): Promise<RunningServer> {
   // Ends what would otherwise hold a drain open: health Watch streams.
   const stopping = new AbortController();
   const routes = options.routes;
+  const readMaxBytes = options.rpcBodyLimitBytes ?? DEFAULT_RPC_BODY_LIMIT_BYTES;
+  const contextValues = (req: NodeRequest) => createContextValues().set(peerAddressKey, req.socket.remoteAddress);
+  const fastPath =
+    routes && options.unaryFastPath !== false
+      ? createUnaryFastPath({
+          routes,
+          interceptors: options.interceptors ?? [],
+          readMaxBytes,
+          contextValues: (req) => createContextValues().set(peerAddressKey, req.stream.session?.socket.remoteAddress),
+          shutdownSignal: stopping.signal,
+        })
+      : undefined;
   const rpc = routes
     ? connectNodeAdapter({
         routes: (router) => {
@@ -218,14 +236,18 @@ export async function listen(options: ServeOptions): Promise<RunningServer> {
           addDiscovery(router, sharedReadiness(options.readiness), stopping.signal);
         },
         interceptors: options.interceptors ?? [],
-        readMaxBytes: options.rpcBodyLimitBytes ?? DEFAULT_RPC_BODY_LIMIT_BYTES,
-        contextValues: (req) => createContextValues().set(peerAddressKey, req.socket.remoteAddress),
+        readMaxBytes,
+        contextValues,
         fallback: (req, res) => fallback(req as http.IncomingMessage, res as unknown as http.ServerResponse),
       })
     : undefined;
   const handler = lastResort((req, res) => {
     if (!requestUrl(req)) return sendError(res, 400, "invalid_request", "the request target or its Host header is not valid");
     if (options.opsEndpoints === "healthz" ? serveHealthz(req, res) : serveOpsEndpoint(req, res, options.readiness)) return;
+    if (fastPath && "stream" in req) {
+      const served = fastPath(req, res as http2.Http2ServerResponse);
+      if (served) return served;
+    }
     return rpc ? rpc(req, res) : fallback(req, res);
   }, options.log);
 

@@ -107,6 +107,7 @@ export async function startService<Config extends ServiceConfig, Extra = Record<
       port: config.port,
       log,
       rpcBodyLimitBytes: config.rpcBodyLimitBytes,
+      unaryFastPath: config.rpcUnaryFastPath ?? true,
       routes: parts.routes,
       interceptors: [
         ...tracingInterceptors(tracing),

@@ -1,0 +1,178 @@
+import * as http2 from "node:http2";
+import type { AddressInfo } from "node:net";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError, createContextValues, type ConnectRouter, type Interceptor } from "@connectrpc/connect";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import {
+  CreateTransactionRequestSchema,
+  CreateTransactionResponseSchema,
+  LedgerService,
+  TransactionGroupSchema,
+} from "@ledger/proto/ledger/v1/ledger_pb.js";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ruleViolation } from "./errors.js";
+import { createUnaryFastPath } from "./unary-fast-path.js";
+
+// The fast path must answer every request it takes exactly as connect-node answers it: the same
+// status, headers and bytes. Each case goes to both; a request the fast path declines is answered
+// 599 by its server here, so a case also shows which path took it.
+const READ_MAX_BYTES = 1024;
+const DECLINED = 599;
+
+const routes = (router: ConnectRouter) =>
+  router.service(LedgerService, {
+    createTransaction: (req, ctx) => {
+      ctx.responseHeader.set("x-handler", "yes");
+      ctx.responseTrailer.set("x-trailer", "done");
+      const transfer = req.form.case === "transfer" ? req.form.value : undefined;
+      return {
+        transactionGroup: create(TransactionGroupSchema, {
+          transactionGroupId: `tg_${transfer?.fromEntityId}_${transfer?.amount}`,
+          description: `${ctx.values.get(peerKey) ? "peer" : "no peer"} ${ctx.requestHeader.get("x-request-id") ?? ""}`,
+        }),
+      };
+    },
+    fundEntity: () => {
+      throw ruleViolation("insufficient_funds", "not enough", { available: 3 });
+    },
+    defundEntity: () => {
+      throw new Error("a bug with SQL text in it");
+    },
+    getEntity: () => {
+      throw new ConnectError("gone", Code.NotFound, { "x-error-meta": "m" });
+    },
+  });
+
+const peerKey = { id: Symbol("peer"), defaultValue: false, description: "peer" };
+const interceptors: Interceptor[] = [
+  (next) => async (req) => {
+    if (req.header.get("authorization") !== "key") throw new ConnectError("no key", Code.Unauthenticated);
+    const res = await next(req);
+    res.header.set("x-interceptor", req.method.name);
+    return res;
+  },
+];
+const contextValues = () => createContextValues().set(peerKey, true);
+
+interface Answer {
+  status: number;
+  headers: Record<string, string>;
+  body: string;
+}
+
+describe("unary fast path", () => {
+  const servers: http2.Http2Server[] = [];
+  const sessions = new Set<http2.ServerHttp2Session>();
+  let fastUrl = "";
+  let connectUrl = "";
+
+  async function serve(handler: (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void): Promise<string> {
+    const server = http2.createServer(handler);
+    server.on("session", (s) => sessions.add(s));
+    servers.push(server);
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  }
+
+  beforeAll(async () => {
+    const fast = createUnaryFastPath({ routes, interceptors, readMaxBytes: READ_MAX_BYTES, contextValues });
+    fastUrl = await serve((req, res) => {
+      if (fast(req, res)) return;
+      res.writeHead(DECLINED);
+      res.end();
+    });
+    connectUrl = await serve(connectNodeAdapter({ routes, interceptors, readMaxBytes: READ_MAX_BYTES, contextValues }) as never);
+  });
+  afterAll(async () => {
+    for (const s of sessions) s.destroy();
+    await Promise.all(servers.map((s) => new Promise((resolve) => s.close(resolve))));
+  });
+
+  function send(url: string, headers: http2.OutgoingHttpHeaders, body: Uint8Array): Promise<Answer> {
+    return new Promise((resolve, reject) => {
+      const session = http2.connect(url);
+      session.on("error", reject);
+      const req = session.request(headers);
+      let status = 0;
+      const out: Record<string, string> = {};
+      const chunks: Buffer[] = [];
+      req.on("response", (h) => {
+        status = Number(h[":status"]);
+        for (const [k, v] of Object.entries(h)) if (!k.startsWith(":") && k !== "date") out[k] = String(v);
+      });
+      req.on("data", (c: Buffer) => chunks.push(c));
+      req.on("close", () => {
+        session.close();
+        resolve({ status, headers: out, body: Buffer.concat(chunks).toString("base64") });
+      });
+      req.on("error", () => {});
+      req.end(body);
+    });
+  }
+
+  const path = (method: string) => `/ledger.v1.LedgerService/${method}`;
+  const proto = (method: string, extra: http2.OutgoingHttpHeaders = {}): http2.OutgoingHttpHeaders => ({
+    ":method": "POST",
+    ":path": path(method),
+    "content-type": "application/proto",
+    "connect-protocol-version": "1",
+    authorization: "key",
+    ...extra,
+  });
+  const transfer = toBinary(
+    CreateTransactionRequestSchema,
+    create(CreateTransactionRequestSchema, {
+      form: { case: "transfer", value: { fromEntityId: "ent_a", toEntityId: "ent_b", amount: 5n } },
+    }),
+  );
+
+  const taken: Array<[string, http2.OutgoingHttpHeaders, Uint8Array]> = [
+    ["an answer, with the handler's headers and trailers", proto("CreateTransaction", { "x-request-id": "r1" }), transfer],
+    ["an answer with a deadline", proto("CreateTransaction", { "connect-timeout-ms": "30000" }), transfer],
+    ["no protocol version header", { ...proto("CreateTransaction"), "connect-protocol-version": undefined }, transfer],
+    ["a domain refusal with details", proto("FundEntity"), new Uint8Array()],
+    ["an error with metadata", proto("GetEntity"), new Uint8Array()],
+    ["a bug in a handler: internal, nothing of it shown", proto("DefundEntity"), new Uint8Array()],
+    ["an interceptor's refusal", proto("CreateTransaction", { authorization: "wrong" }), transfer],
+    ["a body that is not protobuf", proto("CreateTransaction"), Buffer.from([0x0a, 0xff, 0xff])],
+    ["a declared length over the limit", proto("CreateTransaction", { "content-length": "2048" }), new Uint8Array(2048)],
+    ["a body over the limit without a declared length", proto("CreateTransaction"), new Uint8Array(4096)],
+    ["a declared length longer than the body", proto("CreateTransaction", { "content-length": String(transfer.length + 3) }), transfer],
+    ["a bad deadline", proto("CreateTransaction", { "connect-timeout-ms": "soon" }), transfer],
+  ];
+  for (const [name, headers, body] of taken) {
+    it(`answers as connect-node does: ${name}`, async () => {
+      const [fast, connect] = await Promise.all([send(fastUrl, headers, body), send(connectUrl, headers, body)]);
+      expect(fast.status).not.toBe(DECLINED);
+      expect(fast).toEqual(connect);
+    });
+  }
+
+  it("reads the answer as the protobuf the method returns", async () => {
+    const answer = await send(fastUrl, proto("CreateTransaction", { "x-request-id": "r1" }), transfer);
+    expect(answer.status).toBe(200);
+    expect(answer.headers["x-handler"]).toBe("yes");
+    expect(answer.headers["trailer-x-trailer"]).toBe("done");
+    expect(answer.headers["x-interceptor"]).toBe("CreateTransaction");
+    const expected = toBinary(
+      CreateTransactionResponseSchema,
+      create(CreateTransactionResponseSchema, { transactionGroup: { transactionGroupId: "tg_ent_a_5", description: "peer r1" } }),
+    );
+    expect(answer.body).toBe(Buffer.from(expected).toString("base64"));
+  });
+
+  const declined: Array<[string, http2.OutgoingHttpHeaders]> = [
+    ["JSON", { ...proto("CreateTransaction"), "content-type": "application/json" }],
+    ["a compressed body", proto("CreateTransaction", { "content-encoding": "gzip" })],
+    ["another protocol version", proto("CreateTransaction", { "connect-protocol-version": "2" })],
+    ["gRPC", { ...proto("CreateTransaction"), "content-type": "application/grpc" }],
+    ["GET", { ...proto("GetEntity"), ":method": "GET" }],
+    ["an unknown method", proto("NoSuchMethod")],
+  ];
+  for (const [name, headers] of declined) {
+    it(`leaves ${name} to connect-node`, async () => {
+      const answer = await send(fastUrl, headers, headers[":method"] === "GET" ? new Uint8Array() : transfer);
+      expect(answer.status).toBe(DECLINED);
+    });
+  }
+});
