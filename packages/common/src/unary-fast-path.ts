@@ -124,7 +124,7 @@ async function serve(method: Method, req: http2.Http2ServerRequest, res: http2.H
     const error = e instanceof ConnectError ? e : new ConnectError("internal error", Code.Internal, undefined, undefined, e);
     status = codeToHttpStatus(error.code);
     context.responseHeader.set("content-type", CONTENT_TYPE_JSON);
-    error.metadata.forEach((value, key) => context.responseHeader.set(key, value));
+    for (const [key, value] of error.metadata) context.responseHeader.set(key, value);
     body = errorToJsonBytes(error, undefined);
   } finally {
     context.abort();
