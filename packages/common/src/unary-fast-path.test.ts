@@ -41,7 +41,22 @@ const routes = (router: ConnectRouter) =>
     getEntity: () => {
       throw new ConnectError("gone", Code.NotFound, { "x-error-meta": "m" });
     },
+    // Waits for its signal (the deadline) and answers with the signal's reason.
+    listEntities: async (_req, ctx) => {
+      await new Promise<void>((resolve) => {
+        if (ctx.signal.aborted) return resolve();
+        ctx.signal.addEventListener("abort", () => resolve());
+        setTimeout(resolve, 5_000).unref();
+      });
+      throw ctx.signal.reason;
+    },
+    // Records why its signal ended, which is after the call.
+    getProgram: (req, ctx) => {
+      ctx.signal.addEventListener("abort", () => endings.push(`${req.programId}: ${String(ctx.signal.reason)}`));
+      return {};
+    },
   });
+const endings: string[] = [];
 
 const peerKey = { id: Symbol("peer"), defaultValue: false, description: "peer" };
 const interceptors: Interceptor[] = [
@@ -139,6 +154,7 @@ describe("unary fast path", () => {
     ["a body over the limit without a declared length", proto("CreateTransaction"), new Uint8Array(4096)],
     ["a declared length longer than the body", proto("CreateTransaction", { "content-length": String(transfer.length + 3) }), transfer],
     ["a bad deadline", proto("CreateTransaction", { "connect-timeout-ms": "soon" }), transfer],
+    ["a handler that waits past its deadline", proto("ListEntities", { "connect-timeout-ms": "50" }), new Uint8Array()],
   ];
   for (const [name, headers, body] of taken) {
     it(`answers as connect-node does: ${name}`, async () => {
@@ -159,6 +175,16 @@ describe("unary fast path", () => {
       create(CreateTransactionResponseSchema, { transactionGroup: { transactionGroupId: "tg_ent_a_5", description: "peer r1" } }),
     );
     expect(answer.body).toBe(Buffer.from(expected).toString("base64"));
+  });
+
+  it("ends the handler's signal when the call completes, with Connect's reason", async () => {
+    const body = (programId: string) => Buffer.from([0x0a, programId.length, ...Buffer.from(programId)]);
+    await send(fastUrl, proto("GetProgram"), body("fast"));
+    await send(connectUrl, proto("GetProgram"), body("node"));
+    await expect.poll(() => endings.length).toBe(2);
+    const reason = (prefix: string) => endings.find((e) => e.startsWith(prefix))?.slice(prefix.length);
+    expect(reason("fast: ")).toBe(reason("node: "));
+    expect(reason("fast: ")).toContain("completed");
   });
 
   const declined: Array<[string, http2.OutgoingHttpHeaders]> = [

@@ -1,16 +1,18 @@
 import type * as http2 from "node:http2";
-import type { DescMethodUnary } from "@bufbuild/protobuf";
+import { create, type DescMethod, type DescMethodUnary, type DescService, type Message } from "@bufbuild/protobuf";
 import {
   Code,
   ConnectError,
-  createHandlerContext,
   createServiceImplSpec,
   type ConnectRouter,
   type ContextValues,
+  type HandlerContext,
   type Interceptor,
   type MethodImplSpec,
+  type UnaryRequest,
+  type UnaryResponse,
 } from "@connectrpc/connect";
-import { createMethodSerializationLookup, invokeUnaryImplementation, type MethodSerializationLookup } from "@connectrpc/connect/protocol";
+import { createMethodSerializationLookup, type MethodSerializationLookup } from "@connectrpc/connect/protocol";
 import { codeToHttpStatus, errorToJsonBytes, parseTimeout, trailerMux } from "@connectrpc/connect/protocol-connect";
 
 /** What the fast path needs to serve the routes' unary methods. */
@@ -26,8 +28,11 @@ export interface UnaryFastPathOptions {
 /** A request the fast path takes: answered by the returned promise. Undefined: left to connect-node. */
 export type UnaryFastPath = (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => Promise<void> | undefined;
 
+type UnarySpec = Extract<MethodImplSpec, { kind: "unary" }>;
+type UnaryFn = (req: UnaryRequest) => Promise<UnaryResponse>;
+
 interface Method {
-  spec: Extract<MethodImplSpec, { kind: "unary" }>;
+  spec: UnarySpec;
   serialization: MethodSerializationLookup<DescMethodUnary["input"], DescMethodUnary["output"]>;
 }
 
@@ -40,9 +45,10 @@ const CONTENT_TYPE_JSON = "application/json";
  * iterables over a one-message body, a second abort controller per call, header objects converted
  * twice) cost about 0.3 ms of CPU per call, more than the ledger's money path (bench/README.md).
  *
- * Everything else stays Connect's: the same method implementations and interceptors
- * (`invokeUnaryImplementation`), the same handler context (`createHandlerContext`: deadline,
- * signal, headers, context values), the same body limits and parse errors (Connect's
+ * Everything else stays Connect's: the same method implementations and interceptors, run as
+ * Connect's `invokeUnaryImplementation` runs them; a handler context with what Connect's
+ * `createHandlerContext` gives (deadline, signal, headers, context values; see `CallContext`); the
+ * same body limits and parse errors (Connect's
  * serialization), the same error JSON and HTTP status (`errorToJsonBytes`, `codeToHttpStatus`),
  * and trailers as `trailer-` headers (`trailerMux`). A request of any other shape (JSON, GET,
  * compressed, streaming, HTTP/1.1, an unknown path or protocol version) returns undefined and goes
@@ -92,44 +98,38 @@ async function serve(method: Method, req: http2.Http2ServerRequest, res: http2.H
     if (Array.isArray(value)) for (const v of value) requestHeader.append(name, v);
     else requestHeader.set(name, value);
   }
+  const call = new CallContext(
+    spec,
+    `http://${req.authority}${req.url}`,
+    requestHeader,
+    options.contextValues(req),
+    timeout.timeoutMs,
+    options.shutdownSignal,
+  );
   // The call's signal also aborts when the client goes away before the answer, as connect-node's does.
-  const requestGone = new AbortController();
   const onClose = () => {
-    if (!res.writableEnded) requestGone.abort(new ConnectError("the request stream has closed", Code.Canceled));
+    if (!res.writableEnded) call.abort(new ConnectError("the request stream has closed", Code.Canceled));
   };
   res.once("close", onClose);
-  const context = createHandlerContext({
-    service: spec.method.parent,
-    method: spec.method,
-    protocolName: "connect",
-    requestMethod: "POST",
-    url: `http://${req.authority}${req.url}`,
-    ...(timeout.timeoutMs !== undefined ? { timeoutMs: timeout.timeoutMs } : {}),
-    ...(options.shutdownSignal ? { shutdownSignal: options.shutdownSignal } : {}),
-    requestSignal: requestGone.signal,
-    requestHeader,
-    responseHeader: { "content-type": CONTENT_TYPE_PROTO },
-    contextValues: options.contextValues(req),
-  });
   let status = 200;
   let body: Uint8Array;
   try {
     if (timeout.error) throw timeout.error;
     const bytes = await readBody(req, options.readMaxBytes);
     const input = serialization.getI(true).parse(bytes);
-    const output = await invokeUnaryImplementation(spec, context, input, options.interceptors);
+    const output = await invoke(spec, call, input, options.interceptors);
     body = serialization.getO(true).serialize(output);
   } catch (e) {
-    context.abort(e);
+    call.abort(e);
     const error = e instanceof ConnectError ? e : new ConnectError("internal error", Code.Internal, undefined, undefined, e);
     status = codeToHttpStatus(error.code);
-    context.responseHeader.set("content-type", CONTENT_TYPE_JSON);
-    for (const [key, value] of error.metadata) context.responseHeader.set(key, value);
+    call.responseHeader.set("content-type", CONTENT_TYPE_JSON);
+    for (const [key, value] of error.metadata) call.responseHeader.set(key, value);
     body = errorToJsonBytes(error, undefined);
   } finally {
-    context.abort();
+    call.abort();
   }
-  const header = trailerMux(context.responseHeader, context.responseTrailer);
+  const header = trailerMux(call.responseHeader, call.responseTrailer);
   header.set("content-length", String(body.byteLength));
   res.removeListener("close", onClose);
   if (res.writableEnded || res.destroyed) return;
@@ -139,6 +139,128 @@ async function serve(method: Method, req: http2.Http2ServerRequest, res: http2.H
   });
   res.writeHead(status, out);
   res.end(body);
+}
+
+/** Aborts a finished call's signal, as Connect's own handler context does. */
+const callCompleted = new ConnectError("the call has completed", Code.Canceled);
+
+/**
+ * The handler context of one call, as Connect's `createHandlerContext` builds it, except that its
+ * signal (an `AbortController`, a deadline timer and a link to the shutdown signal) is made only
+ * when something reads it: no interceptor or handler of ours does, and building them for every
+ * call was most of what the context cost. Read, it behaves as Connect's: aborted at the deadline,
+ * when the client goes away, at shutdown, and with "the call has completed" at the end.
+ */
+class CallContext implements HandlerContext {
+  readonly service: DescService;
+  readonly method: DescMethod;
+  readonly requestMethod = "POST";
+  readonly protocolName = "connect";
+  readonly responseHeader = new Headers({ "content-type": CONTENT_TYPE_PROTO });
+  readonly responseTrailer = new Headers();
+  private readonly deadline: number | undefined;
+  private controller: AbortController | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private ended: unknown;
+
+  constructor(
+    spec: UnarySpec,
+    readonly url: string,
+    readonly requestHeader: Headers,
+    readonly values: ContextValues,
+    timeoutMs: number | undefined,
+    private readonly shutdown: AbortSignal | undefined,
+  ) {
+    this.service = spec.method.parent;
+    this.method = spec.method;
+    this.deadline = timeoutMs === undefined ? undefined : Date.now() + timeoutMs;
+  }
+
+  readonly timeoutMs = (): number | undefined => (this.deadline === undefined ? undefined : this.deadline - Date.now());
+
+  get signal(): AbortSignal {
+    if (this.controller) return this.controller.signal;
+    const controller = new AbortController();
+    this.controller = controller;
+    if (this.ended !== undefined) {
+      controller.abort(this.ended);
+      return controller.signal;
+    }
+    if (this.shutdown?.aborted) controller.abort(this.shutdown.reason);
+    else this.shutdown?.addEventListener("abort", this.onShutdown);
+    const left = this.timeoutMs();
+    if (left !== undefined) {
+      const expire = () => this.abort(new ConnectError("the operation timed out", Code.DeadlineExceeded));
+      if (left <= 0) expire();
+      else this.timer = setTimeout(expire, left);
+    }
+    return controller.signal;
+  }
+
+  private readonly onShutdown = () => this.abort(this.shutdown?.reason);
+
+  /** Ends the call's signal with `reason` (the call completed, when none); the first reason stays. */
+  abort(reason?: unknown): void {
+    if (this.ended !== undefined) return;
+    this.ended = reason ?? callCompleted;
+    if (this.timer) clearTimeout(this.timer);
+    this.shutdown?.removeEventListener("abort", this.onShutdown);
+    this.controller?.abort(this.ended);
+  }
+}
+
+/**
+ * Runs the method through the interceptors as Connect's `invokeUnaryImplementation` does: the same
+ * request and response objects (the request's signal read only if an interceptor reads it), the
+ * handler given the context as the interceptors left the request, and the response's headers and
+ * trailers copied into the call's.
+ */
+async function invoke(spec: UnarySpec, call: CallContext, input: Message, interceptors: Interceptor[]): Promise<Message> {
+  const service = spec.method.parent;
+  const method = spec.method;
+  let next: UnaryFn = async (req) => {
+    const context: HandlerContext = {
+      service: req.service,
+      method,
+      requestMethod: call.requestMethod,
+      protocolName: call.protocolName,
+      url: call.url,
+      timeoutMs: call.timeoutMs,
+      requestHeader: req.header,
+      responseHeader: call.responseHeader,
+      responseTrailer: call.responseTrailer,
+      values: req.contextValues,
+      get signal() {
+        return req.signal;
+      },
+    };
+    const message = create(method.output, (await spec.impl(req.message, context)) as never);
+    return { stream: false, service, method, header: call.responseHeader, trailer: call.responseTrailer, message } as UnaryResponse;
+  };
+  for (let i = interceptors.length - 1; i >= 0; i--) next = interceptors[i]!(next as never) as unknown as UnaryFn;
+  const request = {
+    stream: false,
+    service,
+    method,
+    requestMethod: call.requestMethod,
+    url: call.url,
+    header: call.requestHeader,
+    contextValues: call.values,
+    message: input,
+    get signal() {
+      return call.signal;
+    },
+  } as unknown as UnaryRequest;
+  const response = await next(request);
+  copyHeaders(response.header, call.responseHeader);
+  copyHeaders(response.trailer, call.responseTrailer);
+  return response.message as Message;
+}
+
+function copyHeaders(from: Headers, to: Headers): void {
+  if (from === to) return;
+  for (const key of [...to.keys()]) to.delete(key);
+  for (const [key, value] of from) to.set(key, value);
 }
 
 function headerValue(value: string | string[] | undefined): string | null {
