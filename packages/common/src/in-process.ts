@@ -2,6 +2,7 @@ import { createConnectRouter, type ConnectRouter, type Interceptor, type Transpo
 import { createUniversalHandlerClient } from "@connectrpc/connect/protocol";
 import { createTransport } from "@connectrpc/connect/protocol-connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
+import { createInProcessTransport } from "./unary-fast-path.js";
 
 /**
  * A service running in this process, which its callers in the same process reach in memory:
@@ -30,6 +31,8 @@ export interface InProcessOptions {
   routes: (router: ConnectRouter) => void;
   interceptors: Interceptor[];
   readMaxBytes: number;
+  /** Unary calls skip Connect's router and universal client (unary-fast-path.ts). Default true. */
+  unaryFastPath?: boolean;
 }
 
 /** Builds the in-memory side of a service once; every caller's transport shares its router. */
@@ -45,8 +48,8 @@ export function inProcessService(options: InProcessOptions): InProcessService {
   const httpClient = createUniversalHandlerClient(router.handlers);
   return {
     name: options.name,
-    transport: (interceptors = []) =>
-      createTransport({
+    transport: (interceptors = []) => {
+      const connect = createTransport({
         httpClient,
         baseUrl: `http://${options.name}.in-process`,
         useBinaryFormat: true,
@@ -57,7 +60,9 @@ export function inProcessService(options: InProcessOptions): InProcessService {
         // The service's router enforces its own limit on what it reads, as its port does.
         readMaxBytes: Number.MAX_SAFE_INTEGER,
         writeMaxBytes: Number.MAX_SAFE_INTEGER,
-      }),
+      });
+      return options.unaryFastPath === false ? connect : createInProcessTransport(options, connect, interceptors);
+    },
   };
 }
 

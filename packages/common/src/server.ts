@@ -306,7 +306,8 @@ export async function listen(options: ServeOptions): Promise<RunningServer> {
         name: options.name,
         routes,
         interceptors: options.interceptors ?? [],
-        readMaxBytes: options.rpcBodyLimitBytes ?? DEFAULT_RPC_BODY_LIMIT_BYTES,
+        readMaxBytes,
+        unaryFastPath: options.unaryFastPath !== false,
       })
     : undefined;
   const host = options.host === "0.0.0.0" || options.host === "::" ? "127.0.0.1" : options.host;

@@ -1,7 +1,7 @@
 import * as http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import { create, toBinary } from "@bufbuild/protobuf";
-import { Code, ConnectError, createContextValues, type ConnectRouter, type Interceptor } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, createContextValues, type ConnectRouter, type Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import {
   CreateTransactionRequestSchema,
@@ -10,7 +10,9 @@ import {
   TransactionGroupSchema,
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ErrorDetailSchema } from "@ledger/proto/common/v1/common_pb.js";
 import { ruleViolation } from "./errors.js";
+import { inProcessService } from "./in-process.js";
 import { createUnaryFastPath } from "./unary-fast-path.js";
 
 // The fast path must answer every request it takes exactly as connect-node answers it: the same
@@ -199,6 +201,73 @@ describe("unary fast path", () => {
     it(`leaves ${name} to connect-node`, async () => {
       const answer = await send(fastUrl, headers, headers[":method"] === "GET" ? new Uint8Array() : transfer);
       expect(answer.status).toBe(DECLINED);
+    });
+  }
+});
+
+// In one process, callers reach a service through `inProcessService`: its fast transport must give
+// callers what Connect's router transport gives them, answers and refusals alike.
+describe("in-process unary transport", () => {
+  const build = (unaryFastPath: boolean) => {
+    const service = inProcessService({ name: "ledger", routes, interceptors, readMaxBytes: READ_MAX_BYTES, unaryFastPath });
+    const callerInterceptors: Interceptor[] = [
+      (next) => async (req) => {
+        req.header.set("x-request-id", "from-caller");
+        return next(req);
+      },
+    ];
+    return createClient(LedgerService, service.transport(callerInterceptors));
+  };
+  const fast = build(true);
+  const connect = build(false);
+  const options = { headers: { authorization: "key" } };
+
+  async function both(call: (client: typeof fast) => Promise<unknown>) {
+    const run = async (client: typeof fast) => {
+      try {
+        return { message: await call(client) };
+      } catch (err) {
+        const e = ConnectError.from(err);
+        const headers: Record<string, string> = {};
+        for (const [k, v] of e.metadata) if (k !== "content-type" && k !== "content-length") headers[k] = v;
+        const [detail] = e.findDetails(ErrorDetailSchema);
+        return { code: e.code, message: e.rawMessage, detail: detail?.code, headers };
+      }
+    };
+    return [await run(fast), await run(connect)];
+  }
+
+  it("answers as the router transport does, with the caller's interceptors and the handler's headers", async () => {
+    const seen: Array<Record<string, string | undefined>> = [];
+    for (const client of [fast, connect]) {
+      const res = await client.createTransaction(
+        { form: { case: "transfer", value: { fromEntityId: "ent_a", toEntityId: "ent_b", amount: 5n } } },
+        {
+          ...options,
+          onHeader: (h) => seen.push({ handler: h.get("x-handler") ?? undefined, interceptor: h.get("x-interceptor") ?? undefined }),
+          onTrailer: (t) => seen.push({ trailer: t.get("x-trailer") ?? undefined }),
+        },
+      );
+      expect(res.transactionGroup?.transactionGroupId).toBe("tg_ent_a_5");
+      expect(res.transactionGroup?.description).toBe("no peer from-caller");
+    }
+    expect(seen.slice(0, 2)).toEqual(seen.slice(2));
+    expect(seen[0]).toEqual({ handler: "yes", interceptor: "CreateTransaction" });
+  });
+
+  const refusals: Array<[string, (client: typeof fast) => Promise<unknown>]> = [
+    ["a domain refusal with details", (c) => c.fundEntity({ entityId: "ent_a", amount: 1n }, options)],
+    ["an error with metadata", (c) => c.getEntity({ entityId: "ent_x" }, options)],
+    ["a bug in a handler", (c) => c.defundEntity({ entityId: "ent_a", amount: 1n }, options)],
+    ["an interceptor's refusal", (c) => c.getEntity({ entityId: "ent_x" })],
+    ["a deadline passed while the handler waits", (c) => c.listEntities({}, { ...options, timeoutMs: 50 })],
+    ["a caller's abort", (c) => c.listEntities({}, { ...options, signal: AbortSignal.timeout(50) })],
+  ];
+  for (const [name, call] of refusals) {
+    it(`refuses as the router transport does: ${name}`, async () => {
+      const [fastOutcome, connectOutcome] = await both(call);
+      expect(fastOutcome).toHaveProperty("code");
+      expect(fastOutcome).toEqual(connectOutcome);
     });
   }
 });

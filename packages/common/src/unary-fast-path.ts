@@ -1,19 +1,21 @@
 import type * as http2 from "node:http2";
-import { create, type DescMethod, type DescMethodUnary, type DescService, type Message } from "@bufbuild/protobuf";
+import { create, fromBinary, toBinary, type DescMethod, type DescMethodUnary, type DescService, type Message } from "@bufbuild/protobuf";
 import {
   Code,
   ConnectError,
+  createContextValues,
   createServiceImplSpec,
   type ConnectRouter,
   type ContextValues,
   type HandlerContext,
   type Interceptor,
   type MethodImplSpec,
+  type Transport,
   type UnaryRequest,
   type UnaryResponse,
 } from "@connectrpc/connect";
 import { createMethodSerializationLookup, type MethodSerializationLookup } from "@connectrpc/connect/protocol";
-import { codeToHttpStatus, errorToJsonBytes, parseTimeout, trailerMux } from "@connectrpc/connect/protocol-connect";
+import { codeToHttpStatus, errorFromJsonBytes, errorToJsonBytes, parseTimeout, trailerMux } from "@connectrpc/connect/protocol-connect";
 
 /** What the fast path needs to serve the routes' unary methods. */
 export interface UnaryFastPathOptions {
@@ -55,8 +57,26 @@ const CONTENT_TYPE_JSON = "application/json";
  * to connect-node as before. `unary-fast-path.test.ts` holds both to the same answers.
  */
 export function createUnaryFastPath(options: UnaryFastPathOptions): UnaryFastPath {
+  const methods = unaryMethods(options.routes, options.readMaxBytes);
+
+  return (req, res) => {
+    if (req.method !== "POST") return undefined;
+    const method = methods.get(req.url);
+    if (!method) return undefined;
+    const headers = req.headers;
+    if (headers["content-type"] !== CONTENT_TYPE_PROTO) return undefined;
+    const encoding = headers["content-encoding"];
+    if (encoding !== undefined && encoding !== "identity") return undefined;
+    const version = headers["connect-protocol-version"];
+    if (version !== undefined && version !== "1") return undefined;
+    return serve(method, req, res, options);
+  };
+}
+
+/** The routes' unary methods by path (`/package.Service/Method`), each with Connect's serialization. */
+function unaryMethods(routes: (router: ConnectRouter) => void, readMaxBytes: number): Map<string, Method> {
   const methods = new Map<string, Method>();
-  const limits = { readMaxBytes: options.readMaxBytes, writeMaxBytes: 0xffffffff };
+  const limits = { readMaxBytes, writeMaxBytes: 0xffffffff };
   const recorder = {
     service(service: Parameters<ConnectRouter["service"]>[0], impl: Parameters<ConnectRouter["service"]>[1]) {
       const serviceSpec = createServiceImplSpec(service, impl as never);
@@ -73,20 +93,104 @@ export function createUnaryFastPath(options: UnaryFastPathOptions): UnaryFastPat
     rpc: () => recorder,
     handlers: [],
   } as unknown as ConnectRouter;
-  options.routes(recorder);
+  routes(recorder);
+  return methods;
+}
 
-  return (req, res) => {
-    if (req.method !== "POST") return undefined;
-    const method = methods.get(req.url);
-    if (!method) return undefined;
-    const headers = req.headers;
-    if (headers["content-type"] !== CONTENT_TYPE_PROTO) return undefined;
-    const encoding = headers["content-encoding"];
-    if (encoding !== undefined && encoding !== "identity") return undefined;
-    const version = headers["connect-protocol-version"];
-    if (version !== undefined && version !== "1") return undefined;
-    return serve(method, req, res, options);
+/** What `createInProcessTransport` needs: the service's routes, interceptors and body limit, as its port has them. */
+export interface InProcessTransportOptions {
+  routes: (router: ConnectRouter) => void;
+  interceptors: Interceptor[];
+  readMaxBytes: number;
+}
+
+/**
+ * Unary calls from a caller in this process to a service in it, without Connect's router and
+ * universal client between them (which cost as much CPU per call as connect-node's server): the
+ * caller's interceptors, then the request encoded and decoded (so neither side can share or change
+ * the other's objects), the service's own interceptors and handler as on its port, and the answer
+ * encoded and decoded back. A refusal reaches the caller as it would over the wire: the error's
+ * JSON read back into a new `ConnectError`, with the response headers and trailers as its metadata.
+ * The caller's deadline and signal end the call for the caller, as Connect's client does; the
+ * handler goes on, as it would on its port. Streaming calls, and methods the routes do not have,
+ * go to `fallback`.
+ */
+export function createInProcessTransport(
+  options: InProcessTransportOptions,
+  fallback: Transport,
+  callerInterceptors: Interceptor[],
+): Transport {
+  const methods = unaryMethods(options.routes, options.readMaxBytes);
+  return {
+    unary(method, signal, timeoutMs, header, input, contextValues) {
+      const target = methods.get(`/${method.parent.typeName}/${method.name}`);
+      if (!target) return fallback.unary(method, signal, timeoutMs, header, input, contextValues);
+      const url = `http://in-process/${method.parent.typeName}/${method.name}`;
+      const service = method.parent;
+      const send: UnaryFn = async (req) => {
+        const call = new CallContext(target.spec, url, new Headers(req.header), createContextValues(), timeoutMs, undefined);
+        try {
+          const input = target.serialization.getI(true).parse(toBinary(method.input, req.message as never));
+          const output = await invoke(target.spec, call, input, options.interceptors);
+          const message = fromBinary(method.output, target.serialization.getO(true).serialize(output));
+          return { stream: false, service, method, header: call.responseHeader, trailer: call.responseTrailer, message } as UnaryResponse;
+        } catch (e) {
+          call.abort(e);
+          const error = e instanceof ConnectError ? e : new ConnectError("internal error", Code.Internal, undefined, undefined, e);
+          const metadata = new Headers(call.responseHeader);
+          for (const [key, value] of call.responseTrailer) metadata.set(key, value);
+          for (const [key, value] of error.metadata) metadata.set(key, value);
+          throw errorFromJsonBytes(errorToJsonBytes(error, undefined), metadata, new ConnectError("internal error", Code.Internal));
+        } finally {
+          call.abort();
+        }
+      };
+      let next = send;
+      for (let i = callerInterceptors.length - 1; i >= 0; i--) next = callerInterceptors[i]!(next as never) as unknown as UnaryFn;
+      const request = {
+        stream: false,
+        service,
+        method,
+        requestMethod: "POST",
+        url,
+        header: new Headers(header),
+        contextValues: contextValues ?? createContextValues(),
+        message: create(method.input, input),
+        signal: signal ?? neverAborted,
+      } as unknown as UnaryRequest;
+      return withDeadline(next(request), signal, timeoutMs) as never;
+    },
+    stream: (...args) => fallback.stream(...args),
   };
+}
+
+/** The signal of a call whose caller gave none. */
+const neverAborted = new AbortController().signal;
+
+/** `answer`, or the caller's end first: its signal's reason, or deadline_exceeded at its deadline. */
+function withDeadline<T>(answer: Promise<T>, signal: AbortSignal | undefined, timeoutMs: number | undefined): Promise<T> {
+  if (!signal && timeoutMs === undefined) return answer;
+  return new Promise<T>((resolve, reject) => {
+    let timer: NodeJS.Timeout | undefined;
+    const onAbort = () => finish(() => reject(ConnectError.from(signal?.reason, Code.Canceled)));
+    const finish = (settle: () => void) => {
+      if (timer) clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
+      settle();
+    };
+    if (signal?.aborted) return onAbort();
+    signal?.addEventListener("abort", onAbort);
+    if (timeoutMs !== undefined) {
+      timer = setTimeout(
+        () => finish(() => reject(new ConnectError("the operation timed out", Code.DeadlineExceeded))),
+        Math.max(timeoutMs, 0),
+      );
+    }
+    answer.then(
+      (value) => finish(() => resolve(value)),
+      (err: unknown) => finish(() => reject(err)),
+    );
+  });
 }
 
 async function serve(method: Method, req: http2.Http2ServerRequest, res: http2.Http2ServerResponse, options: UnaryFastPathOptions) {
