@@ -1,3 +1,7 @@
+// Unary Connect calls without Connect's per-call layers, in two places: a service's port
+// (`createUnaryFastPath`, HTTP/2 with a binary body) and a caller in the same process
+// (`createInProcessTransport`). Both run the service's own interceptors and handlers through
+// `invoke` with a `CallContext`, and answer as Connect would. Why: bench/README.md.
 import type * as http2 from "node:http2";
 import { create, fromBinary, toBinary, type DescMethod, type DescMethodUnary, type DescService, type Message } from "@bufbuild/protobuf";
 import {
@@ -49,10 +53,9 @@ const CONTENT_TYPE_JSON = "application/json";
  *
  * Everything else stays Connect's: the same method implementations and interceptors, run as
  * Connect's `invokeUnaryImplementation` runs them; a handler context with what Connect's
- * `createHandlerContext` gives (deadline, signal, headers, context values; see `CallContext`); the
- * same body limits and parse errors (Connect's
- * serialization), the same error JSON and HTTP status (`errorToJsonBytes`, `codeToHttpStatus`),
- * and trailers as `trailer-` headers (`trailerMux`). A request of any other shape (JSON, GET,
+ * `createHandlerContext` gives (deadline, signal, headers, context values; see `CallContext`);
+ * the same body limits and parse errors (Connect's serialization); the same error JSON and HTTP
+ * status (`errorToJsonBytes`, `codeToHttpStatus`); and trailers as `trailer-` headers (`trailerMux`). A request of any other shape (JSON, GET,
  * compressed, streaming, HTTP/1.1, an unknown path or protocol version) returns undefined and goes
  * to connect-node as before. `unary-fast-path.test.ts` holds both to the same answers.
  */
