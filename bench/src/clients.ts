@@ -14,8 +14,8 @@ import {
 } from "@bufbuild/protobuf";
 import { ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
+import { errorFromJsonBytes } from "@connectrpc/connect/protocol-connect";
 import { errorCodeOf } from "@ledger/common";
-import { ErrorDetailSchema } from "@ledger/proto/common/v1/common_pb.js";
 import { HoldService } from "@ledger/proto/hold/v1/hold_pb.js";
 import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
 
@@ -192,18 +192,13 @@ export function leanClient<S extends DescService>(service: S, baseUrl: string, a
 }
 
 /**
- * The code a Connect error body is counted under: the domain code of its `ErrorDetail`, as
- * `errorCodeOf` reads it from a `ConnectError`, else the Connect code, else the HTTP status.
+ * The code a Connect error body is counted under: read back into a `ConnectError` by Connect's own
+ * reader, then counted as `errorCode` counts Connect-ES's errors; the HTTP status when the body is
+ * no Connect error.
  */
 function connectErrorCode(status: number, body: Buffer): string {
   try {
-    const parsed = JSON.parse(body.toString("utf8")) as { code?: string; details?: Array<{ type?: string; value?: string }> };
-    const detail = parsed.details?.find((d) => d.type === ErrorDetailSchema.typeName);
-    if (detail?.value) {
-      const { code } = fromBinary(ErrorDetailSchema, Buffer.from(detail.value, "base64"));
-      if (code) return code;
-    }
-    return parsed.code ?? `http_${status}`;
+    return errorCode(errorFromJsonBytes(body, undefined, new ConnectError(`HTTP ${status}`)));
   } catch {
     return `http_${status}`;
   }

@@ -218,14 +218,15 @@ export async function listen(options: ServeOptions): Promise<RunningServer> {
   const stopping = new AbortController();
   const routes = options.routes;
   const readMaxBytes = options.rpcBodyLimitBytes ?? DEFAULT_RPC_BODY_LIMIT_BYTES;
-  const contextValues = (req: NodeRequest) => createContextValues().set(peerAddressKey, req.socket.remoteAddress);
+  const contextValues = (req: NodeRequest) =>
+    createContextValues().set(peerAddressKey, "stream" in req ? req.stream.session?.socket.remoteAddress : req.socket.remoteAddress);
   const fastPath =
     routes && options.unaryFastPath !== false
       ? createUnaryFastPath({
           routes,
           interceptors: options.interceptors ?? [],
           readMaxBytes,
-          contextValues: (req) => createContextValues().set(peerAddressKey, req.stream.session?.socket.remoteAddress),
+          contextValues,
           shutdownSignal: stopping.signal,
         })
       : undefined;

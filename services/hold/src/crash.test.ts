@@ -92,17 +92,7 @@ it.each(CRASH_POINTS)("recovers after a crash at %s", async (point) => {
 
   await startHoldProcess();
   // Recovery finishes every unfinished intent.
-  await expect
-    .poll(
-      async () => {
-        const [row] = await stack.holdSql()<{ n: bigint }[]>`
-        select (select count(*) from holds where status in ('creating', 'releasing'))
-             + (select count(*) from captures where status = 'pending') as n`;
-        return row!.n;
-      },
-      { timeout: 20_000 },
-    )
-    .toBe(0n);
+  await expect.poll(() => unfinishedIntents(), { timeout: 20_000 }).toBe(0n);
 
   if (!holdId) {
     // The client retries with its key and gets the one hold recovery completed, as recovery answered the key.
@@ -160,17 +150,7 @@ it.each(["after_ledger_reserve", "after_ledger_capture"] as const)(
     expect(child!.exitCode).toBe(137);
 
     await startHoldProcess();
-    await expect
-      .poll(
-        async () => {
-          const [row] = await stack.holdSql()<{ n: bigint }[]>`
-        select (select count(*) from holds where status in ('creating', 'releasing') and entity_id = ${source})
-             + (select count(*) from captures c join holds h on h.id = c.hold_id where c.status = 'pending' and h.entity_id = ${source}) as n`;
-          return row!.n;
-        },
-        { timeout: 20_000 },
-      )
-      .toBe(0n);
+    await expect.poll(() => unfinishedIntents(source), { timeout: 20_000 }).toBe(0n);
     const [destination] = await stack.sql<{ posted: bigint }[]>`select posted from entities where id = ${dest}`;
     const [captured] = await stack.holdSql()<
       { total: bigint; holds: bigint }[]
@@ -183,3 +163,13 @@ it.each(["after_ledger_reserve", "after_ledger_capture"] as const)(
     await stopHoldProcess();
   },
 );
+
+/** Hold operations whose intent is committed but not finished (what recovery completes), of one entity or all. */
+async function unfinishedIntents(entityId?: string): Promise<bigint> {
+  const entity = entityId ?? null;
+  const [row] = await stack.holdSql()<{ n: bigint }[]>`
+    select (select count(*) from holds where status in ('creating', 'releasing') and (${entity}::text is null or entity_id = ${entity}))
+         + (select count(*) from captures c join holds h on h.id = c.hold_id
+             where c.status = 'pending' and (${entity}::text is null or h.entity_id = ${entity})) as n`;
+  return row!.n;
+}
