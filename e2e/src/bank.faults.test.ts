@@ -1,6 +1,6 @@
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
-import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { createWriteStream, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync, type WriteStream } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -34,12 +34,28 @@ const killing = new Set<ChildProcess>();
 let nats: OwnNats | undefined;
 let receiver: WebhookReceiver | undefined;
 let tempDir: string | undefined;
+// Each service's log (warnings and errors, every start appended), kept when the test fails.
+const logs = new Map<Service, WriteStream>();
+let failed = true;
 
 afterAll(async () => {
   for (const name of SERVICES) await kill(name);
   await nats?.dispose();
   await receiver?.close();
-  if (tempDir) rmSync(tempDir, { recursive: true, force: true });
+  await Promise.all([...logs.values()].map((log) => new Promise((resolve) => log.end(resolve))));
+  if (!tempDir) return;
+  if (!failed) {
+    rmSync(tempDir, { recursive: true, force: true });
+    return;
+  }
+  // What the services said is the first thing to read when a promise broke: keep it, and show its end.
+  console.log(`faults: the services' logs are kept in ${tempDir}`);
+  for (const name of SERVICES) {
+    const file = join(tempDir, `${name}.log`);
+    if (!existsSync(file)) continue;
+    const tail = readFileSync(file, "utf8").trimEnd().split("\n").slice(-15).join("\n");
+    console.log(`--- ${name}.log (last lines)\n${tail}`);
+  }
 });
 
 async function kill(name: Service) {
@@ -91,7 +107,7 @@ it(`keeps every promise through ${SECONDS} s of faults`, async () => {
     NATS_URL: nats.url,
     NATS_STREAM: `FAULTS_${tag}`,
     NATS_SUBJECT_PREFIX: `faults${tag}`,
-    LOG_LEVEL: "error",
+    LOG_LEVEL: "warn",
     SERVICE_TOKEN: `faults-token-${tag}-0123456789`,
     LEDGER_PORT: String(ports.ledger),
     HOLD_PORT: String(ports.hold),
@@ -109,9 +125,16 @@ it(`keeps every promise through ${SECONDS} s of faults`, async () => {
     NODE_EXTRA_CA_CERTS: caFile,
   };
   const start = async (name: Service) => {
-    const child = spawn(process.execPath, ["--import", "tsx", ENTRY[name]], { cwd: ROOT, env, stdio: ["ignore", "ignore", "pipe"] });
+    const child = spawn(process.execPath, ["--import", "tsx", ENTRY[name]], { cwd: ROOT, env, stdio: ["ignore", "pipe", "pipe"] });
+    const log = logs.get(name) ?? createWriteStream(join(tempDir!, `${name}.log`), { flags: "a" });
+    logs.set(name, log);
+    log.write(`${JSON.stringify({ test: "started", pid: child.pid, at: new Date().toISOString() })}\n`);
+    child.stdout!.pipe(log, { end: false });
     let stderr = "";
-    child.stderr!.on("data", (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-2_000)));
+    child.stderr!.on("data", (chunk: Buffer) => {
+      stderr = (stderr + chunk.toString()).slice(-2_000);
+      log.write(chunk);
+    });
     child.once("exit", (code, signal) => {
       if (!killing.has(child))
         unexpectedExits.push(
@@ -268,6 +291,7 @@ it(`keeps every promise through ${SECONDS} s of faults`, async () => {
   // Let everything settle: outboxes empty, hold work finished, every delivery ended.
   const holdSql = postgres(databaseUrl, { max: 1, onnotice: () => {}, connection: { search_path: "hold" } });
   const notificationSql = postgres(databaseUrl, { max: 1, onnotice: () => {}, connection: { search_path: "notification" } });
+  let unsettled = "";
   const settled = await vi
     .waitFor(
       async () => {
@@ -282,7 +306,8 @@ it(`keeps every promise through ${SECONDS} s of faults`, async () => {
           .catch(() => "");
         const consumerPending = Number(/^jetstream_consumer_pending (\d+)/m.exec(metrics)?.[1] ?? NaN);
         const left = { outbox: Number(l!["n"]), holdWork: Number(h!["n"]), pendingDeliveries: Number(d!["n"]), consumerPending };
-        if (Object.values(left).some((n) => n !== 0)) throw new Error(`not settled: ${JSON.stringify(left)}`);
+        unsettled = JSON.stringify(left);
+        if (Object.values(left).some((n) => n !== 0)) throw new Error(`not settled: ${unsettled}`);
       },
       { timeout: 120_000, interval: 500 },
     )
@@ -292,7 +317,7 @@ it(`keeps every promise through ${SECONDS} s of faults`, async () => {
     );
 
   const violations: string[] = [...unexpectedExits, ...outage];
-  if (!settled) violations.push("the system did not settle within 120 s after the faults stopped");
+  if (!settled) violations.push(`the system did not settle within 120 s after the faults stopped; still owed: ${unsettled}`);
   violations.push(...(await ledgerViolations(sql as never, account.account_id)));
 
   // Held equals what active holds still reserve.
@@ -371,4 +396,5 @@ it(`keeps every promise through ${SECONDS} s of faults`, async () => {
   expect(violations, violations.slice(0, 20).join("\n")).toEqual([]);
   expect(counts.faults).toBeGreaterThan(0);
   expect(counts.acknowledged).toBeGreaterThan(10);
+  failed = false;
 }, 600_000);
