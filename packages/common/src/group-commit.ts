@@ -23,7 +23,8 @@ export interface GroupSchedulerOptions<J extends Queued> {
 /**
  * The scheduling half of group commit, shared by the ledger's batcher and the hold service: work
  * queues here and goes to the database in transactions of many pieces. With nothing in flight a
- * piece starts at once, so a lone request waits for nobody. While transactions are in flight, a new
+ * transaction starts at the end of the event loop's turn with every piece queued in it, so a lone
+ * request waits for nobody. While transactions are in flight, a new
  * one starts when `maxBatch` worth of work is queued or the oldest piece has waited `lingerMs`:
  * without that wait, the pieces answered by one commit would trickle back one at a time and each
  * take a transaction of its own. Pieces keep their queue order; one whose keys collide with a piece
@@ -34,6 +35,7 @@ export function createGroupScheduler<J extends Queued>(options: GroupSchedulerOp
   let queuedSize = 0;
   let inFlight = 0;
   let lingerTimer: NodeJS.Timeout | undefined;
+  let pumpScheduled = false;
 
   function take(): J[] {
     const taken: J[] = [];
@@ -80,11 +82,24 @@ export function createGroupScheduler<J extends Queued>(options: GroupSchedulerOp
     }
   }
 
+  // The queue is looked at once the event loop has run every callback of its current turn: the
+  // requests whose bytes arrived together (many HTTP/2 streams in one read, a burst of answers
+  // from one commit) then go in one transaction instead of the first alone and the rest after it.
+  // A lone request waits only for the end of the turn it arrived in.
+  function schedulePump() {
+    if (pumpScheduled) return;
+    pumpScheduled = true;
+    setImmediate(() => {
+      pumpScheduled = false;
+      pump();
+    });
+  }
+
   return {
     enqueue(job) {
       queue.push(job);
       queuedSize += job.size;
-      pump();
+      schedulePump();
     },
   };
 }
