@@ -182,4 +182,52 @@ describe("backgroundLoop", () => {
     expect(Date.now() - at).toBeLessThan(100);
     expect(sleeper.lines).toEqual([]);
   });
+
+  it("reports an iteration that does not return within its stall limit, once, and again when it ends", async () => {
+    vi.useFakeTimers();
+    try {
+      let release: (() => void) | undefined;
+      let runs = 0;
+      const { loop, lines } = loopOf(
+        () => {
+          runs++;
+          return runs === 1 ? new Promise<boolean>((resolve) => (release = () => resolve(false))) : Promise.resolve(false);
+        },
+        { stallWarnMs: 30_000 },
+      );
+      loop.start();
+      await vi.advanceTimersByTimeAsync(29_000);
+      expect(lines.filter((l) => l.level >= 50)).toEqual([]);
+      await vi.advanceTimersByTimeAsync(2_000);
+      await vi.advanceTimersByTimeAsync(60_000);
+      const errors = lines.filter((l) => l.level >= 50);
+      expect(errors).toHaveLength(1);
+      expect(errors[0]).toMatchObject({ loop: "test loop", msg: expect.stringContaining("stuck in one iteration") });
+      release!();
+      await vi.advanceTimersByTimeAsync(1);
+      expect(lines.at(-1)).toMatchObject({ loop: "test loop", msg: "test loop iteration ended after stalling" });
+      const stopped = loop.stop();
+      await vi.runAllTimersAsync();
+      await stopped;
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it("never reports a loop whose iteration is meant to last (stallWarnMs 0)", async () => {
+    vi.useFakeTimers();
+    try {
+      let release: (() => void) | undefined;
+      const { loop, lines } = loopOf(() => new Promise<boolean>((resolve) => (release = () => resolve(false))), { stallWarnMs: 0 });
+      loop.start();
+      await vi.advanceTimersByTimeAsync(600_000);
+      expect(lines).toEqual([]);
+      const stopped = loop.stop();
+      release!();
+      await vi.runAllTimersAsync();
+      await stopped;
+    } finally {
+      vi.useRealTimers();
+    }
+  });
 });

@@ -1,4 +1,16 @@
 import type { Logger } from "pino";
+import { Counter } from "prom-client";
+import { metricsRegistry } from "./metrics.js";
+
+const stalls = new Counter({
+  name: "background_loop_stalls_total",
+  help: "Iterations of a background loop (outbox relay, delivery worker, hold expiry...) that ran past their stall limit.",
+  labelNames: ["loop"],
+  registers: [metricsRegistry],
+});
+
+/** How often a loop looks whether its current iteration has run past `stallWarnMs`. */
+const STALL_CHECK_MS = 1_000;
 
 /** What `backgroundLoop` runs, and how it waits between runs. */
 export interface BackgroundLoopOptions {
@@ -23,6 +35,13 @@ export interface BackgroundLoopOptions {
   onFailure?: (err: unknown) => void;
   /** The warning logged when a streak of failures starts (default: "<name> failed; retrying"). */
   failureMessage?: string;
+  /**
+   * An iteration still running after this long is logged as stalled (an error, and a line when it
+   * ends) and counted in `background_loop_stalls_total`: a wait that never returns (a lost
+   * answer, a hung socket) would otherwise stop the loop's work without a word. Default 60 s;
+   * 0 for a loop whose iteration is meant to last (a subscription).
+   */
+  stallWarnMs?: number;
 }
 
 /** A loop that runs in the background of a process until stopped. */
@@ -53,6 +72,20 @@ export function backgroundLoop(options: BackgroundLoopOptions): BackgroundLoop {
   // The sleep in progress, if any: `endSleep` ends it, and `wake` may when it is an idle one.
   let endSleep: (() => void) | undefined;
   let sleepIsIdle = false;
+  const stallWarnMs = options.stallWarnMs ?? 60_000;
+  // When the running iteration started (0 between iterations), and whether it was reported stalled.
+  let iterationStartedAt = 0;
+  let stallReported = false;
+  let stallCheck: NodeJS.Timeout | undefined;
+
+  function checkStall() {
+    if (iterationStartedAt === 0 || stallReported) return;
+    const runningMs = Date.now() - iterationStartedAt;
+    if (runningMs < stallWarnMs) return;
+    stallReported = true;
+    stalls.inc({ loop: name });
+    log.error({ loop: name, running_ms: runningMs }, `${name} has been stuck in one iteration for ${Math.round(runningMs / 1000)} s`);
+  }
 
   function sleep(ms: number, idle: boolean): Promise<void> {
     if (!running || (idle && woken)) return Promise.resolve();
@@ -76,9 +109,11 @@ export function backgroundLoop(options: BackgroundLoopOptions): BackgroundLoop {
     while (running) {
       woken = false;
       let more: boolean | number;
+      iterationStartedAt = Date.now();
       try {
         more = await iteration();
       } catch (err) {
+        endIteration();
         failures++;
         options.onFailure?.(err);
         if (failures === 1) {
@@ -88,6 +123,7 @@ export function backgroundLoop(options: BackgroundLoopOptions): BackgroundLoop {
         await sleep(Math.min(backoff.firstMs * 2 ** (failures - 1), backoff.maxMs), false);
         continue;
       }
+      endIteration();
       if (failures > 0) {
         log.info({ loop: name, after_failures: failures, failing_ms: Date.now() - failingSince }, `${name} works again`);
         failures = 0;
@@ -97,10 +133,20 @@ export function backgroundLoop(options: BackgroundLoopOptions): BackgroundLoop {
     }
   }
 
+  function endIteration() {
+    if (stallReported) log.info({ loop: name, running_ms: Date.now() - iterationStartedAt }, `${name} iteration ended after stalling`);
+    iterationStartedAt = 0;
+    stallReported = false;
+  }
+
   return {
     start() {
       if (running) return;
       running = true;
+      if (stallWarnMs > 0) {
+        stallCheck = setInterval(checkStall, Math.min(STALL_CHECK_MS, stallWarnMs));
+        stallCheck.unref();
+      }
       loop = run();
     },
     wake() {
@@ -114,6 +160,7 @@ export function backgroundLoop(options: BackgroundLoopOptions): BackgroundLoop {
       running = false;
       endSleep?.();
       await loop;
+      clearInterval(stallCheck);
     },
   };
 }

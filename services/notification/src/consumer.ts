@@ -203,6 +203,8 @@ export function createEventConsumer(options: ConsumerOptions): EventConsumer {
     idleMs: 250,
     backoff: { firstMs: 500, maxMs: 2_000 },
     failureMessage: "event consumer stopped; restarting",
+    // One iteration is the subscription, which lasts as long as NATS does.
+    stallWarnMs: 0,
   });
 
   return {

@@ -496,6 +496,8 @@ export function createWorker(options: WorkerOptions): Worker {
     idleMs: pollMs,
     backoff: { firstMs: 400, maxMs: 2_000 },
     failureMessage: "cannot claim deliveries; retrying",
+    // A turn may wait for a free slot, at most one attempt's timeout.
+    stallWarnMs: options.timeoutMs + 60_000,
   });
 
   // Another process freed leases: worth a look now if the last turn found a destination held.
