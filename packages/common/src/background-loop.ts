@@ -158,9 +158,9 @@ export function backgroundLoop(options: BackgroundLoopOptions): BackgroundLoop {
     },
     async stop() {
       running = false;
+      clearInterval(stallCheck);
       endSleep?.();
       await loop;
-      clearInterval(stallCheck);
     },
   };
 }
