@@ -27,6 +27,23 @@ const ENTRY: Record<ServiceName, string> = {
 };
 const ONE_PROCESS_ENTRY = "dist/start-all.js";
 
+// Every service process a run started and that has not exited. A bench stopped by a signal or an
+// error must not leave them behind: the next run drops and recreates the same database, an old
+// process reconnects to it, and (with another run's secret key) claims the new run's deliveries
+// and fails every one of them.
+const running = new Set<ChildProcess>();
+let exitHooked = false;
+function track(child: ChildProcess): void {
+  running.add(child);
+  child.once("exit", () => running.delete(child));
+  if (exitHooked) return;
+  exitHooked = true;
+  process.once("exit", () => {
+    for (const c of running) c.kill("SIGKILL");
+  });
+  for (const signal of ["SIGINT", "SIGTERM"] as const) process.once(signal, () => process.exit(signal === "SIGINT" ? 130 : 143));
+}
+
 /** The running system: where each process listens, and its pid. */
 export interface System {
   layout: Layout;
@@ -121,6 +138,7 @@ export async function startSystem(options: SystemOptions): Promise<System> {
     const logFile = join(logDir, `${logName}.log`);
     const log = openSync(logFile, "a");
     const child = spawn(process.execPath, [...nodeArgs, entry], { cwd: options.repoRoot, env: childEnv, stdio: ["ignore", log, log] });
+    track(child);
     closeSync(log);
     try {
       for (const port of readyPorts) await waitReady(logName, `http://127.0.0.1:${port}`, child, logFile);
