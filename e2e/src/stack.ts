@@ -47,8 +47,8 @@ export interface Stack {
    * would send each other's deliveries with the wrong settings.
    */
   notificationSql?: postgres.Sql<{ bigint: bigint }>;
-  /** Starts one more notification process on the same database, stream and settings. */
-  startNotificationReplica(): Promise<NotificationHandle>;
+  /** Starts one more notification process on the same database, stream and settings (some of them overridden). */
+  startNotificationReplica(overrides?: Partial<NotificationConfig>): Promise<NotificationHandle>;
   close(): Promise<void>;
 }
 
@@ -174,9 +174,9 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       }
     : undefined;
   const replicas: NotificationHandle[] = [];
-  const startReplica = async () => {
+  const startReplica = async (overrides: Partial<NotificationConfig> = {}) => {
     if (!notificationConfig) throw new Error("startStack was called without the notification option");
-    const handle = await startNotification(notificationConfig, { ledger: ledgerPeer });
+    const handle = await startNotification({ ...notificationConfig, ...overrides }, { ledger: ledgerPeer });
     replicas.push(handle);
     return handle;
   };

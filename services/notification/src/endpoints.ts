@@ -264,3 +264,22 @@ export function signingSecrets(
   if (row.previous_secret && row.previous_active) secrets.push(decryptSecret(key, row.endpoint_id, row.previous_secret));
   return secrets;
 }
+
+/**
+ * Refuses a start whose `NOTIFICATION_SECRET_KEY` does not open the signing secrets already stored.
+ * Such a process would still claim due deliveries, its neighbours' included, and fail every
+ * attempt (error `internal`) until the retries ran out: one misconfigured replica would stop every
+ * destination's deliveries. The newest destination's secret is the sample (deleted ones included:
+ * their rows keep the secret).
+ */
+export async function checkSecretKey(sql: Sql, key: Buffer): Promise<void> {
+  const [row] = await sql<{ id: string; secret: Uint8Array }[]>`select id, secret from endpoints order by id desc limit 1`;
+  if (!row) return;
+  try {
+    decryptSecret(key, row.id, row.secret);
+  } catch {
+    throw new Error(
+      "NOTIFICATION_SECRET_KEY does not open the webhook signing secrets stored in this database: every notification process must run with the key that sealed them (docs/configuration.md)",
+    );
+  }
+}

@@ -2,6 +2,7 @@ import { fileURLToPath } from "node:url";
 import { cachedAuthenticator, ledgerAuthenticator, startService, type InProcessService, type ServiceHandle } from "@ledger/common";
 import type { NotificationConfig } from "./config.js";
 import { createEventConsumer } from "./consumer.js";
+import { checkSecretKey } from "./endpoints.js";
 import routes from "./routes.js";
 import { createWorker } from "./worker.js";
 
@@ -27,7 +28,8 @@ export function startNotification(config: NotificationConfig, peers: { ledger?: 
     name: "notification",
     config,
     migrationsDir: MIGRATIONS,
-    parts({ sql, log, tracing, nats, lifecycle }) {
+    async parts({ sql, log, tracing, nats, lifecycle }) {
+      await checkSecretKey(sql, config.secretKey);
       // Closed in reverse: the consumer stops before the workers finish their attempts in flight.
       const worker = lifecycle.run(
         "delivery worker",
