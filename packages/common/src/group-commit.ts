@@ -24,8 +24,8 @@ export interface GroupSchedulerOptions<J extends Queued> {
  * The scheduling half of group commit, shared by the ledger's batcher and the hold service: work
  * queues here and goes to the database in transactions of many pieces. With nothing in flight a
  * transaction starts at the end of the event loop's turn with every piece queued in it, so a lone
- * request waits for nobody. While transactions are in flight, a new
- * one starts when `maxBatch` worth of work is queued or the oldest piece has waited `lingerMs`:
+ * request waits for nobody. While transactions are in flight, a new one starts when `maxBatch`
+ * worth of work is queued or the oldest piece has waited `lingerMs`:
  * without that wait, the pieces answered by one commit would trickle back one at a time and each
  * take a transaction of its own. Pieces keep their queue order; one whose keys collide with a piece
  * already taken waits for the next transaction, so a key is claimed or a row read once per transaction.

@@ -173,8 +173,9 @@ type KeyState =
 /**
  * Group commit. Units of work (a single call's command, or a batch call's items) queue here and
  * are applied many to a transaction. With nothing in flight a transaction starts at the end of the
- * event loop's turn with every unit queued in it, so a lone request waits for nobody. While transactions are in flight, a new one starts when `maxBatch`
- * commands are queued or the oldest has waited `lingerMs`: without that wait, the callers answered
+ * event loop's turn with every unit queued in it, so a lone request waits for nobody. While
+ * transactions are in flight, a new one starts when `maxBatch` commands are queued or the oldest
+ * has waited `lingerMs`: without that wait, the callers answered
  * by one batch come back one by one and each takes a free slot alone, and most transactions carry
  * a single command.
  *
