@@ -338,22 +338,33 @@ async function main(): Promise<number> {
               endProgress();
               console.log(`  ${what} ${label(result)}`);
             };
+            // Before each drain and steady run, the notification tables are vacuumed, as pgbench
+            // vacuums its own before it runs. A production Postgres has autovacuum; without it (this
+            // machine's Postgres runs with autovacuum off) every earlier phase's dead delivery rows
+            // stay in the claim's indexes, and a drain after the steady runs cost Postgres 3-4 times
+            // the CPU per delivery of one on the fresh database (bench/README.md).
+            const vacuumNotification = async () => {
+              await sql.unsafe("vacuum (analyze) notification.deliveries, notification.events, notification.delivery_attempts");
+            };
+            // Every process's CPU over each webhook run, replicas included: what the machine had left.
+            const webhookCpu = () => cpuSnapshot(system.pids, system.replicaPids());
             for (const rate of settings.webhookRates)
-              latency(await pacedLatency(hookRpc, hookFixtures, tracker, rate, settings.webhookSeconds, progress), "");
+              latency(await pacedLatency(hookRpc, hookFixtures, tracker, rate, settings.webhookSeconds, progress, 0, webhookCpu), "");
             // The targets pause notification processes and start a second one, which only the
             // processes layout has: one process drains, then runs the steady rate alone and beside
             // a slow destination; then a second process joins for the last drain.
             if (layout === "processes") {
-              const drainWith = async (processes: number) => {
-                const result = await drain(system, probe, hookRpc, hookFixtures, tracker!, settings.drainEvents, processes, progress);
+              const drainWith = async (processes: number, when: string) => {
+                await vacuumNotification();
+                const result = await drain(system, probe, hookRpc, hookFixtures, tracker!, settings.drainEvents, processes, when, progress);
                 drains.push(result);
                 endProgress();
                 console.log(
-                  `  drain: ${result.events} events in ${result.seconds.toFixed(2)} s = ${Math.round(result.perSecond)} deliveries/s by ${processes} notification process${processes > 1 ? "es" : ""} (${result.newConnections} new TLS connections to the receiver)`,
+                  `  drain (${when}): ${result.events} events in ${result.seconds.toFixed(2)} s = ${Math.round(result.perSecond)} deliveries/s by ${processes} notification process${processes > 1 ? "es" : ""} (${result.newConnections} new TLS connections to the receiver)`,
                 );
                 if (result.missing) unexpectedErrors.push(`drain (${processes}): ${result.missing} events not received within 120 s`);
               };
-              await drainWith(1);
+              await drainWith(1, "fresh database");
               // Half of pgbench's TPS, steady, alone and then beside a destination that answers after 2 s.
               const steadyRate = Math.max(1, Math.round((pgbench?.tps ?? 2_000) / 2));
               beside = await slowBeside(
@@ -374,6 +385,8 @@ async function main(): Promise<number> {
                 steadyRate,
                 settings.webhookSteadySeconds,
                 progress,
+                webhookCpu,
+                vacuumNotification,
               );
               latency(beside.alone, "steady, alone:");
               latency(beside.beside, "steady, beside a slow destination:");
@@ -383,8 +396,11 @@ async function main(): Promise<number> {
               const owedUntil = Date.now() + 120_000;
               while ((await probe.pendingDeliveries()) > 0 && Date.now() < owedUntil)
                 await new Promise((resolve) => setTimeout(resolve, 100));
+              // One process again, then two, on the same state of the database: the steady runs left
+              // tens of thousands of rows behind, which a drain on the fresh database did not meet.
+              await drainWith(1, "after the steady runs");
               await system.startNotificationReplica();
-              await drainWith(2);
+              await drainWith(2, "after the steady runs");
             }
           } finally {
             hookApi.close();

@@ -63,6 +63,8 @@ export interface System {
   signal(name: ServiceName, signal: "SIGSTOP" | "SIGCONT"): void;
   /** Starts one more notification process on the same database and stream; answers its pid. Processes layout only. */
   startNotificationReplica(): Promise<number>;
+  /** The pids of the notification processes `startNotificationReplica` started. */
+  replicaPids(): number[];
   stop(): Promise<void>;
 }
 
@@ -221,6 +223,7 @@ export async function startSystem(options: SystemOptions): Promise<System> {
       replicas.push(child);
       return child.pid!;
     },
+    replicaPids: () => replicas.map((child) => child.pid!),
     stop,
   };
 }
@@ -316,15 +319,18 @@ export interface CpuSnapshot {
   pids: Record<CpuSource, Map<number, number>>;
 }
 
-/** Takes a CPU snapshot; `cpuPercent(a, b)` gives each source's share of one core between two. */
-export function cpuSnapshot(pids: Record<ServiceName, number>): CpuSnapshot {
+/**
+ * Takes a CPU snapshot; `cpuPercent(a, b)` gives each source's share of one core between two.
+ * `notificationReplicas` count under notification beside its first process.
+ */
+export function cpuSnapshot(pids: Record<ServiceName, number>, notificationReplicas: number[] = []): CpuSnapshot {
   const of = (list: number[]) => new Map(list.map((pid) => [pid, cpuSeconds(pid)]));
   return {
     at: performance.now(),
     pids: {
       ledger: of([pids.ledger]),
       hold: of([pids.hold]),
-      notification: of([pids.notification]),
+      notification: of([pids.notification, ...notificationReplicas]),
       gateway: of([pids.gateway]),
       postgres: of(pidsNamed("postgres")),
       nats: of(pidsNamed("nats-server")),

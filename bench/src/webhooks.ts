@@ -5,7 +5,7 @@ import { TransactionStatus } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import type { BacklogProbe } from "./backlog.js";
 import { errorCode, REQUEST_TIMEOUT_MS, type Rpc } from "./clients.js";
 import { percentile } from "./closed-loop.js";
-import type { Layout, System } from "./system.js";
+import { cpuPercent, cpuSnapshot, type CpuSnapshot, type CpuSource, type Layout, type System } from "./system.js";
 import type { Fixtures } from "./workloads.js";
 
 /** The receiver path the bench's destination points at. */
@@ -69,9 +69,13 @@ export interface WebhookLatency {
   /** Transactions whose event never arrived within the wait. */
   missing: number;
   errors: Record<string, number>;
+  /** Share of one core each process used from the first send until every event arrived (or the wait ended), %. */
+  cpu?: Record<CpuSource, number>;
 }
 
 export interface DrainResult {
+  /** When it ran: on a fresh database, or after the steady runs (the state the two-process drain meets). */
+  when: string;
   events: number;
   /** Notification processes sharing the work. */
   processes: number;
@@ -80,6 +84,8 @@ export interface DrainResult {
   seconds: number;
   perSecond: number;
   missing: number;
+  /** Share of one core each process used from the resume until the last delivery arrived, %. */
+  cpu: Record<CpuSource, number>;
 }
 
 /** At most this many paced transactions wait for an answer at once, so a stalled ledger cannot pile up unbounded work. */
@@ -127,8 +133,10 @@ export async function pacedLatency(
   seconds: number,
   onProgress: (line: string) => void,
   batchMs = 0,
+  cpu?: () => CpuSnapshot,
 ): Promise<WebhookLatency> {
   const send = sender(rpc, fixtures);
+  const cpuFrom = cpu?.();
   const total = Math.max(1, Math.round(rate * seconds));
   const commits = new Map<string, number>();
   const errors: Record<string, number> = {};
@@ -166,6 +174,7 @@ export async function pacedLatency(
     const deadline = Date.now() + REQUEST_TIMEOUT_MS + 1_000;
     while (inFlight > 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 5));
     const missing = await tracker.waitFor(commits.keys(), 60_000);
+    const cpuUsed = cpu && cpuFrom ? cpuPercent(cpuFrom, cpu()) : undefined;
     const latencies = [...commits].filter(([g]) => tracker.arrivals.has(g)).map(([g, at]) => tracker.arrivals.get(g)! - at);
     latencies.sort((a, b) => a - b);
     return {
@@ -177,6 +186,7 @@ export async function pacedLatency(
       max: latencies.at(-1) ?? 0,
       missing: missing.length,
       errors,
+      ...(cpuUsed ? { cpu: cpuUsed } : {}),
     };
   } finally {
     clearInterval(progress);
@@ -195,6 +205,7 @@ export async function drain(
   tracker: DeliveryTracker,
   events: number,
   processes: number,
+  when: string,
   onProgress: (line: string) => void,
 ): Promise<DrainResult> {
   const send = sender(rpc, fixtures);
@@ -220,6 +231,8 @@ export async function drain(
     system.signal("notification", "SIGCONT");
   }
   const resumed = Date.now();
+  const snapshot = () => cpuSnapshot(system.pids, system.replicaPids());
+  const cpuFrom = snapshot();
   const connectionsBefore = tracker.receiverConnections();
   const progress = setInterval(
     () => onProgress(`drain (${processes}): ${groups.filter((g) => tracker.arrivals.has(g)).length}/${groups.length} delivered`),
@@ -227,15 +240,18 @@ export async function drain(
   );
   try {
     const missing = await tracker.waitFor(groups, 120_000);
+    const cpu = cpuPercent(cpuFrom, snapshot());
     const last = Math.max(resumed, ...groups.map((g) => tracker.arrivals.get(g) ?? 0));
     const seconds = (last - resumed) / 1000;
     return {
+      when,
       events: groups.length,
       processes,
       newConnections: tracker.receiverConnections() - connectionsBefore,
       seconds,
       perSecond: seconds > 0 ? (groups.length - missing.length) / seconds : 0,
       missing: missing.length,
+      cpu,
     };
   } finally {
     clearInterval(progress);
@@ -271,10 +287,15 @@ export async function slowBeside(
   rate: number,
   seconds: number,
   onProgress: (line: string) => void,
+  cpu?: () => CpuSnapshot,
+  /** Runs before each of the two runs (the bench vacuums the notification tables there). */
+  prepare: () => Promise<void> = async () => {},
 ): Promise<SlowBeside> {
-  const alone = await pacedLatency(rpc, fixtures, tracker, rate, seconds, onProgress, STEADY_BATCH_MS);
+  await prepare();
+  const alone = await pacedLatency(rpc, fixtures, tracker, rate, seconds, onProgress, STEADY_BATCH_MS, cpu);
   // The receiver may be shared with an earlier run: count this run's slow requests only.
   const slowBefore = receiver.received(SLOW_PATH).length;
+  await prepare();
   const removeSlow = await addSlow(receiver.endpoint(SLOW_PATH, () => ({ status: 200, delayMs: 2_000 })));
   try {
     const beside = await pacedLatency(
@@ -285,6 +306,7 @@ export async function slowBeside(
       seconds,
       (line) => onProgress(`beside a slow destination: ${line}`),
       STEADY_BATCH_MS,
+      cpu,
     );
     return { rate, alone, beside, slowReceived: receiver.received(SLOW_PATH).length - slowBefore };
   } finally {
