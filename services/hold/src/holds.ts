@@ -232,8 +232,12 @@ export function createHolds(deps: HoldDeps) {
     return visibleHold(row, accountId, holdId, programId);
   }
 
-  /** Reserves in the ledger and completes a hold in `creating`. Safe to repeat. */
-  async function finishCreate(hold: HoldRow, origin: CallOrigin): Promise<MessageShape<typeof CreateHoldResponseSchema>> {
+  /**
+   * Reserves in the ledger and completes a hold in `creating`. Safe to repeat. `keyed` false says
+   * no client key waits on this creation (the request sent none, and no other request can join an
+   * operation named by a hold id it never saw), so no key's answer is written.
+   */
+  async function finishCreate(hold: HoldRow, origin: CallOrigin, keyed = true): Promise<MessageShape<typeof CreateHoldResponseSchema>> {
     let reservation: Reservation;
     try {
       const res = await reservations.reserve(
@@ -276,8 +280,9 @@ export function createHolds(deps: HoldDeps) {
           insert into outbox_writes (events, event_ids, subjects, payloads)
           select ${outboxRowValues(tx, event)} from done)
         select count(*)::int as n from done`.execute();
+      writes.push(completing);
       // A key another completion answered first keeps that answer (`response is null` in the update).
-      writes.push(completing, answerIdempotencyKeys(tx, operations.create(hold.id), toBinary(CreateHoldResponseSchema, response)));
+      if (keyed) writes.push(answerIdempotencyKeys(tx, operations.create(hold.id), toBinary(CreateHoldResponseSchema, response)));
     });
     const [written] = await completing!;
     if (written!.n === 0) {
@@ -289,11 +294,12 @@ export function createHolds(deps: HoldDeps) {
     return response;
   }
 
-  /** Captures in the ledger and completes a pending capture. Safe to repeat. */
+  /** Captures in the ledger and completes a pending capture. Safe to repeat. `keyed` as for `finishCreate`. */
   async function finishCapture(
     hold: HoldRow,
     capture: CaptureRow,
     origin: CallOrigin,
+    keyed = true,
   ): Promise<MessageShape<typeof CaptureHoldResponseSchema>> {
     let groupId: string;
     try {
@@ -323,7 +329,7 @@ export function createHolds(deps: HoldDeps) {
     }
     crash("after_ledger_capture");
     const done: CaptureRow = { ...capture, status: "done", transaction_group_id: groupId };
-    const completed = (await completeCaptureAsSeen(hold, done, origin)) ?? (await completeCaptureAfresh(hold, done, origin));
+    const completed = (await completeCaptureAsSeen(hold, done, origin, keyed)) ?? (await completeCaptureAfresh(hold, done, origin, keyed));
     if (completed.completed) outbox.wake();
     return completed.response;
   }
@@ -340,6 +346,7 @@ export function createHolds(deps: HoldDeps) {
     hold: HoldRow,
     done: CaptureRow,
     origin: CallOrigin,
+    keyed: boolean,
   ): Promise<{ response: MessageShape<typeof CaptureHoldResponseSchema>; completed: boolean } | undefined> {
     const capturedAmount = hold.captured_amount + done.amount;
     const after: HoldRow = {
@@ -367,10 +374,14 @@ export function createHolds(deps: HoldDeps) {
           where id = ${hold.id} and exists (select 1 from done) returning id),
         events as (
           insert into outbox_writes (events, event_ids, subjects, payloads)
-          select ${outboxRowValues(tx, event)} from held),
-        keys as (
+          select ${outboxRowValues(tx, event)} from held)
+        ${
+          keyed
+            ? tx`, keys as (
           update idempotency_keys set response = ${toBinary(CaptureHoldResponseSchema, response)}
-          where operation = ${operations.capture(done.id)} and response is null and exists (select 1 from held))
+          where operation = ${operations.capture(done.id)} and response is null and exists (select 1 from held))`
+            : tx``
+        }
         select count(*)::int as n from held`.execute();
       writes.push(completing);
     });
@@ -386,6 +397,7 @@ export function createHolds(deps: HoldDeps) {
     hold: HoldRow,
     done: CaptureRow,
     origin: CallOrigin,
+    keyed: boolean,
   ): Promise<{ response: MessageShape<typeof CaptureHoldResponseSchema>; completed: boolean }> {
     // One statement marks the capture done and adds it to the hold; the event and the response for
     // the client's key, built from the hold as that statement left it, go out with the COMMIT.
@@ -406,10 +418,8 @@ export function createHolds(deps: HoldDeps) {
         return { response: captureResponse(now!, again!), completed: false };
       }
       const response = captureResponse(row, done);
-      writes.push(
-        outbox.enqueue(tx, [holdEvent("hold.captured", row, origin, done)]),
-        answerIdempotencyKeys(tx, operations.capture(done.id), toBinary(CaptureHoldResponseSchema, response)),
-      );
+      writes.push(outbox.enqueue(tx, [holdEvent("hold.captured", row, origin, done)]));
+      if (keyed) writes.push(answerIdempotencyKeys(tx, operations.capture(done.id), toBinary(CaptureHoldResponseSchema, response)));
       return { response, completed: true };
     });
   }
@@ -467,7 +477,7 @@ export function createHolds(deps: HoldDeps) {
       if (started.kind === "replay") return { response: fromBinary(CreateHoldResponseSchema, started.response), replayed: true };
       const [hold] = await started.value;
       crash("after_create_intent");
-      return { response: await finishCreate(hold!, args.origin), replayed: false };
+      return { response: await finishCreate(hold!, args.origin, claim !== undefined), replayed: false };
     },
 
     async capture(args: {
@@ -536,7 +546,10 @@ export function createHolds(deps: HoldDeps) {
       });
       if (started.kind === "replay") return { response: fromBinary(CaptureHoldResponseSchema, started.response), replayed: true };
       crash("after_capture_intent");
-      return { response: await finishCapture(started.value.hold, started.value.capture, args.origin), replayed: false };
+      return {
+        response: await finishCapture(started.value.hold, started.value.capture, args.origin, claim !== undefined),
+        replayed: false,
+      };
     },
 
     async release(args: {
