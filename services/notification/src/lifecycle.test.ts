@@ -231,3 +231,12 @@ describe("a restart", () => {
     expect(receiver.received(ep.path)).toHaveLength(2);
   });
 });
+
+describe("upkeep", () => {
+  it("has autovacuum visit the deliveries queue after 10,000 dead rows, not after a fifth of the table", async () => {
+    const [row] = await stack.notificationSql!<{ reloptions: string[] | null }[]>`
+      select c.reloptions from pg_class c join pg_namespace n on n.oid = c.relnamespace
+      where n.nspname = 'notification' and c.relname = 'deliveries'`;
+    expect(row!.reloptions).toEqual(expect.arrayContaining(["autovacuum_vacuum_scale_factor=0", "autovacuum_vacuum_threshold=10000"]));
+  });
+});
