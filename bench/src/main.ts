@@ -15,17 +15,7 @@ import { runClosedLoop } from "./closed-loop.js";
 import { deliveryViolations, moneyViolations } from "./invariants.js";
 import { runPgbench, type PgbenchResult } from "./pgbench.js";
 import { cellsTable, machineInfo, toJson, toMarkdown, type Cell, type Report } from "./report.js";
-import {
-  cpuPercent,
-  cpuSnapshot,
-  LAYOUTS,
-  peakRssMb,
-  resetPeakRss,
-  SERVICES,
-  startSystem,
-  type Layout,
-  type ServiceName,
-} from "./system.js";
+import { cpuPercent, LAYOUTS, peakRssMb, resetPeakRss, SERVICES, startSystem, type Layout, type ServiceName } from "./system.js";
 import {
   drain,
   DeliveryTracker,
@@ -259,8 +249,8 @@ async function main(): Promise<number> {
                 if (settled.waitedMs > 1_000)
                   progress(`${label}: waited ${(settled.waitedMs / 1000).toFixed(1)} s for the previous events to flow out`);
                 for (const s of SERVICES) if (!resetPeakRss(system.pids[s])) perCellPeakRss = false;
-                let windowCpu = cpuSnapshot(system.pids);
-                const cpuTimer = setTimeout(() => (windowCpu = cpuSnapshot(system.pids)), settings.warmupS * 1000);
+                let windowCpu = system.cpuSnapshot();
+                const cpuTimer = setTimeout(() => (windowCpu = system.cpuSnapshot()), settings.warmupS * 1000);
                 const total = settings.warmupS + settings.durationS;
                 const storedBefore = await probe.storedEvents();
                 const cellStarted = performance.now();
@@ -275,7 +265,7 @@ async function main(): Promise<number> {
                     progress(`${label}: ${(ms / 1000).toFixed(0)}/${total} s, ${ok} ok in window, ${failed} errors`),
                 });
                 clearTimeout(cpuTimer);
-                const cpu = cpuPercent(windowCpu, cpuSnapshot(system.pids));
+                const cpu = cpuPercent(windowCpu, system.cpuSnapshot());
                 const left = await probe.read();
                 // Throughput of a batch workload is in transfers (items), latencies are per call.
                 const itemsPerCall = batch ? BATCH_ITEMS : 1;
@@ -347,9 +337,9 @@ async function main(): Promise<number> {
               await sql.unsafe("vacuum notification.deliveries, notification.events, notification.delivery_attempts");
             };
             // Every process's CPU over each webhook run, replicas included: what the machine had left.
-            const webhookCpu = () => cpuSnapshot(system.pids, system.replicaPids());
+            const webhookCpu = () => system.cpuSnapshot();
             for (const rate of settings.webhookRates)
-              latency(await pacedLatency(hookRpc, hookFixtures, tracker, rate, settings.webhookSeconds, progress, 0, webhookCpu), "");
+              latency(await pacedLatency(hookRpc, hookFixtures, tracker, rate, settings.webhookSeconds, progress, { cpu: webhookCpu }), "");
             // The targets pause notification processes and start a second one, which only the
             // processes layout has: one process drains, then runs the steady rate alone and beside
             // a slow destination; then a second process joins for the last drain.
@@ -385,8 +375,7 @@ async function main(): Promise<number> {
                 steadyRate,
                 settings.webhookSteadySeconds,
                 progress,
-                webhookCpu,
-                vacuumNotification,
+                { cpu: webhookCpu, prepare: vacuumNotification },
               );
               latency(beside.alone, "steady, alone:");
               latency(beside.beside, "steady, beside a slow destination:");

@@ -63,8 +63,8 @@ export interface System {
   signal(name: ServiceName, signal: "SIGSTOP" | "SIGCONT"): void;
   /** Starts one more notification process on the same database and stream; answers its pid. Processes layout only. */
   startNotificationReplica(): Promise<number>;
-  /** The pids of the notification processes `startNotificationReplica` started. */
-  replicaPids(): number[];
+  /** The CPU time so far of every process of the system (replicas included), Postgres, NATS and the bench. */
+  cpuSnapshot(): CpuSnapshot;
   stop(): Promise<void>;
 }
 
@@ -203,6 +203,7 @@ export async function startSystem(options: SystemOptions): Promise<System> {
   const processesOnly = (what: string) => {
     if (options.layout === "one-process") throw new Error(`${what}: one process runs every service, so this would affect them all`);
   };
+  const pids = { ledger: pid("ledger"), hold: pid("hold"), notification: pid("notification"), gateway: pid("gateway") };
   return {
     layout: options.layout,
     databaseUrl: options.databaseUrl,
@@ -210,7 +211,7 @@ export async function startSystem(options: SystemOptions): Promise<System> {
     stream,
     urls,
     restUrl: `${urls.gateway}/v1`,
-    pids: { ledger: pid("ledger"), hold: pid("hold"), notification: pid("notification"), gateway: pid("gateway") },
+    pids,
     logDir,
     signal: (name, signal) => {
       processesOnly("signal");
@@ -223,7 +224,11 @@ export async function startSystem(options: SystemOptions): Promise<System> {
       replicas.push(child);
       return child.pid!;
     },
-    replicaPids: () => replicas.map((child) => child.pid!),
+    cpuSnapshot: () =>
+      cpuSnapshot(
+        pids,
+        replicas.map((child) => child.pid!),
+      ),
     stop,
   };
 }
@@ -320,10 +325,11 @@ export interface CpuSnapshot {
 }
 
 /**
- * Takes a CPU snapshot; `cpuPercent(a, b)` gives each source's share of one core between two.
- * `notificationReplicas` count under notification beside its first process.
+ * Takes a CPU snapshot (`System.cpuSnapshot` takes one of its own processes); `cpuPercent(a, b)`
+ * gives each source's share of one core between two. `notificationReplicas` count under
+ * notification beside its first process.
  */
-export function cpuSnapshot(pids: Record<ServiceName, number>, notificationReplicas: number[] = []): CpuSnapshot {
+function cpuSnapshot(pids: Record<ServiceName, number>, notificationReplicas: number[] = []): CpuSnapshot {
   const of = (list: number[]) => new Map(list.map((pid) => [pid, cpuSeconds(pid)]));
   return {
     at: performance.now(),

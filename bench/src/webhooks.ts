@@ -5,7 +5,7 @@ import { TransactionStatus } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import type { BacklogProbe } from "./backlog.js";
 import { errorCode, REQUEST_TIMEOUT_MS, type Rpc } from "./clients.js";
 import { percentile } from "./closed-loop.js";
-import { cpuPercent, cpuSnapshot, type CpuSnapshot, type CpuSource, type Layout, type System } from "./system.js";
+import { cpuPercent, type CpuSnapshot, type CpuSource, type Layout, type System } from "./system.js";
 import type { Fixtures } from "./workloads.js";
 
 /** The receiver path the bench's destination points at. */
@@ -132,8 +132,7 @@ export async function pacedLatency(
   rate: number,
   seconds: number,
   onProgress: (line: string) => void,
-  batchMs = 0,
-  cpu?: () => CpuSnapshot,
+  { batchMs = 0, cpu }: { batchMs?: number; cpu?: () => CpuSnapshot } = {},
 ): Promise<WebhookLatency> {
   const send = sender(rpc, fixtures);
   const cpuFrom = cpu?.();
@@ -231,8 +230,7 @@ export async function drain(
     system.signal("notification", "SIGCONT");
   }
   const resumed = Date.now();
-  const snapshot = () => cpuSnapshot(system.pids, system.replicaPids());
-  const cpuFrom = snapshot();
+  const cpuFrom = system.cpuSnapshot();
   const connectionsBefore = tracker.receiverConnections();
   const progress = setInterval(
     () => onProgress(`drain (${processes}): ${groups.filter((g) => tracker.arrivals.has(g)).length}/${groups.length} delivered`),
@@ -240,7 +238,7 @@ export async function drain(
   );
   try {
     const missing = await tracker.waitFor(groups, 120_000);
-    const cpu = cpuPercent(cpuFrom, snapshot());
+    const cpu = cpuPercent(cpuFrom, system.cpuSnapshot());
     const last = Math.max(resumed, ...groups.map((g) => tracker.arrivals.get(g) ?? 0));
     const seconds = (last - resumed) / 1000;
     return {
@@ -287,27 +285,26 @@ export async function slowBeside(
   rate: number,
   seconds: number,
   onProgress: (line: string) => void,
-  cpu?: () => CpuSnapshot,
-  /** Runs before each of the two runs (the bench vacuums the notification tables there). */
-  prepare: () => Promise<void> = async () => {},
+  {
+    cpu,
+    prepare = async () => {},
+  }: {
+    cpu?: () => CpuSnapshot;
+    /** Runs before each of the two runs (the bench vacuums the notification tables there). */
+    prepare?: () => Promise<void>;
+  } = {},
 ): Promise<SlowBeside> {
   await prepare();
-  const alone = await pacedLatency(rpc, fixtures, tracker, rate, seconds, onProgress, STEADY_BATCH_MS, cpu);
+  const alone = await pacedLatency(rpc, fixtures, tracker, rate, seconds, onProgress, { batchMs: STEADY_BATCH_MS, cpu });
   // The receiver may be shared with an earlier run: count this run's slow requests only.
   const slowBefore = receiver.received(SLOW_PATH).length;
   await prepare();
   const removeSlow = await addSlow(receiver.endpoint(SLOW_PATH, () => ({ status: 200, delayMs: 2_000 })));
   try {
-    const beside = await pacedLatency(
-      rpc,
-      fixtures,
-      tracker,
-      rate,
-      seconds,
-      (line) => onProgress(`beside a slow destination: ${line}`),
-      STEADY_BATCH_MS,
+    const beside = await pacedLatency(rpc, fixtures, tracker, rate, seconds, (line) => onProgress(`beside a slow destination: ${line}`), {
+      batchMs: STEADY_BATCH_MS,
       cpu,
-    );
+    });
     return { rate, alone, beside, slowReceived: receiver.received(SLOW_PATH).length - slowBefore };
   } finally {
     await removeSlow();
