@@ -123,6 +123,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     batchMax: 128,
     batchConcurrency: 4,
     batchLingerMs: 2,
+    batchHalfAbove: 32,
     serviceToken: TEST_SERVICE_TOKEN,
     tracing: options.tracing,
     ...options.ledger,

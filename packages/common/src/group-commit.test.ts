@@ -8,13 +8,14 @@ interface Job extends Queued {
 const job = (name: string, keys: string[] = [], size = 1): Job => ({ name, keys, size, queuedAt: performance.now() });
 
 /** A scheduler whose transactions end when the test says so; `runs` lists each one's jobs. */
-function scheduler(options: { maxBatch?: number; maxInFlight?: number; lingerMs?: number } = {}) {
+function scheduler(options: { maxBatch?: number; maxInFlight?: number; lingerMs?: number; halfAbove?: number } = {}) {
   const runs: string[][] = [];
   const finishers: Array<() => void> = [];
   const s = createGroupScheduler<Job>({
     maxBatch: options.maxBatch ?? 100,
     maxInFlight: options.maxInFlight ?? 4,
     lingerMs: options.lingerMs ?? 50,
+    ...(options.halfAbove !== undefined ? { halfAbove: options.halfAbove } : {}),
     run: (jobs) => {
       runs.push(jobs.map((j) => j.name));
       return new Promise<void>((resolve) => finishers.push(resolve));
@@ -65,6 +66,42 @@ describe("group-commit scheduler", () => {
     expect(runs[0]).toEqual(["k1", "small"]);
     expect(runs.flat().sort()).toEqual(["big", "k1", "k2", "small"]);
     expect(runs.find((r) => r.includes("big"))).toEqual(["big"]);
+    for (const finish of finishers) finish();
+  });
+
+  const names = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => `${prefix}${i}`);
+
+  it("with more than `halfAbove` outstanding, gives one transaction half and the next one the rest, in turn", async () => {
+    const { s, runs, finishers } = scheduler({ halfAbove: 4, lingerMs: 0 });
+    for (const name of names("a", 12)) s.enqueue(job(name));
+    await turn();
+    // 12 outstanding: the first takes 6; with those in flight, 12 are still outstanding, so the next takes the other 6.
+    expect(runs).toEqual([names("a", 12).slice(0, 6), names("a", 12).slice(6)]);
+    finishers[0]!();
+    await turn();
+    // The first one's callers come back while the second is in flight: they go together, as one half.
+    for (const name of names("b", 6)) s.enqueue(job(name));
+    await turn();
+    expect(runs[2]).toEqual(names("b", 6));
+    for (const finish of finishers) finish();
+  });
+
+  it("never gives a transaction less than `halfAbove`, so a few callers still go together", async () => {
+    const { s, runs, finishers } = scheduler({ halfAbove: 8, lingerMs: 30 });
+    for (const name of names("a", 10)) s.enqueue(job(name));
+    await turn();
+    // Half of 10 is 5, below the floor: the first takes 8, and the last 2 linger for company.
+    expect(runs).toEqual([names("a", 10).slice(0, 8)]);
+    await new Promise((resolve) => setTimeout(resolve, 60));
+    expect(runs).toEqual([names("a", 10).slice(0, 8), names("a", 10).slice(8)]);
+    for (const finish of finishers) finish();
+  });
+
+  it("without `halfAbove`, one transaction takes every queued piece", async () => {
+    const { s, runs, finishers } = scheduler();
+    for (const name of names("a", 64)) s.enqueue(job(name));
+    await turn();
+    expect(runs).toEqual([names("a", 64)]);
     for (const finish of finishers) finish();
   });
 });

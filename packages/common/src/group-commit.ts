@@ -16,6 +16,15 @@ export interface GroupSchedulerOptions<J extends Queued> {
   maxInFlight: number;
   /** While another transaction is in flight, how long a new one waits for company (ms). */
   lingerMs: number;
+  /**
+   * Two transactions in turn: once more than this is outstanding (queued and in flight), one
+   * transaction takes at most half of what is outstanding, and never less than this; so while one
+   * is in the database, the process reads the next one's requests and answers the last one's,
+   * instead of every caller waiting in one transaction and the database waiting for all of them
+   * between (bench/README.md, "Two transactions in turn"). Unset: one takes all that is queued,
+   * up to `maxBatch`.
+   */
+  halfAbove?: number;
   /** Runs one transaction of the pieces taken; it answers each piece itself and never rejects. */
   run(jobs: J[]): Promise<void>;
 }
@@ -34,6 +43,8 @@ export function createGroupScheduler<J extends Queued>(options: GroupSchedulerOp
   const queue: J[] = [];
   let queuedSize = 0;
   let inFlight = 0;
+  /** The size of the work in the transactions in flight. */
+  let runningSize = 0;
   let lingerTimer: NodeJS.Timeout | undefined;
   let pumpScheduled = false;
 
@@ -41,9 +52,11 @@ export function createGroupScheduler<J extends Queued>(options: GroupSchedulerOp
     const taken: J[] = [];
     const keys = new Set<string>();
     let size = 0;
-    for (let i = 0; i < queue.length && size < options.maxBatch; ) {
+    const half = options.halfAbove === undefined ? Infinity : Math.max(options.halfAbove, Math.ceil((queuedSize + runningSize) / 2));
+    const most = Math.min(options.maxBatch, half);
+    for (let i = 0; i < queue.length && size < most; ) {
       const job = queue[i]!;
-      const fits = taken.length === 0 || size + job.size <= options.maxBatch;
+      const fits = taken.length === 0 || size + job.size <= most;
       if (!fits || job.keys.some((k) => keys.has(k))) {
         i++;
         continue;
@@ -74,9 +87,12 @@ export function createGroupScheduler<J extends Queued>(options: GroupSchedulerOp
         }
       }
       const jobs = take();
+      const size = jobs.reduce((n, j) => n + j.size, 0);
       inFlight++;
+      runningSize += size;
       void options.run(jobs).finally(() => {
         inFlight--;
+        runningSize -= size;
         pump();
       });
     }

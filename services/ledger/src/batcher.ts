@@ -155,6 +155,8 @@ export interface BatcherOptions {
    * with fewer than `maxBatch` commands. 0 starts at once.
    */
   lingerMs: number;
+  /** Once more commands than this are outstanding, a transaction takes at most half of them (`GroupSchedulerOptions.halfAbove`). */
+  halfAbove?: number;
 }
 
 const keyString = (k: { accountId: string; key: string }) => `${k.accountId}\u0000${k.key}`;

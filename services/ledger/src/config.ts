@@ -30,6 +30,8 @@ export interface LedgerConfig extends InfraConfig {
   batchConcurrency: number;
   /** Group commit: how long a batch waits for company while another is in flight (LEDGER_BATCH_LINGER_MS). */
   batchLingerMs: number;
+  /** Group commit: above this many commands outstanding, a transaction takes at most half (LEDGER_BATCH_HALF_ABOVE; 0 turns it off). */
+  batchHalfAbove: number;
   /** Shared secret of the installation's services (SERVICE_TOKEN). */
   serviceToken: string;
   /** How often API keys' `last_used_at` is written, in one statement (LEDGER_KEY_USAGE_FLUSH_MS); a minute unless set. */
@@ -51,6 +53,7 @@ export function readLedgerConfig(env: Record<string, string | undefined> = proce
     batchMax: envInt(env, "LEDGER_BATCH_MAX", 1_000, 1, 1_000),
     batchConcurrency: envInt(env, "LEDGER_BATCH_CONCURRENCY", 4, 1, 64),
     batchLingerMs: envInt(env, "LEDGER_BATCH_LINGER_MS", 2, 0, 100),
+    batchHalfAbove: envInt(env, "LEDGER_BATCH_HALF_ABOVE", 32, 0, 1_000),
     serviceToken: readServiceToken(env),
     keyUsageFlushMs: envInt(env, "LEDGER_KEY_USAGE_FLUSH_MS", DEFAULT_KEY_USAGE_FLUSH_MS, 100, 3_600_000),
     ...(devApiKey ? { devApiKey } : {}),
