@@ -8,6 +8,9 @@ export interface Queued {
   size: number;
 }
 
+/** How a group-commit scheduler forms its transactions; services take these from their configuration. */
+export type GroupCommitSettings = Omit<GroupSchedulerOptions<Queued>, "run">;
+
 /** Settings of a group-commit scheduler. */
 export interface GroupSchedulerOptions<J extends Queued> {
   /** Most size in one transaction; a single piece larger than this goes alone. */
@@ -48,7 +51,7 @@ export function createGroupScheduler<J extends Queued>(options: GroupSchedulerOp
   let lingerTimer: NodeJS.Timeout | undefined;
   let pumpScheduled = false;
 
-  function take(): J[] {
+  function take(): { jobs: J[]; size: number } {
     const taken: J[] = [];
     const keys = new Set<string>();
     let size = 0;
@@ -66,7 +69,7 @@ export function createGroupScheduler<J extends Queued>(options: GroupSchedulerOp
       queuedSize -= job.size;
       taken.push(queue.splice(i, 1)[0]!);
     }
-    return taken;
+    return { jobs: taken, size };
   }
 
   function pump() {
@@ -86,8 +89,7 @@ export function createGroupScheduler<J extends Queued>(options: GroupSchedulerOp
           return;
         }
       }
-      const jobs = take();
-      const size = jobs.reduce((n, j) => n + j.size, 0);
+      const { jobs, size } = take();
       inFlight++;
       runningSize += size;
       void options.run(jobs).finally(() => {

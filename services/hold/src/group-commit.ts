@@ -1,5 +1,6 @@
 import {
   createGroupScheduler,
+  type GroupCommitSettings,
   metricsRegistry,
   pipelinedTransaction,
   sentWrites,
@@ -26,16 +27,10 @@ const batchFallbacks = new Counter({
 /** One step's database work, as `pipelinedTransaction` takes it. */
 export type Work<T> = (tx: Tx, writes: Promise<unknown>[]) => Promise<T>;
 
-/** Settings of the hold service's group commit. */
-export interface GroupCommitOptions {
+/** Settings of the hold service's group commit: the scheduler's (`maxBatch` counts steps), and the database. */
+export interface GroupCommitOptions extends GroupCommitSettings {
   sql: Sql;
   log: Logger;
-  /** Most steps in one transaction. */
-  maxBatch: number;
-  /** Transactions in flight at once; steps arriving meanwhile wait and go together. */
-  maxInFlight: number;
-  /** While another transaction is in flight, how long a new one waits for company (ms). */
-  lingerMs: number;
 }
 
 interface Job extends Queued {

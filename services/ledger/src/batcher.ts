@@ -17,6 +17,7 @@ import {
   ruleViolation,
   settleIdempotencyKeys,
   type Claim,
+  type GroupCommitSettings,
   type KeyClaim,
   type Logger,
   type Outbox,
@@ -139,24 +140,16 @@ interface Unit {
   reject(err: unknown): void;
 }
 
-/** Settings of group commit. */
-export interface BatcherOptions {
+/**
+ * Settings of group commit: the scheduler's (`maxBatch` counts commands, a batch call's items each,
+ * and a call larger than it goes alone), and what a transaction needs.
+ */
+export interface BatcherOptions extends GroupCommitSettings {
   sql: Sql;
   outbox: Outbox;
   /** The NATS subject of an event type, for the outbox rows a transaction writes. */
   subjectOf: (type: string) => string;
   log: Logger;
-  /** Most commands in one transaction; a batch call larger than this goes alone. */
-  maxBatch: number;
-  /** Transactions in flight at once; commands arriving meanwhile wait and go together. */
-  maxInFlight: number;
-  /**
-   * While another transaction is in flight, how long a new one waits for company before it starts
-   * with fewer than `maxBatch` commands. 0 starts at once.
-   */
-  lingerMs: number;
-  /** Once more commands than this are outstanding, a transaction takes at most half of them (`GroupSchedulerOptions.halfAbove`). */
-  halfAbove?: number;
 }
 
 const keyString = (k: { accountId: string; key: string }) => `${k.accountId}\u0000${k.key}`;
