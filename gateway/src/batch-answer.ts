@@ -1,7 +1,8 @@
-import { create, fromBinary, type MessageInitShape } from "@bufbuild/protobuf";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { BinaryReader, WireType } from "@bufbuild/protobuf/wire";
 import { EmptySchema, type Timestamp } from "@bufbuild/protobuf/wkt";
 import type { CallOptions, Transport } from "@connectrpc/connect";
+import { decodeBinary } from "@ledger/common";
 import {
   CreateTransactionsRequestSchema,
   CreateTransactionsResultSchema,
@@ -53,7 +54,7 @@ export function createTransactionsCall(transport: Transport): CreateTransactions
 /**
  * The answer from its fields as raw bytes (field number, wire type, and for a length-delimited
  * field its length and bytes). A result with an error or with metadata (a `Struct`) is read by
- * protobuf-es; every other one by `readGroup`. gateway/src/batch-answer.test.ts holds the result
+ * `decodeBinary`; every other one by `readGroup`. gateway/src/batch-answer.test.ts holds the result
  * to `fromBinary` on random answers.
  */
 export function readAnswer(fields: ReadonlyArray<{ no: number; wireType: WireType; data: Uint8Array }>): BatchAnswer {
@@ -68,7 +69,7 @@ export function readAnswer(fields: ReadonlyArray<{ no: number; wireType: WireTyp
 }
 
 function readResult(bytes: Uint8Array): CreateTransactionsResult {
-  return readGroupResult(bytes) ?? fromBinary(CreateTransactionsResultSchema, bytes);
+  return readGroupResult(bytes) ?? decodeBinary(CreateTransactionsResultSchema, bytes);
 }
 
 /** A result that holds a group, or undefined for any other (an error) and for a group `readGroup` leaves to protobuf-es. */

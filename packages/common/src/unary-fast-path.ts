@@ -3,7 +3,7 @@
 // (`createInProcessTransport`). Both run the service's own interceptors and handlers through
 // `invoke` with a `CallContext`, and answer as Connect would. Why: bench/README.md.
 import type * as http2 from "node:http2";
-import { create, fromBinary, toBinary, type DescMethod, type DescMethodUnary, type DescService, type Message } from "@bufbuild/protobuf";
+import { create, type DescMessage, type DescMethod, type DescService, type Message } from "@bufbuild/protobuf";
 import {
   Code,
   ConnectError,
@@ -18,8 +18,9 @@ import {
   type UnaryRequest,
   type UnaryResponse,
 } from "@connectrpc/connect";
-import { createMethodSerializationLookup, type MethodSerializationLookup } from "@connectrpc/connect/protocol";
 import { codeToHttpStatus, errorFromJsonBytes, errorToJsonBytes, parseTimeout, trailerMux } from "@connectrpc/connect/protocol-connect";
+import { encodeBinary } from "./proto-binary.js";
+import { decodeBinary } from "./proto-binary-decode.js";
 
 /** What the fast path needs to serve the routes' unary methods. */
 export interface UnaryFastPathOptions {
@@ -37,11 +38,6 @@ export type UnaryFastPath = (req: http2.Http2ServerRequest, res: http2.Http2Serv
 type UnarySpec = Extract<MethodImplSpec, { kind: "unary" }>;
 type UnaryFn = (req: UnaryRequest) => Promise<UnaryResponse>;
 
-interface Method {
-  spec: UnarySpec;
-  serialization: MethodSerializationLookup<DescMethodUnary["input"], DescMethodUnary["output"]>;
-}
-
 const CONTENT_TYPE_PROTO = "application/proto";
 const CONTENT_TYPE_JSON = "application/json";
 
@@ -54,41 +50,38 @@ const CONTENT_TYPE_JSON = "application/json";
  * Everything else stays Connect's: the same method implementations and interceptors, run as
  * Connect's `invokeUnaryImplementation` runs them; a handler context with what Connect's
  * `createHandlerContext` gives (deadline, signal, headers, context values; see `CallContext`);
- * the same body limits and parse errors (Connect's serialization); the same error JSON and HTTP
+ * the same body limits and parse errors (Connect's words, `parseRequest`; the bytes read by
+ * `decodeBinary`, written by `encodeBinary`); the same error JSON and HTTP
  * status (`errorToJsonBytes`, `codeToHttpStatus`); and trailers as `trailer-` headers (`trailerMux`). A request of any other shape (JSON, GET,
  * compressed, streaming, HTTP/1.1, an unknown path or protocol version) returns undefined and goes
  * to connect-node as before. `unary-fast-path.test.ts` holds both to the same answers.
  */
 export function createUnaryFastPath(options: UnaryFastPathOptions): UnaryFastPath {
-  const methods = unaryMethods(options.routes, options.readMaxBytes);
+  const methods = unaryMethods(options.routes);
 
   return (req, res) => {
     if (req.method !== "POST") return undefined;
-    const method = methods.get(req.url);
-    if (!method) return undefined;
+    const spec = methods.get(req.url);
+    if (!spec) return undefined;
     const headers = req.headers;
     if (headers["content-type"] !== CONTENT_TYPE_PROTO) return undefined;
     const encoding = headers["content-encoding"];
     if (encoding !== undefined && encoding !== "identity") return undefined;
     const version = headers["connect-protocol-version"];
     if (version !== undefined && version !== "1") return undefined;
-    return serve(method, req, res, options);
+    return serve(spec, req, res, options);
   };
 }
 
-/** The routes' unary methods by path (`/package.Service/Method`), each with Connect's serialization. */
-function unaryMethods(routes: (router: ConnectRouter) => void, readMaxBytes: number): Map<string, Method> {
-  const methods = new Map<string, Method>();
-  const limits = { readMaxBytes, writeMaxBytes: 0xffffffff };
+/** The routes' unary methods by path (`/package.Service/Method`). */
+function unaryMethods(routes: (router: ConnectRouter) => void): Map<string, UnarySpec> {
+  const methods = new Map<string, UnarySpec>();
   const recorder = {
     service(service: Parameters<ConnectRouter["service"]>[0], impl: Parameters<ConnectRouter["service"]>[1]) {
       const serviceSpec = createServiceImplSpec(service, impl as never);
       for (const spec of Object.values(serviceSpec.methods)) {
         if (spec.kind !== "unary") continue;
-        methods.set(`/${service.typeName}/${spec.method.name}`, {
-          spec,
-          serialization: createMethodSerializationLookup(spec.method, undefined, undefined, limits),
-        });
+        methods.set(`/${service.typeName}/${spec.method.name}`, spec);
       }
       return recorder;
     },
@@ -123,7 +116,7 @@ export function createInProcessTransport(
   fallback: Transport,
   callerInterceptors: Interceptor[],
 ): Transport {
-  const methods = unaryMethods(options.routes, options.readMaxBytes);
+  const methods = unaryMethods(options.routes);
   return {
     unary(method, signal, timeoutMs, header, input, contextValues) {
       const target = methods.get(`/${method.parent.typeName}/${method.name}`);
@@ -131,11 +124,11 @@ export function createInProcessTransport(
       const url = `http://in-process/${method.parent.typeName}/${method.name}`;
       const service = method.parent;
       const send: UnaryFn = async (req) => {
-        const call = new CallContext(target.spec, url, new Headers(req.header), createContextValues(), timeoutMs, undefined);
+        const call = new CallContext(target, url, new Headers(req.header), createContextValues(), timeoutMs, undefined);
         try {
-          const input = target.serialization.getI(true).parse(toBinary(method.input, req.message as never));
-          const output = await invoke(target.spec, call, input, options.interceptors);
-          const message = fromBinary(method.output, target.serialization.getO(true).serialize(output));
+          const input = parseRequest(method.input, encodeBinary(method.input, req.message as never), options.readMaxBytes);
+          const output = await invoke(target, call, input, options.interceptors);
+          const message = decodeBinary(method.output, encodeBinary(target.method.output, output));
           return { stream: false, service, method, header: call.responseHeader, trailer: call.responseTrailer, message } as UnaryResponse;
         } catch (e) {
           call.abort(e);
@@ -196,8 +189,7 @@ function withDeadline<T>(answer: Promise<T>, signal: AbortSignal | undefined, ti
   });
 }
 
-async function serve(method: Method, req: http2.Http2ServerRequest, res: http2.Http2ServerResponse, options: UnaryFastPathOptions) {
-  const { spec, serialization } = method;
+async function serve(spec: UnarySpec, req: http2.Http2ServerRequest, res: http2.Http2ServerResponse, options: UnaryFastPathOptions) {
   const timeout = parseTimeout(headerValue(req.headers["connect-timeout-ms"]), Number.POSITIVE_INFINITY);
   const requestHeader = new Headers();
   for (const [name, value] of Object.entries(req.headers)) {
@@ -223,9 +215,9 @@ async function serve(method: Method, req: http2.Http2ServerRequest, res: http2.H
   try {
     if (timeout.error) throw timeout.error;
     const bytes = await readBody(req, options.readMaxBytes);
-    const input = serialization.getI(true).parse(bytes);
+    const input = parseRequest(spec.method.input, bytes, options.readMaxBytes);
     const output = await invoke(spec, call, input, options.interceptors);
-    body = serialization.getO(true).serialize(output);
+    body = encodeBinary(spec.method.output, output);
   } catch (e) {
     call.abort(e);
     const error = e instanceof ConnectError ? e : new ConnectError("internal error", Code.Internal, undefined, undefined, e);
@@ -246,6 +238,26 @@ async function serve(method: Method, req: http2.Http2ServerRequest, res: http2.H
   });
   res.writeHead(status, out);
   res.end(body);
+}
+
+/**
+ * A request's message, as Connect's binary serialization parses it (its size limit and its errors,
+ * word for word), decoded by `decodeBinary`. Bytes that are not the message are the caller's
+ * mistake: invalid_argument, as our patch of Connect makes connect-node answer them too
+ * (patches/@connectrpc__connect@2.1.2.patch; Connect itself says internal).
+ */
+function parseRequest(desc: DescMessage, bytes: Uint8Array, readMaxBytes: number): Message {
+  if (bytes.byteLength > readMaxBytes) {
+    throw new ConnectError(
+      `message size ${bytes.byteLength} is larger than configured readMaxBytes ${readMaxBytes}`,
+      Code.ResourceExhausted,
+    );
+  }
+  try {
+    return decodeBinary(desc, bytes);
+  } catch (e) {
+    throw new ConnectError(`parse binary: ${e instanceof Error ? e.message : String(e)}`, Code.InvalidArgument);
+  }
 }
 
 /** Aborts a finished call's signal, as Connect's own handler context does. */

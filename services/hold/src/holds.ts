@@ -1,4 +1,4 @@
-import { create, fromBinary, toBinary, type DescMessage, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
+import { create, type DescMessage, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import {
@@ -7,6 +7,8 @@ import {
   invalidArgument,
   isId,
   newId,
+  decodeBinary,
+  encodeBinary,
   NO_TRACE,
   notFound,
   outboxRowValues,
@@ -282,7 +284,7 @@ export function createHolds(deps: HoldDeps) {
         select count(*)::int as n from done`.execute();
       writes.push(completing);
       // A key another completion answered first keeps that answer (`response is null` in the update).
-      if (keyed) writes.push(answerIdempotencyKeys(tx, operations.create(hold.id), toBinary(CreateHoldResponseSchema, response)));
+      if (keyed) writes.push(answerIdempotencyKeys(tx, operations.create(hold.id), encodeBinary(CreateHoldResponseSchema, response)));
     });
     const [written] = await completing!;
     if (written!.n === 0) {
@@ -378,7 +380,7 @@ export function createHolds(deps: HoldDeps) {
         ${
           keyed
             ? tx`, keys as (
-          update idempotency_keys set response = ${toBinary(CaptureHoldResponseSchema, response)}
+          update idempotency_keys set response = ${encodeBinary(CaptureHoldResponseSchema, response)}
           where operation = ${operations.capture(done.id)} and response is null and exists (select 1 from held))`
             : tx``
         }
@@ -419,7 +421,7 @@ export function createHolds(deps: HoldDeps) {
       }
       const response = captureResponse(row, done);
       writes.push(outbox.enqueue(tx, [holdEvent("hold.captured", row, origin, done)]));
-      if (keyed) writes.push(answerIdempotencyKeys(tx, operations.capture(done.id), toBinary(CaptureHoldResponseSchema, response)));
+      if (keyed) writes.push(answerIdempotencyKeys(tx, operations.capture(done.id), encodeBinary(CaptureHoldResponseSchema, response)));
       return { response, completed: true };
     });
   }
@@ -439,7 +441,7 @@ export function createHolds(deps: HoldDeps) {
       // Several keys may wait on one release (a request joined one in flight): this answers them all.
       writes.push(
         outbox.enqueue(tx, [holdEvent("hold.released", row, origin)]),
-        answerIdempotencyKeys(tx, operations.release(hold.id), toBinary(ReleaseHoldResponseSchema, released)),
+        answerIdempotencyKeys(tx, operations.release(hold.id), encodeBinary(ReleaseHoldResponseSchema, released)),
       );
       return released;
     });
@@ -474,7 +476,7 @@ export function createHolds(deps: HoldDeps) {
           return { operation: operations.create(id), value: intent };
         },
       });
-      if (started.kind === "replay") return { response: fromBinary(CreateHoldResponseSchema, started.response), replayed: true };
+      if (started.kind === "replay") return { response: decodeBinary(CreateHoldResponseSchema, started.response), replayed: true };
       const [hold] = await started.value;
       crash("after_create_intent");
       return { response: await finishCreate(hold!, args.origin, claim !== undefined), replayed: false };
@@ -544,7 +546,7 @@ export function createHolds(deps: HoldDeps) {
           return { operation: operations.capture(capture.id), value: { hold, capture } };
         },
       });
-      if (started.kind === "replay") return { response: fromBinary(CaptureHoldResponseSchema, started.response), replayed: true };
+      if (started.kind === "replay") return { response: decodeBinary(CaptureHoldResponseSchema, started.response), replayed: true };
       crash("after_capture_intent");
       return {
         response: await finishCapture(started.value.hold, started.value.capture, args.origin, claim !== undefined),
@@ -582,7 +584,7 @@ export function createHolds(deps: HoldDeps) {
           return { operation: operations.release(row.id), value: updated! };
         },
       });
-      if (started.kind === "replay") return { response: fromBinary(ReleaseHoldResponseSchema, started.response), replayed: true };
+      if (started.kind === "replay") return { response: decodeBinary(ReleaseHoldResponseSchema, started.response), replayed: true };
       crash("after_release_intent");
       return { response: await finishRelease(started.value, args.origin), replayed: false };
     },

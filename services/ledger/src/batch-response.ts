@@ -1,7 +1,8 @@
-import { create, toBinary, type MessageShape } from "@bufbuild/protobuf";
+import { create, type MessageShape } from "@bufbuild/protobuf";
 import { WireType } from "@bufbuild/protobuf/wire";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { ConnectError } from "@connectrpc/connect";
+import { encodeBinary } from "@ledger/common";
 import {
   CreateTransactionsResponseSchema,
   CreateTransactionsResultSchema,
@@ -24,7 +25,7 @@ const resultsWriter = new Writer();
  * unknown fields after the known ones, so the whole answer is byte for byte the one
  * `toBinary(CreateTransactionsResponseSchema, ...)` writes for the same results
  * (batch-response.test.ts checks it on random groups). A reader decodes them as `results`. An error,
- * and a group with metadata (a `Struct`), take the reflective path.
+ * and a group with metadata (a `Struct`), are built as messages and written by `encodeBinary`.
  */
 export function batchResponse(answers: ItemAnswer[]): MessageShape<typeof CreateTransactionsResponseSchema> {
   const w = resultsWriter;
@@ -37,7 +38,7 @@ export function batchResponse(answers: ItemAnswer[]): MessageShape<typeof Create
     if (answer instanceof ConnectError) {
       failed++;
       w.raw(
-        toBinary(
+        encodeBinary(
           CreateTransactionsResultSchema,
           create(CreateTransactionsResultSchema, { result: { case: "error", value: itemError(answer) } }),
         ),
@@ -46,7 +47,7 @@ export function batchResponse(answers: ItemAnswer[]): MessageShape<typeof Create
       const group = (answer.response as CreateTransactionResponse).transactionGroup!;
       if (group.metadata) {
         w.raw(
-          toBinary(
+          encodeBinary(
             CreateTransactionsResultSchema,
             create(CreateTransactionsResultSchema, { result: { case: "transactionGroup", value: group }, replayed: answer.replayed }),
           ),

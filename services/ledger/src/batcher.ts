@@ -1,17 +1,11 @@
-import {
-  create,
-  fromBinary,
-  toBinary,
-  type DescMessage,
-  type JsonObject,
-  type MessageInitShape,
-  type MessageShape,
-} from "@bufbuild/protobuf";
+import { create, type DescMessage, type JsonObject, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
 import { ConnectError } from "@connectrpc/connect";
 import {
   claimIdempotencyKeys,
   errorCodeOf,
   createGroupScheduler,
+  decodeBinary,
+  encodeBinary,
   metricsRegistry,
   pipelinedTransaction,
   ruleViolation,
@@ -267,7 +261,7 @@ export function createBatcher(options: BatcherOptions) {
       if (!unit.respondWhole || !unit.idempotency) return { answers: pending };
       const answers = pending.map((a) => (isLater(a) ? a.later() : a));
       const whole = create(unit.respondWhole.schema, unit.respondWhole.respond(answers));
-      completed.push({ ...unit.idempotency, response: toBinary(unit.respondWhole.schema, whole) });
+      completed.push({ ...unit.idempotency, response: encodeBinary(unit.respondWhole.schema, whole) });
       return { answers, whole };
     };
     units.forEach((unit, u) => {
@@ -298,7 +292,7 @@ export function createBatcher(options: BatcherOptions) {
               if (!state.fingerprint.equals(item.idempotency!.fingerprint)) {
                 return ruleViolation("idempotency_conflict", "this idempotency key was already used with a different request");
               }
-              return { response: fromBinary(item.responseSchema, state.response), replayed: true };
+              return { response: decodeBinary(item.responseSchema, state.response), replayed: true };
             }
           }
           const outcome = book.apply(item.command);
@@ -309,7 +303,7 @@ export function createBatcher(options: BatcherOptions) {
             local.set(k, {
               kind: "answered",
               fingerprint: item.idempotency!.fingerprint,
-              response: toBinary(item.responseSchema, response),
+              response: encodeBinary(item.responseSchema, response),
               fresh: true,
             });
           }
@@ -381,7 +375,7 @@ export function createBatcher(options: BatcherOptions) {
       });
       if ("refused" in result) throw result.refused;
       if ("error" in result) throw result.error;
-      if ("replay" in result) return { response: fromBinary(batch.responseSchema, result.replay), replayed: true };
+      if ("replay" in result) return { response: decodeBinary(batch.responseSchema, result.replay), replayed: true };
       return { response: result.whole as MessageShape<O>, replayed: false };
     },
   };

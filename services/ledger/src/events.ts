@@ -1,6 +1,6 @@
-import { create, toBinary } from "@bufbuild/protobuf";
+import { create } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { newId, storedMetadata } from "@ledger/common";
+import { encodeBinary, newId, storedMetadata } from "@ledger/common";
 import { EventSchema, type Event } from "@ledger/proto/events/v1/events_pb.js";
 import { directionToProto, statusToProto, type GroupRow } from "./groups.js";
 import { Writer } from "./wire.js";
@@ -74,7 +74,8 @@ const eventWriter = new Writer();
  * group without building the message: protobuf-es's reflective encoder was the largest part of a
  * batch's CPU. The bytes are the ones `toBinary(EventSchema, ...)` writes (events.test.ts checks it
  * on random groups), fields in number order, empty ones left out. A group with metadata (a
- * `Struct`) takes the reflective path, which is rare and not worth a second Struct encoder.
+ * `Struct`) builds the message and goes through `encodeBinary`, which is rare and not worth a
+ * second Struct writer here.
  */
 export function encodeTransactionEvent(
   type: TransactionEventType,
@@ -84,7 +85,7 @@ export function encodeTransactionEvent(
 ): EncodedEvent {
   if (group.metadata) {
     const event = transactionEvent(type, group, origin, at);
-    return { id: event.id, type, payload: toBinary(EventSchema, event) };
+    return { id: event.id, type, payload: encodeBinary(EventSchema, event) };
   }
   const id = newId("event");
   const w = eventWriter;

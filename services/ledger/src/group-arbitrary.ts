@@ -16,7 +16,7 @@ const anyDate = fc.integer({ min: -62_135_596_800_000, max: 4_102_444_800_000 })
 // prototype instead of a property), so a group carrying it cannot round-trip through any encoder.
 const metadataKey = fc.string({ maxLength: 10 }).filter((key) => key !== "__proto__");
 
-/** A stored group with its legs; amounts from `minAmount` to 2^63-1, mostly without metadata (which takes the reflective path). */
+/** A stored group with its legs; amounts from `minAmount` to 2^63-1, mostly without metadata (which is written by `encodeBinary`, not by hand). */
 export function groupRows(options: { minAmount: bigint; maxLegs: number }): fc.Arbitrary<GroupRow> {
   const amount = fc.bigInt({ min: options.minAmount, max: 2n ** 63n - 1n });
   return fc
