@@ -166,6 +166,18 @@ describe("unary fast path", () => {
     });
   }
 
+  it("refuses a binary body that is not the request message as invalid_argument (400), as connect-node now does", async () => {
+    const garbage = Buffer.from([0x0a, 0xff, 0xff]);
+    const [fast, connect] = await Promise.all([
+      send(fastUrl, proto("CreateTransaction"), garbage),
+      send(connectUrl, proto("CreateTransaction"), garbage),
+    ]);
+    for (const answer of [fast, connect]) {
+      expect(answer.status).toBe(400);
+      expect(JSON.parse(Buffer.from(answer.body, "base64").toString())).toMatchObject({ code: "invalid_argument" });
+    }
+  });
+
   it("reads the answer as the protobuf the method returns", async () => {
     const answer = await send(fastUrl, proto("CreateTransaction", { "x-request-id": "r1" }), transfer);
     expect(answer.status).toBe(200);
