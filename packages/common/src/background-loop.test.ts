@@ -116,10 +116,11 @@ describe("backgroundLoop", () => {
       return false;
     });
     loop.start();
-    await until(() => runs === 1);
+    await until(() => runs === 1 && loop.idle);
     // Asleep for 10 s; a wake starts the next iteration now.
     loop.wake();
     await until(() => runs === 2 && release !== undefined);
+    expect(loop.idle).toBe(false);
     // Woken while it works: it does not sleep after this iteration.
     loop.wake();
     release!();
@@ -143,6 +144,8 @@ describe("backgroundLoop", () => {
     loop.wake();
     await delay(30);
     expect(runs).toBe(1);
+    // A backoff is no idle sleep: a wake does not cut it, so it does not count as idle.
+    expect(loop.idle).toBe(false);
     await loop.stop();
   });
 

@@ -54,6 +54,8 @@ export interface BackgroundLoop {
   wake(): void;
   /** True from `start` until `stop`. */
   readonly running: boolean;
+  /** True while the loop sleeps after an iteration that found nothing (a sleep `wake` cuts short). */
+  readonly idle: boolean;
   /** Starts no new iteration, cuts any sleep short, and resolves once the current iteration has ended. */
   stop(): Promise<void>;
 }
@@ -155,6 +157,9 @@ export function backgroundLoop(options: BackgroundLoopOptions): BackgroundLoop {
     },
     get running() {
       return running;
+    },
+    get idle() {
+      return endSleep !== undefined && sleepIsIdle;
     },
     async stop() {
       running = false;

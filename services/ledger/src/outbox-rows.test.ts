@@ -65,12 +65,12 @@ async function schemaFor(service: keyof typeof migrations, before?: string) {
 }
 
 /** A stream of its own on the shared NATS server, and a relay for `sql`'s outbox publishing to it. */
-function relayFor(sql: Sql, service: string): { outbox: Outbox; nats: NatsHandle; stream: string; prefix: string } {
+function relayFor(sql: Sql, service: string, pollMs = 20): { outbox: Outbox; nats: NatsHandle; stream: string; prefix: string } {
   const tag = randomBytes(4).toString("hex");
   const stream = `TEST_OUTBOX_${tag}`;
   const prefix = `outbox${tag}`;
   const nats = connectNats({ natsUrl: inject("natsUrl") }, service, log);
-  const outbox = createOutbox({ service, sql, nats, stream: { name: stream, subjectPrefix: prefix }, log, pollMs: 20 });
+  const outbox = createOutbox({ service, sql, nats, stream: { name: stream, subjectPrefix: prefix }, log, pollMs });
   closers.push(async () => {
     await outbox.stop();
     const nc = nats.current();
@@ -98,7 +98,32 @@ async function gauge(name: string, service: string): Promise<number | undefined>
   return metric.values.find((v) => v.labels["service"] === service)?.value;
 }
 
+/** `outbox_relay_transactions_total` of `service`, for transactions that found events or none. */
+async function relayTransactions(service: string, found: "events" | "none"): Promise<number> {
+  const metric = await metricsRegistry.getSingleMetric("outbox_relay_transactions_total")!.get();
+  return metric.values.find((v) => v.labels["service"] === service && v.labels["found"] === found)?.value ?? 0;
+}
+
 describe("outbox rows of many events", () => {
+  it("wakes one idle lane per commit, so no lane looks for rows another has taken", async () => {
+    const { sql } = await schemaFor("ledger");
+    const service = `wake-${randomBytes(3).toString("hex")}`;
+    // No polls during the test: every look after the first is one a wake asked for.
+    const { outbox } = relayFor(sql, service, 60_000);
+    outbox.start();
+    // Each of the two lanes looks once at start and finds nothing.
+    await expect.poll(() => relayTransactions(service, "none")).toBe(2);
+    for (let commit = 1; commit <= 3; commit++) {
+      await sql.begin((tx) => outbox.enqueue(tx as never, [event(commit)]));
+      outbox.wake();
+      await expect.poll(() => rowsLeft(sql)).toBe(0);
+      await expect.poll(() => relayTransactions(service, "events")).toBe(commit);
+    }
+    // Give a second lane, had it been woken, time to look and find the rows gone.
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(await relayTransactions(service, "none")).toBe(2);
+  });
+
   it("publishes a row's events in order, each once, and counts events in the backlog", async () => {
     const { sql } = await schemaFor("ledger");
     const service = `rows-${randomBytes(3).toString("hex")}`;

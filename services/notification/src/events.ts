@@ -1,6 +1,6 @@
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
-import { isId, MAX_TRACE_HEADER, newId, notFound, storedMetadata, type PageRequest, type Sql } from "@ledger/common";
+import { isId, MAX_TRACE_HEADER, newId, notFound, pipelinedTransaction, storedMetadata, type PageRequest, type Sql } from "@ledger/common";
 import type { Event } from "@ledger/proto/events/v1/events_pb.js";
 import type { EventSchema as ApiEventSchema } from "@ledger/proto/notification/v1/notification_pb.js";
 import { deliveryBody } from "./event-body.js";
@@ -33,36 +33,37 @@ export async function ingestEvents(
     traceparent: storableTraceparent(traceparentOf(event)),
     created_at: event.created ? timestampDate(event.created) : new Date(),
   }));
-  return sql.begin(async (tx) => {
+  // One pipelined transaction that waits on Postgres twice at most: BEGIN goes out with the
+  // statement that stores the events and matches them to destinations, and the deliveries'
+  // insert with COMMIT. Each wait is a socket write that wakes a backend (bench/README.md).
+  return pipelinedTransaction(sql, async (tx, writes) => {
     // The rows as one JSON parameter: binding a parameter per column of every row was most of
-    // this service's socket writes under batch load (bench/README.md).
-    const inserted = await tx<{ id: string; account_id: string; type: string }[]>`
-      insert into events (id, account_id, type, body, request_id, traceparent, created_at)
-      select id, account_id, type, body, request_id, traceparent, created_at
-      from json_to_recordset(${JSON.stringify(rows)}::text::json)
-        as r(id text, account_id text, type text, body text, request_id text, traceparent text, created_at timestamptz)
-      on conflict (id) do nothing
-      returning id, account_id, type`;
-    if (inserted.length === 0) return 0;
-    const accounts = [...new Set(inserted.map((e) => e.account_id))];
-    const endpoints = await tx<{ id: string; account_id: string; event_types: string[] | null }[]>`
-      select id, account_id, event_types from endpoints
-      where account_id = any(${accounts}) and enabled and deleted_at is null`;
-    if (endpoints.length === 0) return 0;
-    const deliveries = inserted.flatMap((event) =>
-      endpoints
-        .filter((e) => e.account_id === event.account_id && (e.event_types === null || e.event_types.includes(event.type)))
-        .map((e) => ({ id: newId("delivery"), account_id: event.account_id, event_id: event.id, endpoint_id: e.id })),
-    );
-    if (deliveries.length === 0) return 0;
+    // this service's socket writes under batch load (bench/README.md). A redelivered event
+    // conflicts, is not returned, and so queues nothing again.
+    const matches = await tx<{ event_id: string; account_id: string; endpoint_id: string }[]>`
+      with inserted as (
+        insert into events (id, account_id, type, body, request_id, traceparent, created_at)
+        select id, account_id, type, body, request_id, traceparent, created_at
+        from json_to_recordset(${JSON.stringify(rows)}::text::json)
+          as r(id text, account_id text, type text, body text, request_id text, traceparent text, created_at timestamptz)
+        on conflict (id) do nothing
+        returning id, account_id, type)
+      select i.id as event_id, i.account_id, e.id as endpoint_id
+      from inserted i
+      join endpoints e on e.account_id = i.account_id and e.enabled and e.deleted_at is null
+        and (e.event_types is null or i.type = any(e.event_types))`;
+    if (matches.length === 0) return 0;
+    const deliveryIds = matches.map(() => newId("delivery"));
     // Due now, by the database clock, which every worker compares against.
-    await tx`
-      insert into deliveries (id, account_id, event_id, endpoint_id, status, next_attempt_at)
-      select id, account_id, event_id, endpoint_id, 'pending', now()
-      from unnest(${deliveries.map((d) => d.id)}::text[], ${deliveries.map((d) => d.account_id)}::text[],
-                  ${deliveries.map((d) => d.event_id)}::text[], ${deliveries.map((d) => d.endpoint_id)}::text[])
-        as d(id, account_id, event_id, endpoint_id)`;
-    return deliveries.length;
+    writes.push(
+      tx`
+        insert into deliveries (id, account_id, event_id, endpoint_id, status, next_attempt_at)
+        select id, account_id, event_id, endpoint_id, 'pending', now()
+        from unnest(${deliveryIds}::text[], ${matches.map((m) => m.account_id)}::text[],
+                    ${matches.map((m) => m.event_id)}::text[], ${matches.map((m) => m.endpoint_id)}::text[])
+          as d(id, account_id, event_id, endpoint_id)`.execute(),
+    );
+    return matches.length;
   });
 }
 
