@@ -97,11 +97,13 @@ describe("group-commit scheduler", () => {
     for (const finish of finishers) finish();
   });
 
-  it("without `halfAbove`, one transaction takes every queued piece", async () => {
-    const { s, runs, finishers } = scheduler();
-    for (const name of names("a", 64)) s.enqueue(job(name));
-    await turn();
-    expect(runs).toEqual([names("a", 64)]);
-    for (const finish of finishers) finish();
+  it("without `halfAbove`, or with it 0 (LEDGER_BATCH_HALF_ABOVE=0), one transaction takes every queued piece", async () => {
+    for (const options of [{}, { halfAbove: 0 }]) {
+      const { s, runs, finishers } = scheduler(options);
+      for (const name of names("a", 64)) s.enqueue(job(name));
+      await turn();
+      expect(runs).toEqual([names("a", 64)]);
+      for (const finish of finishers) finish();
+    }
   });
 });

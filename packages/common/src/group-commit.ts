@@ -24,8 +24,8 @@ export interface GroupSchedulerOptions<J extends Queued> {
    * transaction takes at most half of what is outstanding, and never less than this; so while one
    * is in the database, the process reads the next one's requests and answers the last one's,
    * instead of every caller waiting in one transaction and the database waiting for all of them
-   * between (bench/README.md, "Two transactions in turn"). Unset: one takes all that is queued,
-   * up to `maxBatch`.
+   * between (bench/README.md, "Two transactions in turn"). Unset or 0: one takes all that is
+   * queued, up to `maxBatch`.
    */
   halfAbove?: number;
   /** Runs one transaction of the pieces taken; it answers each piece itself and never rejects. */
@@ -55,7 +55,7 @@ export function createGroupScheduler<J extends Queued>(options: GroupSchedulerOp
     const taken: J[] = [];
     const keys = new Set<string>();
     let size = 0;
-    const half = options.halfAbove === undefined ? Infinity : Math.max(options.halfAbove, Math.ceil((queuedSize + runningSize) / 2));
+    const half = !options.halfAbove ? Infinity : Math.max(options.halfAbove, Math.ceil((queuedSize + runningSize) / 2));
     const most = Math.min(options.maxBatch, half);
     for (let i = 0; i < queue.length && size < most; ) {
       const job = queue[i]!;

@@ -46,7 +46,7 @@ export function startLedger(config: LedgerConfig): Promise<LedgerHandle> {
             maxBatch: config.batchMax,
             maxInFlight: config.batchConcurrency,
             lingerMs: config.batchLingerMs,
-            ...(config.batchHalfAbove > 0 ? { halfAbove: config.batchHalfAbove } : {}),
+            halfAbove: config.batchHalfAbove,
           }),
           // Uncached: the services asking cache the answer themselves, and two caches in a row would
           // add up to twice the delay before a revoked key is refused.
