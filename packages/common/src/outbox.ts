@@ -150,8 +150,8 @@ export function createOutbox(options: OutboxOptions): Outbox {
       streamReady = true;
     }
     // One pipelined transaction: BEGIN goes out with the select, and the delete with COMMIT, so
-    // a batch waits on Postgres twice (an empty look too) instead of four times; each wait is a
-    // write that wakes a backend, which on a small machine takes the core from this process.
+    // a batch waits on Postgres twice (an empty look too) instead of four times, and sends as
+    // many writes (bench/README.md, "Round trips of the relay and the event ingest").
     const count = await pipelinedTransaction(sql, async (tx, writes) => {
       // SKIP LOCKED lets lanes and replicas relay side by side without publishing a row twice at
       // once. A row holds the events of one write; the limit takes the rows, in order, whose events

@@ -93,16 +93,15 @@ function event(n: number): Event {
 
 const rowsLeft = async (sql: Sql) => (await sql<{ n: number }[]>`select count(*)::int as n from outbox_writes`)[0]!.n;
 
-async function gauge(name: string, service: string): Promise<number | undefined> {
+/** The value of metric `name` for these labels, undefined while it has none. */
+async function metricValue(name: string, labels: Record<string, string>): Promise<number | undefined> {
   const metric = await metricsRegistry.getSingleMetric(name)!.get();
-  return metric.values.find((v) => v.labels["service"] === service)?.value;
+  return metric.values.find((v) => Object.entries(labels).every(([label, value]) => v.labels[label] === value))?.value;
 }
 
-/** `outbox_relay_transactions_total` of `service`, for transactions that found events or none. */
-async function relayTransactions(service: string, found: "events" | "none"): Promise<number> {
-  const metric = await metricsRegistry.getSingleMetric("outbox_relay_transactions_total")!.get();
-  return metric.values.find((v) => v.labels["service"] === service && v.labels["found"] === found)?.value ?? 0;
-}
+const gauge = (name: string, service: string) => metricValue(name, { service });
+const relayTransactions = async (service: string, found: "events" | "none") =>
+  (await metricValue("outbox_relay_transactions_total", { service, found })) ?? 0;
 
 describe("outbox rows of many events", () => {
   it("wakes one idle lane per commit, so no lane looks for rows another has taken", async () => {

@@ -35,7 +35,7 @@ export async function ingestEvents(
   }));
   // One pipelined transaction that waits on Postgres twice at most: BEGIN goes out with the
   // statement that stores the events and matches them to destinations, and the deliveries'
-  // insert with COMMIT. Each wait is a socket write that wakes a backend (bench/README.md).
+  // insert with COMMIT (bench/README.md, "Round trips of the relay and the event ingest").
   return pipelinedTransaction(sql, async (tx, writes) => {
     // The rows as one JSON parameter: binding a parameter per column of every row was most of
     // this service's socket writes under batch load (bench/README.md). A redelivered event
