@@ -1,9 +1,13 @@
 // Prints the run's totals as one plain closing line ("N passed, N failed, N skipped") from
 // vitest's JSON report, and, above it, every failed test with the first lines of its failure,
 // so the end of a CI log says what broke without scrolling back through the whole run.
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { relative } from "node:path";
 
+if (!existsSync(process.argv[2]) || readFileSync(process.argv[2], "utf8").trim() === "") {
+  console.log("Tests: no report: the run ended before vitest wrote one (see the lines above it)");
+  process.exit(1);
+}
 const report = JSON.parse(readFileSync(process.argv[2], "utf8"));
 const skipped = (report.numPendingTests ?? 0) + (report.numTodoTests ?? 0);
 
