@@ -126,6 +126,6 @@ export async function startService<Config extends ServiceConfig, Extra = Record<
     lifecycle.onClose("RPC server", () => server.close());
     lifecycle.onClose("idempotency sweep", startIdempotencySweep(sql, log));
 
-    return { ...(parts.extra as Extra), server, tracing, close: () => lifecycle.close() };
+    return Object.assign({}, parts.extra as Extra, { server, tracing, close: () => lifecycle.close() });
   });
 }
