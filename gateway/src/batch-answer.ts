@@ -27,7 +27,7 @@ export type CreateTransactionsCall = (
 
 // The same method, with an answer protobuf-es leaves undecoded: `Empty` has no fields, so every
 // field of the answer arrives as raw bytes in `$unknown`, for `readAnswer`.
-const rawMethod = { ...LedgerService.method.createTransactions, output: EmptySchema };
+const rawMethod = Object.assign({}, LedgerService.method.createTransactions, { output: EmptySchema });
 
 /**
  * Calls CreateTransactions and reads its answer without protobuf-es's reflective decoder, which

@@ -57,7 +57,7 @@ export function createConsoleHandler(): (req: IncomingMessage, res: ServerRespon
     if (req.method !== "GET" && req.method !== "HEAD") return false;
     const file = files.get(requestUrl(req)?.pathname ?? "");
     if (!file) return false;
-    res.writeHead(200, { ...HEADERS, "content-type": file.type, "content-length": file.body.length });
+    res.writeHead(200, Object.assign({}, HEADERS, { "content-type": file.type, "content-length": file.body.length }));
     res.end(req.method === "HEAD" ? undefined : file.body);
     return true;
   };

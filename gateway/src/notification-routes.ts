@@ -108,7 +108,7 @@ export const notificationRoutes: Route[] = [
         },
         call,
       );
-      return { endpoint: { ...renderEndpoint(res.endpoint!), secret: res.secret } };
+      return { endpoint: Object.assign({}, renderEndpoint(res.endpoint!), { secret: res.secret }) };
     },
   },
   {

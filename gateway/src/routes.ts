@@ -267,7 +267,7 @@ export const ledgerRoutes: Route[] = [
         const own = typeof index === "number" ? malformed.get(index) : undefined;
         if (!own || typeof index !== "number") throw err;
         const { code, details } = errorCodeOf(own);
-        throw appError(own.code, code, `transactions[${index}]: ${own.rawMessage}`, { ...details, index });
+        throw appError(own.code, code, `transactions[${index}]: ${own.rawMessage}`, Object.assign({}, details, { index }));
       }
       return {
         succeeded: res.succeeded,

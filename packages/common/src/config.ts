@@ -210,7 +210,11 @@ export function readTracingConfig(env: Env = process.env): TracingConfig | undef
   return {
     tracesUrl,
     serviceName,
-    headers: { ...parseOtlpHeaders(env, "OTEL_EXPORTER_OTLP_HEADERS"), ...parseOtlpHeaders(env, "OTEL_EXPORTER_OTLP_TRACES_HEADERS") },
+    headers: Object.assign(
+      {},
+      parseOtlpHeaders(env, "OTEL_EXPORTER_OTLP_HEADERS"),
+      parseOtlpHeaders(env, "OTEL_EXPORTER_OTLP_TRACES_HEADERS"),
+    ),
     exportDelayMs: envInt(env, "OTEL_BSP_SCHEDULE_DELAY", 5_000, 0, 600_000),
     protocol,
   };

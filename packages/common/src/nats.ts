@@ -42,14 +42,15 @@ export function natsConnectionOptions(settings: NatsConnectionSettings): Connect
 export function connectNats(settings: NatsConnectionSettings, name: string, log: Logger): NatsHandle {
   let nc: NatsConnection | undefined;
   let closing = false;
-  const first = connect({
-    ...natsConnectionOptions(settings),
-    name,
-    waitOnFirstConnect: true,
-    maxReconnectAttempts: -1,
-    reconnectTimeWait: 500,
-    pingInterval: 10_000,
-  }).then((conn) => {
+  const first = connect(
+    Object.assign({}, natsConnectionOptions(settings), {
+      name,
+      waitOnFirstConnect: true,
+      maxReconnectAttempts: -1,
+      reconnectTimeWait: 500,
+      pingInterval: 10_000,
+    }),
+  ).then((conn) => {
     nc = conn;
     log.info({ server: conn.getServer() }, "connected to NATS");
     void (async () => {
@@ -109,7 +110,7 @@ export async function ensureEventStream(nc: NatsConnection, settings: StreamSett
     const info = await jsm.streams.info(settings.name);
     const wanted = config.subjects![0]!;
     if (!info.config.subjects?.includes(wanted)) {
-      await jsm.streams.update(settings.name, { ...info.config, subjects: [...(info.config.subjects ?? []), wanted] });
+      await jsm.streams.update(settings.name, Object.assign({}, info.config, { subjects: [...(info.config.subjects ?? []), wanted] }));
     }
   } catch (err) {
     if (!/not found/i.test(String((err as Error).message))) throw err;

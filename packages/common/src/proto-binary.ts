@@ -138,55 +138,70 @@ function planField(field: DescField): FieldPlan | undefined {
   };
   switch (field.fieldKind) {
     case "scalar":
-      return { ...base, kind: "scalar", scalar: field.scalar, tag: tagOf(field.number, wireTypeOf(field.scalar)) };
+      return Object.assign({}, base, { kind: "scalar" as const, scalar: field.scalar, tag: tagOf(field.number, wireTypeOf(field.scalar)) });
     case "enum":
-      return {
-        ...base,
-        kind: "scalar",
+      return Object.assign({}, base, {
+        kind: "scalar" as const,
         scalar: ScalarType.INT32,
         enumZero: field.enum.values[0]?.number ?? 0,
         tag: tagOf(field.number, WireType.Varint),
-      };
+      });
     case "message": {
       const tag = tagOf(field.number, WireType.LengthDelimited);
       if (isWrapperDesc(field.message) && !field.oneof) return undefined;
       const struct = field.message.typeName === "google.protobuf.Struct" && field.parent.typeName !== "google.protobuf.Value";
-      return { ...base, kind: struct ? "struct" : "message", scalar: ScalarType.INT32, message: planOf(field.message), tag };
+      return Object.assign({}, base, {
+        kind: struct ? ("struct" as const) : ("message" as const),
+        scalar: ScalarType.INT32,
+        message: planOf(field.message),
+        tag,
+      });
     }
     case "list": {
       if (field.listKind === "message") {
         if (field.message.typeName === "google.protobuf.Struct") return undefined;
         const tag = tagOf(field.number, WireType.LengthDelimited);
-        return { ...base, kind: "list", scalar: ScalarType.INT32, message: planOf(field.message), tag, itemTag: tag };
+        return Object.assign({}, base, {
+          kind: "list" as const,
+          scalar: ScalarType.INT32,
+          message: planOf(field.message),
+          tag,
+          itemTag: tag,
+        });
       }
       const scalar = field.listKind === "enum" ? ScalarType.INT32 : field.scalar;
-      return {
-        ...base,
-        kind: "list",
+      return Object.assign({}, base, {
+        kind: "list" as const,
         scalar,
         packed: field.packed,
         tag: tagOf(field.number, WireType.LengthDelimited),
         itemTag: tagOf(field.number, wireTypeOf(scalar)),
-      };
+      });
     }
     case "map": {
       const tag = tagOf(field.number, WireType.LengthDelimited);
       if (field.mapKind === "message") {
         if (field.message.typeName === "google.protobuf.Struct") return undefined;
-        return {
-          ...base,
-          kind: "map",
+        return Object.assign({}, base, {
+          kind: "map" as const,
           scalar: ScalarType.INT32,
           message: planOf(field.message),
           tag,
           mapKey: field.mapKey,
           mapValueTag: tagOf(2, WireType.LengthDelimited),
-        };
+        });
       }
       const scalar = field.mapKind === "enum" ? ScalarType.INT32 : field.scalar;
       // An enum's first value is what a map entry without a value holds.
       const enumZero = field.mapKind === "enum" ? (field.enum.values[0]?.number ?? 0) : undefined;
-      return { ...base, kind: "map", scalar, enumZero, tag, mapKey: field.mapKey, mapValueTag: tagOf(2, wireTypeOf(scalar)) };
+      return Object.assign({}, base, {
+        kind: "map" as const,
+        scalar,
+        enumZero,
+        tag,
+        mapKey: field.mapKey,
+        mapValueTag: tagOf(2, wireTypeOf(scalar)),
+      });
     }
   }
 }

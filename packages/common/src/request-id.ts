@@ -35,8 +35,8 @@ export function requestIdInterceptor(log: Logger): Interceptor {
         code: Code[error.code],
         ms: Math.round(performance.now() - started),
       };
-      if (serverSide) log.error({ ...fields, err: error.cause ?? error }, "rpc failed");
-      else log.debug({ ...fields, message: error.rawMessage }, "rpc refused");
+      if (serverSide) log.error(Object.assign(fields, { err: error.cause ?? error }), "rpc failed");
+      else log.debug(Object.assign(fields, { message: error.rawMessage }), "rpc refused");
       throw error;
     }
   };

@@ -45,8 +45,7 @@ export function readHoldConfig(env: Record<string, string | undefined> = process
   if (crashAt !== undefined && !CRASH_POINTS.includes(crashAt as CrashPoint)) {
     throw new ConfigError("HOLD_CRASH_AT", `must be one of ${CRASH_POINTS.join(", ")}`);
   }
-  return {
-    ...readInfraConfig(env),
+  return Object.assign({}, readInfraConfig(env), {
     databaseUrl: readDatabaseUrl(env, "HOLD_DATABASE_URL"),
     databasePoolSize: envInt(env, "HOLD_DATABASE_POOL_SIZE", 10, 2, 500),
     host: envString(env, "HOLD_HOST", "127.0.0.1"),
@@ -59,5 +58,5 @@ export function readHoldConfig(env: Record<string, string | undefined> = process
     batchConcurrency: envInt(env, "HOLD_BATCH_CONCURRENCY", 4, 1, 64),
     batchLingerMs: envInt(env, "HOLD_BATCH_LINGER_MS", 1, 0, 100),
     ...(crashAt ? { crashAt: crashAt as CrashPoint } : {}),
-  };
+  });
 }

@@ -111,7 +111,7 @@ export function createHoldService(holds: ReturnType<typeof createHolds>, ledger:
       // The ledger decides whether the entity is the caller's: another account's answers 404.
       await ledger.ledger.getEntity({ programId: req.programId, entityId: req.entityId }, ledger.asAccount(accountId, originOf(ctx)));
       const page = parsePageRequest(req.limit, req.cursor, (id) => isId("hold", id));
-      const rows = await holds.list(req.entityId, { ...page, status });
+      const rows = await holds.list(req.entityId, Object.assign({}, page, { status }));
       const result = toPage(rows, page, (row) => row.id);
       return { holds: result.items.map(holdToProto), page: result.page };
     },

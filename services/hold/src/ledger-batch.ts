@@ -66,7 +66,7 @@ interface Job extends Queued {
 export function createLedgerBatch(options: LedgerBatchOptions) {
   const { ledger, log } = options;
   let batched = true;
-  const scheduler = createGroupScheduler<Job>({ ...options, run });
+  const scheduler = createGroupScheduler<Job>(Object.assign({}, options, { run }));
 
   async function run(jobs: Job[]): Promise<void> {
     const byAccount = new Map<string, Job[]>();

@@ -183,7 +183,7 @@ type KeyState =
 export function createBatcher(options: BatcherOptions) {
   const { sql, outbox, log } = options;
   const externals = new ExternalEntityCache();
-  const scheduler = createGroupScheduler<Unit>({ ...options, run: (units) => run(units) });
+  const scheduler = createGroupScheduler<Unit>(Object.assign({}, options, { run: (units: Unit[]) => run(units) }));
 
   function keysOf(unit: Pick<Unit, "items" | "idempotency">): string[] {
     const keys = unit.items.flatMap((item) => (item.idempotency ? [keyString(item.idempotency)] : []));
@@ -261,7 +261,8 @@ export function createBatcher(options: BatcherOptions) {
       if (!unit.respondWhole || !unit.idempotency) return { answers: pending };
       const answers = pending.map((a) => (isLater(a) ? a.later() : a));
       const whole = create(unit.respondWhole.schema, unit.respondWhole.respond(answers));
-      completed.push({ ...unit.idempotency, response: encodeBinary(unit.respondWhole.schema, whole) });
+      const { accountId, key } = unit.idempotency;
+      completed.push({ accountId, key, response: encodeBinary(unit.respondWhole.schema, whole) });
       return { answers, whole };
     };
     units.forEach((unit, u) => {
@@ -346,7 +347,19 @@ export function createBatcher(options: BatcherOptions) {
 
   function enqueue(unit: Omit<Unit, "queuedAt" | "keys" | "size" | "resolve" | "reject">): Promise<UnitResult> {
     return new Promise<UnitResult>((resolve, reject) => {
-      scheduler.enqueue({ ...unit, queuedAt: performance.now(), keys: keysOf(unit), size: unit.items.length, resolve, reject });
+      // Every field written out, not `{ ...unit, ... }`: V8 makes a new hidden class for each
+      // property after a spread, on every call (bench/README.md, "Hidden classes per call").
+      scheduler.enqueue({
+        items: unit.items,
+        atomic: unit.atomic,
+        idempotency: unit.idempotency,
+        respondWhole: unit.respondWhole,
+        queuedAt: performance.now(),
+        keys: keysOf(unit),
+        size: unit.items.length,
+        resolve,
+        reject,
+      });
     });
   }
 

@@ -183,7 +183,7 @@ async function main(argv: string[]): Promise<number> {
         help: { type: "boolean", short: "h" },
       },
     });
-    options = { ...parsed.values, json: parsed.values.json ?? false };
+    options = Object.assign({}, parsed.values, { json: parsed.values.json ?? false });
     positionals = parsed.positionals;
   } catch (err) {
     console.error(`${(err as Error).message}\n\n${USAGE}`);

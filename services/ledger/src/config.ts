@@ -44,8 +44,7 @@ export function readLedgerConfig(env: Record<string, string | undefined> = proce
   if (devApiKey !== undefined && !/^[\x21-\x7e]{16,128}$/.test(devApiKey)) {
     throw new ConfigError("LEDGER_DEV_API_KEY", "must be 16 to 128 printable characters without spaces");
   }
-  return {
-    ...readInfraConfig(env),
+  return Object.assign({}, readInfraConfig(env), {
     databaseUrl: readDatabaseUrl(env, "LEDGER_DATABASE_URL"),
     host: envString(env, "LEDGER_HOST", "127.0.0.1"),
     port: envInt(env, "LEDGER_PORT", 8081, 0, 65535),
@@ -57,5 +56,5 @@ export function readLedgerConfig(env: Record<string, string | undefined> = proce
     serviceToken: readServiceToken(env),
     keyUsageFlushMs: envInt(env, "LEDGER_KEY_USAGE_FLUSH_MS", DEFAULT_KEY_USAGE_FLUSH_MS, 100, 3_600_000),
     ...(devApiKey ? { devApiKey } : {}),
-  };
+  });
 }

@@ -49,5 +49,5 @@ export function groupRows(options: { minAmount: bigint; maxLegs: number }): fc.A
         { maxLength: options.maxLegs },
       ),
     })
-    .map((g) => ({ ...g, legs: g.legs.map((leg, position) => ({ ...leg, group_id: g.id, position })) }));
+    .map((g) => Object.assign({}, g, { legs: g.legs.map((leg, position) => Object.assign({}, leg, { group_id: g.id, position })) }));
 }

@@ -104,7 +104,7 @@ export async function loadGroups(sql: Sql | Tx, ids: string[], lock: boolean): P
   const rows = lock
     ? await sql<Omit<GroupRow, "legs">[]>`select * from transaction_groups where id = any(${sorted}) order by id for update`
     : await sql<Omit<GroupRow, "legs">[]>`select * from transaction_groups where id = any(${sorted})`;
-  for (const row of rows) groups.set(row.id, { ...row, legs: [] });
+  for (const row of rows) groups.set(row.id, Object.assign(row, { legs: [] as LegRow[] }));
   const legs = await sql<LegRow[]>`select * from legs where group_id = any(${sorted}) order by group_id, position`;
   for (const leg of legs) groups.get(leg.group_id)?.legs.push(leg);
   return groups;

@@ -163,7 +163,7 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
     async listEntities(req, ctx) {
       const { programId } = await scope(ctx, req.programId);
       const page = parsePageRequest(req.limit, req.cursor, (id) => isId("entity", id));
-      const rows = await listEntities(sql, programId, { ...page, type: req.entityType || undefined });
+      const rows = await listEntities(sql, programId, Object.assign({}, page, { type: req.entityType || undefined }));
       const result = toPage(rows, page, (row) => row.id);
       return { entities: result.items.map(entityToProto), page: result.page };
     },
@@ -230,20 +230,26 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
       };
       const items = await Promise.all(
         req.transactions.map(async (item, index): Promise<Submission<typeof CreateTransactionResponseSchema>> => {
-          const base = { responseSchema: CreateTransactionResponseSchema, respond: groupResponse };
+          const responseSchema = CreateTransactionResponseSchema;
+          const respond = groupResponse;
           try {
             const transaction = create(CreateTransactionRequestSchema, item.transaction ?? {});
             if (!item.transaction) throw invalidArgument(`transactions[${index}] is empty`);
             transaction.programId ||= req.programId;
             const command = transactionCommand(transaction, await scopeOf(transaction.programId));
-            if (item.idempotencyKey === "") return { ...base, command };
+            if (item.idempotencyKey === "") return { responseSchema, respond, command };
             if (item.idempotencyKey.length > 255)
               throw invalidArgument("idempotency_key must be 1 to 255 characters", { field: "idempotency_key" });
             // The same fingerprint as CreateTransaction's: an item and a single call with one key and one body are one request.
             const fingerprint = requestFingerprint(SINGLE_METHOD, CreateTransactionRequestSchema, transaction);
-            return { ...base, command, idempotency: { accountId: principal.accountId, key: item.idempotencyKey, fingerprint } };
+            return {
+              responseSchema,
+              respond,
+              command,
+              idempotency: { accountId: principal.accountId, key: item.idempotencyKey, fingerprint },
+            };
           } catch (err) {
-            return { ...base, command: ConnectError.from(err) };
+            return { responseSchema, respond, command: ConnectError.from(err) };
           }
         }),
       );
@@ -265,7 +271,12 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
         if (!(err instanceof AtomicRefusal)) throw err;
         // An atomic batch answers its first refused item's error, naming the item.
         const { code, details } = errorCodeOf(err.error);
-        throw appError(err.error.code, code, `transactions[${err.index}]: ${err.error.rawMessage}`, { ...details, index: err.index });
+        throw appError(
+          err.error.code,
+          code,
+          `transactions[${err.index}]: ${err.error.rawMessage}`,
+          Object.assign({}, details, { index: err.index }),
+        );
       }
     },
 
@@ -280,7 +291,7 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
       const { accountId, programId } = await scope(ctx, req.programId);
       const entity = await findEntity(sql, accountId, programId, requireId(req.entityId, "entity_id"));
       const page = parsePageRequest(req.limit, req.cursor, (id) => isId("leg", id));
-      const rows = await listLegs(sql, entity.id, { ...page, status: statusFromProto(req.status) });
+      const rows = await listLegs(sql, entity.id, Object.assign({}, page, { status: statusFromProto(req.status) }));
       const result = toPage(rows, page, (row) => row.id);
       return { legs: result.items.map((leg) => legToProto(leg, leg.status)), page: result.page };
     },

@@ -23,7 +23,11 @@ export class ExternalEntityCache {
   refreshBalances(balances: ExternalBalances[]): void {
     for (const b of balances) {
       const row = this.rows.get(b.id);
-      if (row) this.rows.set(b.id, { ...row, posted: b.posted, pending_debits: b.pending_debits, pending_credits: b.pending_credits });
+      if (row)
+        this.rows.set(
+          b.id,
+          Object.assign({}, row, { posted: b.posted, pending_debits: b.pending_debits, pending_credits: b.pending_credits }),
+        );
     }
   }
   row(id: string): EntityRow | undefined {

@@ -10,7 +10,7 @@ import type { BookEffects, EntityState } from "./money-rules.js";
  * Foreign keys between the parts are checked at the end of the statement, when all are in.
  * The statement text never changes, so Postgres plans it once per connection.
  */
-export function persist(tx: Tx, batch: Omit<BookEffects, "events"> & { outbox: OutboxWrite; now: Date }): Promise<ExternalBalances[]> {
+export function persist(tx: Tx, batch: Omit<BookEffects, "events">, outbox: OutboxWrite, now: Date): Promise<ExternalBalances[]> {
   const changed = batch.changedEntities;
   const balances = (states: EntityState[]) =>
     json(
@@ -61,7 +61,9 @@ export function persist(tx: Tx, batch: Omit<BookEffects, "events"> & { outbox: O
       updated_at: g.updated_at,
     })),
   );
-  const reservations = json(batch.newReservations.map((r) => ({ ...r, amount: `${r.amount}`, captured_amount: `${r.captured_amount}` })));
+  const reservations = json(
+    batch.newReservations.map((r) => Object.assign({}, r, { amount: `${r.amount}`, captured_amount: `${r.captured_amount}` })),
+  );
   const reservationChanges = json(
     batch.changedReservations.map((r) => ({
       id: r.id,
@@ -71,19 +73,18 @@ export function persist(tx: Tx, batch: Omit<BookEffects, "events"> & { outbox: O
       updated_at: r.updated_at,
     })),
   );
-  const captures = json(batch.newCaptures.map((c) => ({ ...c, amount: `${c.amount}` })));
-  const outbox = batch.outbox;
+  const captures = json(batch.newCaptures.map((c) => Object.assign({}, c, { amount: `${c.amount}` })));
   return tx<ExternalBalances[]>`
     with
     ordinary_balances as (
       update entities e
-      set posted = v.posted, pending_debits = v.pending_debits, pending_credits = v.pending_credits, held = v.held, updated_at = ${batch.now}
+      set posted = v.posted, pending_debits = v.pending_debits, pending_credits = v.pending_credits, held = v.held, updated_at = ${now}
       from json_to_recordset(${ordinary}::text::json) as v(id text, posted int8, pending_debits int8, pending_credits int8, held int8)
       where e.id = v.id),
     external_balances as (
       update entities e
       set posted = e.posted + v.posted, pending_debits = e.pending_debits + v.pending_debits,
-          pending_credits = e.pending_credits + v.pending_credits, updated_at = ${batch.now}
+          pending_credits = e.pending_credits + v.pending_credits, updated_at = ${now}
       from json_to_recordset(${external}::text::json) as v(id text, posted int8, pending_debits int8, pending_credits int8, held int8)
       where e.id = v.id
       returning e.id, e.posted, e.pending_debits, e.pending_credits),

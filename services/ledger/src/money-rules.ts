@@ -366,7 +366,11 @@ function applyOne(command: MoneyCommand, ctx: ApplyContext): Effects {
           if (command.to === "posted") state.posted += leg.amount;
         }
       }
-      const changed: GroupRow = { ...group, status: command.to, reason: command.reason || group.reason, updated_at: ctx.now };
+      const changed: GroupRow = Object.assign({}, group, {
+        status: command.to,
+        reason: command.reason || group.reason,
+        updated_at: ctx.now,
+      });
       const type =
         command.to === "posted" ? "transaction.posted" : command.to === "canceled" ? "transaction.canceled" : "transaction.failed";
       return { group: changed, created: [], changed: [changed], events: [encodeTransactionEvent(type, changed, command, ctx.now)] };
@@ -385,7 +389,11 @@ function applyOne(command: MoneyCommand, ctx: ApplyContext): Effects {
       }));
       const description = command.description || `Reversal of ${group.id}`;
       const reversal = newGroup(command, ctx, flipped, "posted", description, group.metadata, group.id);
-      const reversed: GroupRow = { ...group, status: "reversed", reversed_by_group_id: reversal.id, updated_at: ctx.now };
+      const reversed: GroupRow = Object.assign({}, group, {
+        status: "reversed" as const,
+        reversed_by_group_id: reversal.id,
+        updated_at: ctx.now,
+      });
       return {
         group: reversed,
         reversal,
@@ -403,7 +411,7 @@ function applyOne(command: MoneyCommand, ctx: ApplyContext): Effects {
         const why = group.disputed ? "is already disputed" : `is ${group.status}; only a posted group can be disputed`;
         throw ruleViolation("invalid_state", `transaction group ${group.id} ${why}`, { status: group.status, disputed: group.disputed });
       }
-      const disputed: GroupRow = { ...group, disputed: true, reason: command.reason || group.reason, updated_at: ctx.now };
+      const disputed: GroupRow = Object.assign({}, group, { disputed: true, reason: command.reason || group.reason, updated_at: ctx.now });
       return {
         group: disputed,
         created: [],
@@ -481,12 +489,11 @@ function applyOne(command: MoneyCommand, ctx: ApplyContext): Effects {
         null,
       );
       const captured = reservation.captured_amount + command.amount;
-      const updated: ReservationRow = {
-        ...reservation,
+      const updated: ReservationRow = Object.assign({}, reservation, {
         captured_amount: captured,
         status: captured === reservation.amount ? "released" : "active",
         updated_at: ctx.now,
-      };
+      });
       return {
         group,
         reservation: updated,
@@ -509,7 +516,7 @@ function applyOne(command: MoneyCommand, ctx: ApplyContext): Effects {
       const reservation = reservationOf(command, command.reservationId, ctx);
       if (reservation.status === "released") return { reservation, created: [], changed: [], events: [] };
       ctx.stage(reservation.entity_id).held -= reservation.amount - reservation.captured_amount;
-      const released: ReservationRow = { ...reservation, status: "released", updated_at: ctx.now };
+      const released: ReservationRow = Object.assign({}, reservation, { status: "released" as const, updated_at: ctx.now });
       return { reservation: released, reservations: [released], created: [], changed: [], events: [] };
     }
   }

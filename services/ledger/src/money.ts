@@ -35,9 +35,9 @@ export async function openBook(
   return {
     book,
     write() {
-      const { events, ...effects } = book.effects();
-      const outbox = outboxWrite(events.map((e) => ({ id: e.id, subject: subjectOf(e.type), payload: e.payload })));
-      return persist(tx, { ...effects, outbox, now }).then((balances) => externals.refreshBalances(balances));
+      const effects = book.effects();
+      const outbox = outboxWrite(effects.events.map((e) => ({ id: e.id, subject: subjectOf(e.type), payload: e.payload })));
+      return persist(tx, effects, outbox, now).then((balances) => externals.refreshBalances(balances));
     },
   };
 }

@@ -49,7 +49,7 @@ export async function insertProgram(
     values (${id}, ${args.accountId}, ${args.name}, ${args.currencyCode}, ${args.isDefault})
     returning id, account_id, name, currency_code, is_default, created_at`;
   const externalId = await ensureExternalEntity(tx, args.accountId, id, args.currencyCode);
-  return { ...row!, external_entity_id: externalId };
+  return Object.assign({}, row!, { external_entity_id: externalId });
 }
 
 /**

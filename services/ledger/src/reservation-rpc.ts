@@ -193,7 +193,7 @@ export function createReservationService(deps: {
 /** One item's result: the single call's response under the item's kind, or its error in the batch envelope. */
 function commandResult(answer: ItemAnswer, kind: string | undefined): MessageInitShape<typeof ReservationCommandResultSchema> {
   if (answer instanceof ConnectError) {
-    return { result: { case: "error", value: { ...itemError(answer), rpcCode: answer.code } } };
+    return { result: { case: "error", value: Object.assign({}, itemError(answer), { rpcCode: answer.code }) } };
   }
   return { result: { case: kind, value: answer.response } } as MessageInitShape<typeof ReservationCommandResultSchema>;
 }

@@ -94,8 +94,7 @@ export function readNotificationConfig(
   env: Env = process.env,
   warn: (message: string) => void = (m) => console.warn(`notification: ${m}`),
 ): NotificationConfig {
-  return {
-    ...readInfraConfig(env),
+  return Object.assign({}, readInfraConfig(env), {
     databaseUrl: readDatabaseUrl(env, "NOTIFICATION_DATABASE_URL"),
     host: envString(env, "NOTIFICATION_HOST", "127.0.0.1"),
     port: envInt(env, "NOTIFICATION_PORT", 8083, 0, 65535),
@@ -108,5 +107,5 @@ export function readNotificationConfig(
     webhookRetryScheduleMs: parseRetrySchedule(envString(env, "WEBHOOK_RETRY_SCHEDULE", DEFAULT_RETRY_SCHEDULE)),
     webhookConcurrency: envInt(env, "WEBHOOK_CONCURRENCY", 256, 1, 2000),
     secretKey: readSecretKey(env, warn),
-  };
+  });
 }

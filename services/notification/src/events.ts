@@ -81,7 +81,9 @@ interface EventRow {
 // Events stored before metadata had a depth limit may carry more than the API can wrap in protobuf.
 function storedData(data: JsonObject): JsonObject {
   const metadata = data["metadata"];
-  return metadata && typeof metadata === "object" && !Array.isArray(metadata) ? { ...data, metadata: storedMetadata(metadata) } : data;
+  return metadata && typeof metadata === "object" && !Array.isArray(metadata)
+    ? Object.assign({}, data, { metadata: storedMetadata(metadata) })
+    : data;
 }
 
 function eventMessage(row: EventRow, withData: boolean): MessageInitShape<typeof ApiEventSchema> {

@@ -122,7 +122,7 @@ export async function sendOnce(url: URL, body: string, headers: Record<string, s
         port: url.port || (isHttps ? 443 : 80),
         path: `${url.pathname}${url.search}`,
         method: "POST",
-        headers: { ...headers, "content-length": String(Buffer.byteLength(body)) },
+        headers: Object.assign({}, headers, { "content-length": String(Buffer.byteLength(body)) }),
         agent: agentFor(isHttps, target, url, options.extraCa),
         // Pin the connection to the address that passed the check.
         lookup: (_host: string, opts: { all?: boolean }, cb: (...args: unknown[]) => void) => {
