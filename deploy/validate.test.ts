@@ -549,4 +549,9 @@ describe("Dockerfile", () => {
     const runtime = dockerfile.slice(dockerfile.lastIndexOf("\nFROM "));
     expect(runtime).toMatch(/^ENV MALLOC_ARENA_MAX=2$/m);
   });
+
+  it("gives every process of the image a smaller young generation, and nothing else through NODE_OPTIONS", () => {
+    const runtime = dockerfile.slice(dockerfile.lastIndexOf("\nFROM "));
+    expect(runtime.match(/^ENV NODE_OPTIONS=.*$/gm)).toEqual(["ENV NODE_OPTIONS=--max-semi-space-size=8"]);
+  });
 });

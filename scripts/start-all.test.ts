@@ -229,7 +229,9 @@ it("is what `npm start` runs: the compiled script on plain node, no TypeScript l
   const pkg = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { scripts: Record<string, string> };
   const steps = pkg.scripts["start"]!.split("&&").map((step) => step.trim());
   expect(steps.at(-2)).toBe("node scripts/build.mjs --if-changed");
-  expect(steps.at(-1)).toBe("node dist/start-all.js");
+  // glibc's malloc capped at two arenas unless the caller chose otherwise, as the image does
+  // (docs/operations.md#memory).
+  expect(steps.at(-1)).toBe(`MALLOC_ARENA_MAX=\${MALLOC_ARENA_MAX:-2} node dist/start-all.js`);
   expect(pkg.scripts["start"]).not.toMatch(/tsx|ts-node|--import|--loader|--require|NODE_OPTIONS/);
   // The bundle imports no TypeScript source and no loader: every import left in it is node's, PGlite's
   // or one of the build's own chunks beside it, and so on through those chunks.

@@ -26,6 +26,12 @@ const ENTRY: Record<ServiceName, string> = {
   gateway: "dist/gateway.js",
 };
 const ONE_PROCESS_ENTRY = "dist/start-all.js";
+/** A variable the image's runtime stage sets (`ENV NAME=value` after the Dockerfile's last FROM), read there so the two cannot drift. */
+function imageEnv(repoRoot: string, name: string): string | undefined {
+  const dockerfile = readFileSync(join(repoRoot, "Dockerfile"), "utf8");
+  const runtime = dockerfile.slice(dockerfile.lastIndexOf("\nFROM "));
+  return new RegExp(`^ENV ${name}=(.*)$`, "m").exec(runtime)?.[1];
+}
 
 // Every service process a run started and that has not exited. A bench stopped by a signal or an
 // error must not leave them behind: the next run drops and recreates the same database, an old
@@ -119,9 +125,14 @@ export async function startSystem(options: SystemOptions): Promise<System> {
     // the services call each other in memory as `npm start` does (LEDGER_INTERNAL_CALLS=http in the
     // bench's environment measures the same process over loopback HTTP/2 instead).
     ...(options.layout === "processes" ? { LEDGER_URL: urls.ledger, HOLD_URL: urls.hold, NOTIFICATION_URL: urls.notification } : {}),
-    // Apart, the processes run as the image runs them, whose environment caps glibc's malloc
-    // arenas (Dockerfile); `npm start` does not set it. The bench's own environment wins.
-    ...(options.layout === "processes" ? { MALLOC_ARENA_MAX: process.env["MALLOC_ARENA_MAX"] ?? "2" } : {}),
+    // The processes run as the image and `npm start` run them, both of which cap glibc's malloc
+    // arenas at two (Dockerfile, package.json). The bench's own environment wins.
+    MALLOC_ARENA_MAX: process.env["MALLOC_ARENA_MAX"] ?? "2",
+    // Apart, each process has the image's smaller young generation (Dockerfile's NODE_OPTIONS);
+    // `npm start` keeps V8's default. A flag in BENCH_NODE_ARGS, on the command line, wins.
+    ...(options.layout === "processes"
+      ? { NODE_OPTIONS: [process.env["NODE_OPTIONS"], imageEnv(options.repoRoot, "NODE_OPTIONS")].filter(Boolean).join(" ") }
+      : {}),
     NOTIFICATION_SECRET_KEY: randomBytes(32).toString("base64"),
     WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
   };
