@@ -512,6 +512,8 @@ describe("deploy/overlays", () => {
 
 describe("Dockerfile", () => {
   const dockerfile = readFileSync(join(ROOT, "Dockerfile"), "utf8");
+  // The runtime stage: what comes after the last FROM.
+  const runtime = dockerfile.slice(dockerfile.lastIndexOf("\nFROM "));
 
   it("copies every workspace package's package.json, so --frozen-lockfile can install", () => {
     const workspace = parseAllDocuments(readFileSync(join(ROOT, "pnpm-workspace.yaml"), "utf8"))[0]!.toJS() as { packages: string[] };
@@ -537,7 +539,6 @@ describe("Dockerfile", () => {
   it("runs compiled JavaScript on production dependencies only, with no TypeScript loader", () => {
     expect(dockerfile).toContain("node scripts/build.mjs");
     expect(dockerfile).toMatch(/^RUN pnpm install --frozen-lockfile --prod --filter "@ledger\/gateway\.\.\." /m);
-    const runtime = dockerfile.slice(dockerfile.lastIndexOf("\nFROM "));
     // The runtime stage takes node_modules from the production install, never from the full one.
     expect(runtime).toMatch(/COPY --from=prod-deps [^\n]* \/app \/app/);
     expect(runtime).not.toMatch(/COPY --from=(deps|build) [^\n]* \/app \/app\n/);
@@ -546,12 +547,10 @@ describe("Dockerfile", () => {
   });
 
   it("caps glibc's malloc arenas for every process of the image", () => {
-    const runtime = dockerfile.slice(dockerfile.lastIndexOf("\nFROM "));
     expect(runtime).toMatch(/^ENV MALLOC_ARENA_MAX=2$/m);
   });
 
   it("gives every process of the image a smaller young generation, and nothing else through NODE_OPTIONS", () => {
-    const runtime = dockerfile.slice(dockerfile.lastIndexOf("\nFROM "));
     expect(runtime.match(/^ENV NODE_OPTIONS=.*$/gm)).toEqual(["ENV NODE_OPTIONS=--max-semi-space-size=8"]);
   });
 });

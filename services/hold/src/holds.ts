@@ -84,11 +84,11 @@ const RELEASE_REASON_OF: Record<string, HoldReleaseReason> = {
 };
 
 /**
- * What a client sees of a hold, in the API and in the `hold.*` events alike. The release reason
- * goes in twice, as the enum and as the word the previous version reads (docs/operations.md#upgrade-notes).
+ * What a client sees of a hold, in the API and in the `hold.*` events alike, with `more` fields
+ * added (assigned, not spread: V8 makes a new hidden class for each property after a spread, on
+ * every call; bench/README.md, "Hidden classes per call"). The release reason goes in twice, as
+ * the enum and as the word the previous version reads (docs/operations.md#upgrade-notes).
  */
-// These objects are built by adding properties, not with spreads: V8 makes a new hidden class for
-// each property after a spread, on every call (bench/README.md, "Hidden classes per call").
 function holdFields<T extends object>(row: HoldRow, more: T) {
   const releaseReason = row.status === "released" ? (row.release_reason ?? "") : "";
   // An undefined field is an unset one to protobuf-es's `create`, which every caller goes through.
