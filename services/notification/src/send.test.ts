@@ -48,3 +48,46 @@ describe("one attempt", () => {
     expect(receiver.received("/send-name")[0]!.headers.host).toBe(url.host);
   });
 });
+
+describe("connections to a destination", () => {
+  const send = (url: string, timeoutMs = 5_000) => sendOnce(new URL(url), "{}", {}, { ...options, timeoutMs, extraCa: receiver.ca });
+
+  it("carries many attempts at once to a fast receiver on a few connections", async () => {
+    const before = receiver.connections();
+    const results = await Promise.all(Array.from({ length: 100 }, () => send(receiver.endpoint("/gate-fast"))));
+    expect(results.every((r) => r.status === 200)).toBe(true);
+    expect(receiver.received("/gate-fast")).toHaveLength(100);
+    // One connection per attempt was 100; the gate opens what the answers keep busy, at least 4.
+    const opened = receiver.connections() - before;
+    expect(opened).toBeGreaterThanOrEqual(1);
+    expect(opened).toBeLessThanOrEqual(20);
+  });
+
+  it("opens a connection per attempt for a slow receiver within a fraction of its answer time", async () => {
+    const url = receiver.endpoint("/gate-slow", () => ({ status: 200, delayMs: 500 }));
+    const before = receiver.connections();
+    const results = await Promise.all(Array.from({ length: 40 }, () => send(url)));
+    expect(results.every((r) => r.status === 200)).toBe(true);
+    // All 40 reached the receiver within a second: on four connections they would have come in
+    // ten waves of 500 ms.
+    const arrivals = receiver.received("/gate-slow").map((r) => r.at);
+    expect(Math.max(...arrivals) - Math.min(...arrivals)).toBeLessThan(1_000);
+    expect(receiver.connections() - before).toBeGreaterThanOrEqual(30);
+  });
+
+  it("keeps a pool per destination, so one that hangs does not hold back another on the same host", async () => {
+    const hung = Array.from({ length: 8 }, () =>
+      send(
+        receiver.endpoint("/gate-hang", () => "hang"),
+        3_000,
+      ),
+    );
+    let hungSettled = 0;
+    for (const p of hung) void p.then(() => hungSettled++);
+    const fast = await Promise.all(Array.from({ length: 20 }, () => send(receiver.endpoint("/gate-beside"))));
+    expect(fast.every((r) => r.status === 200)).toBe(true);
+    expect(hungSettled).toBe(0);
+    const ended = await Promise.all(hung);
+    expect(ended.every((r) => r.error === "timeout")).toBe(true);
+  });
+});

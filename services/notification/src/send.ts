@@ -2,6 +2,7 @@ import * as http from "node:http";
 import * as https from "node:https";
 import { createSecureContext, rootCertificates, type SecureContext } from "node:tls";
 import { resolveTarget, type ResolvedTarget } from "./address-policy.js";
+import { ConnectionGate, Ticket } from "./connection-gate.js";
 
 /** What one attempt produced. `error` is empty when a response arrived, whatever its status. */
 export interface AttemptResult {
@@ -47,33 +48,39 @@ function parseRetryAfter(value: string | undefined): number | undefined {
   return Number.isNaN(at) ? undefined : Math.max(0, Math.round((at - Date.now()) / 1000));
 }
 
-// Keep-alive agents, one per checked address (and host name, port, trusted CAs): a connection in
-// an agent's pool always goes to the address that passed the check when it was opened, so reuse
-// cannot bypass the SSRF policy, and a busy destination no longer pays a TLS handshake per attempt.
-const agents = new Map<string, http.Agent>();
-const MAX_AGENTS = 1_000;
+// Keep-alive pools, one per destination URL and checked address (and trusted CAs): a connection
+// in a pool always goes to the address that passed the check when it was opened, so reuse cannot
+// bypass the SSRF policy, and a busy destination no longer pays a TLS handshake per attempt. Two
+// destinations on one host keep pools of their own, so a slow one cannot hold the connections a
+// fast one would reuse, and each pool's gate sees one receiver's answer times.
+interface Pool {
+  agent: http.Agent;
+  gate: ConnectionGate;
+}
+const pools = new Map<string, Pool>();
+const MAX_POOLS = 1_000;
 
-function agentFor(isHttps: boolean, target: ResolvedTarget, url: URL, extraCa: string | undefined): http.Agent {
-  const key = `${isHttps ? "https" : "http"}|${target.address}|${url.hostname}|${url.port}|${extraCa ? extraCa.length : 0}`;
-  let agent = agents.get(key);
-  if (agent) {
+function poolFor(isHttps: boolean, target: ResolvedTarget, url: URL, extraCa: string | undefined): Pool {
+  const key = `${target.address}|${url.href}|${extraCa ? extraCa.length : 0}`;
+  let pool = pools.get(key);
+  if (pool) {
     // Most recently used last, so the oldest is evicted first.
-    agents.delete(key);
-    agents.set(key, agent);
-    return agent;
+    pools.delete(key);
+    pools.set(key, pool);
+    return pool;
   }
-  // As many idle sockets as a destination may have attempts in flight (max_concurrency, at most
-  // 256): fewer closed a socket after most attempts and opened a new one, TLS handshake and all,
-  // for the next (bench/README.md).
+  // Idle sockets are kept up to the most a destination may have in flight (max_concurrency, at
+  // most 256): fewer closed a socket after most attempts and opened a new one, TLS handshake and
+  // all, for the next (bench/README.md). How many are opened is the gate's decision.
   const settings = { keepAlive: true, keepAliveMsecs: 10_000, maxFreeSockets: 256, scheduling: "lifo" as const };
-  agent = isHttps ? new https.Agent(settings) : new http.Agent(settings);
-  agents.set(key, agent);
-  if (agents.size > MAX_AGENTS) {
-    const [oldestKey, oldest] = agents.entries().next().value!;
-    agents.delete(oldestKey);
-    oldest.destroy();
+  pool = { agent: isHttps ? new https.Agent(settings) : new http.Agent(settings), gate: new ConnectionGate() };
+  pools.set(key, pool);
+  if (pools.size > MAX_POOLS) {
+    const [oldestKey, oldest] = pools.entries().next().value!;
+    pools.delete(oldestKey);
+    oldest.agent.destroy();
   }
-  return agent;
+  return pool;
 }
 
 // One TLS context per set of extra CAs: building one parses every root certificate, which cost
@@ -107,60 +114,74 @@ export async function sendOnce(url: URL, body: string, headers: Record<string, s
   }
   const isHttps = url.protocol === "https:";
   const transport = isHttps ? https : http;
-  return new Promise<AttemptResult>((resolve) => {
-    let settled = false;
-    const finish = (result: AttemptResult) => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(timer);
-      resolve(result);
-    };
-    const req = transport.request(
-      {
-        protocol: url.protocol,
-        hostname: url.hostname.replace(/^\[|\]$/g, ""),
-        port: url.port || (isHttps ? 443 : 80),
-        path: `${url.pathname}${url.search}`,
-        method: "POST",
-        headers: Object.assign({}, headers, { "content-length": String(Buffer.byteLength(body)) }),
-        agent: agentFor(isHttps, target, url, options.extraCa),
-        // Pin the connection to the address that passed the check.
-        lookup: (_host: string, opts: { all?: boolean }, cb: (...args: unknown[]) => void) => {
-          if (opts?.all) cb(null, [{ address: target.address, family: target.family }]);
-          else cb(null, target.address, target.family);
-        },
-        ...(isHttps ? { secureContext: secureContextWith(options.extraCa) } : {}),
-      } as https.RequestOptions,
-      (res) => {
-        const chunks: Buffer[] = [];
-        let size = 0;
-        const done = () =>
-          finish({
-            status: res.statusCode ?? 0,
-            bodyExcerpt: Buffer.concat(chunks).subarray(0, EXCERPT_BYTES).toString("utf8"),
-            durationMs: elapsed(),
-            error: "",
-            ...(parseRetryAfter(res.headers["retry-after"]) !== undefined
-              ? { retryAfterSeconds: parseRetryAfter(res.headers["retry-after"])! }
-              : {}),
+  const pool = poolFor(isHttps, target, url, options.extraCa);
+  // Waits (at most a second, usually not at all) while every connection is busy and the gate
+  // judges another one useless; the wait is part of the attempt's duration.
+  const entered = pool.gate.enter();
+  const ticket = entered instanceof Ticket ? entered : await entered;
+  let answered = false;
+  try {
+    const result = await new Promise<AttemptResult>((resolve) => {
+      let settled = false;
+      const finish = (result: AttemptResult) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        resolve(result);
+      };
+      const req = transport.request(
+        {
+          protocol: url.protocol,
+          hostname: url.hostname.replace(/^\[|\]$/g, ""),
+          port: url.port || (isHttps ? 443 : 80),
+          path: `${url.pathname}${url.search}`,
+          method: "POST",
+          headers: Object.assign({}, headers, { "content-length": String(Buffer.byteLength(body)) }),
+          agent: pool.agent,
+          // Pin the connection to the address that passed the check.
+          lookup: (_host: string, opts: { all?: boolean }, cb: (...args: unknown[]) => void) => {
+            if (opts?.all) cb(null, [{ address: target.address, family: target.family }]);
+            else cb(null, target.address, target.family);
+          },
+          ...(isHttps ? { secureContext: secureContextWith(options.extraCa) } : {}),
+        } as https.RequestOptions,
+        (res) => {
+          const chunks: Buffer[] = [];
+          let size = 0;
+          const done = () =>
+            finish({
+              status: res.statusCode ?? 0,
+              bodyExcerpt: Buffer.concat(chunks).subarray(0, EXCERPT_BYTES).toString("utf8"),
+              durationMs: elapsed(),
+              error: "",
+              ...(parseRetryAfter(res.headers["retry-after"]) !== undefined
+                ? { retryAfterSeconds: parseRetryAfter(res.headers["retry-after"])! }
+                : {}),
+            });
+          res.on("data", (chunk: Buffer) => {
+            if (size < EXCERPT_BYTES) chunks.push(chunk);
+            size += chunk.length;
+            if (size > READ_LIMIT_BYTES) {
+              done();
+              res.destroy();
+            }
           });
-        res.on("data", (chunk: Buffer) => {
-          if (size < EXCERPT_BYTES) chunks.push(chunk);
-          size += chunk.length;
-          if (size > READ_LIMIT_BYTES) {
-            done();
-            res.destroy();
-          }
-        });
-        res.on("end", done);
-        res.on("error", () => done());
-      },
-    );
-    const timer = setTimeout(() => {
-      finish({ status: 0, bodyExcerpt: "", durationMs: elapsed(), error: "timeout" });
-      req.destroy();
-    }, options.timeoutMs);
-    req.on("error", (err) => finish({ status: 0, bodyExcerpt: "", durationMs: elapsed(), error: errorCode(err) }));
-    req.end(body);
-  });
+          res.on("end", done);
+          res.on("error", () => done());
+        },
+      );
+      const timer = setTimeout(() => {
+        finish({ status: 0, bodyExcerpt: "", durationMs: elapsed(), error: "timeout" });
+        req.destroy();
+      }, options.timeoutMs);
+      req.on("socket", (socket) => pool.gate.socket(ticket, socket));
+      req.on("error", (err) => finish({ status: 0, bodyExcerpt: "", durationMs: elapsed(), error: errorCode(err) }));
+      req.end(body);
+    });
+    answered = result.error === "";
+    return result;
+  } finally {
+    // Also when the request could not even be made, so the gate never counts it busy for ever.
+    pool.gate.leave(ticket, answered);
+  }
 }
