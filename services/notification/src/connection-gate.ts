@@ -42,8 +42,8 @@ interface Waiter {
  * A destination with a backlog has up to its `max_concurrency` attempts in flight (128 by
  * default), and each open HTTPS connection costs this process about 115 KB and the receiver a
  * TLS handshake (docs/operations.md#memory). Against a receiver that answers in a millisecond,
- * most of those attempts wait for this process's own event loop, and 128 connections carry no
- * more than 20 would. So a new connection opens only while fewer are open than the answers a
+ * most of those attempts wait for this process's own event loop, and 128 connections carry
+ * little more than a handful do (bench/README.md, "Webhook connections"). So a new connection opens only while fewer are open than the answers a
  * second times the fastest answer time of late would keep busy (with headroom, and at least
  * four): what the receiver itself needs, not what this process's backlog asks for. Against a
  * slow receiver that number is above what is open (each answer takes long), so waiting attempts
