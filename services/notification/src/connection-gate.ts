@@ -121,7 +121,7 @@ export class ConnectionGate {
     return FLOOR + (HEADROOM * rate * fastestMs) / 1_000;
   }
 
-  /** What the gate holds, for tests and logs. */
+  /** What the gate holds, for tests. */
   state(): { open: number; busy: number; waiting: number } {
     return { open: this.open, busy: this.busy, waiting: this.waiting.length };
   }
