@@ -1,6 +1,9 @@
+import { jetstreamManager } from "@nats-io/jetstream";
+import { connect } from "@nats-io/transport-node";
 import { afterAll, describe, expect, it } from "vitest";
 import { NATS_SERVER_BIN, ownNats, startWebhookReceiver, type OwnNats, type WebhookReceiver } from "@ledger/testing";
 import { startStack, type Stack } from "@ledger/e2e";
+import { consumerName, MAX_ACK_PENDING } from "./consumer.js";
 
 // The consumer starts without NATS and catches up once it is there; a redelivered event is
 // stored once. This test runs a nats-server of its own so that it can start it late.
@@ -40,5 +43,32 @@ describe.runIf(NATS_SERVER_BIN)("event consumer", () => {
     expect(amounts).toEqual([10, 11, 12]);
     await new Promise((r) => setTimeout(r, 500));
     expect(receiver.received("/late")).toHaveLength(3);
+  });
+});
+
+// How many events may be out unacknowledged bounds what a process holds while it drains a
+// backlog, so a durable consumer left with another limit by an earlier version gets this one.
+describe("the durable consumer's limit of unacknowledged events", () => {
+  let stack: Stack | undefined;
+  afterAll(async () => {
+    await stack?.close();
+  });
+
+  it("is set when the consumer is made, and reset when an earlier version left another", async () => {
+    stack = await startStack({ notification: {} });
+    const nc = await connect({ servers: stack.natsUrl });
+    try {
+      const jsm = await jetstreamManager(nc);
+      const name = consumerName(stack.stream);
+      const limit = async () => (await jsm.consumers.info(stack!.stream, name).catch(() => undefined))?.config.max_ack_pending;
+      await expect.poll(limit, { timeout: 10_000 }).toBe(MAX_ACK_PENDING);
+
+      await jsm.consumers.update(stack.stream, name, { max_ack_pending: 4 * MAX_ACK_PENDING });
+      expect(await limit()).toBe(4 * MAX_ACK_PENDING);
+      await stack.startNotificationReplica();
+      await expect.poll(limit, { timeout: 10_000 }).toBe(MAX_ACK_PENDING);
+    } finally {
+      await nc.close();
+    }
   });
 });

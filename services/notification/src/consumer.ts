@@ -34,8 +34,11 @@ new Gauge({
 
 // Events pulled and stored per transaction: one insert of many rows, then every ack at once.
 // JetStream lets MAX_ACK_PENDING be out unacked, so one batch is stored while the next arrives.
-const STORE_BATCH = 1_000;
-const MAX_ACK_PENDING = 4 * STORE_BATCH;
+// Every unacked message sits in this process with its decoded event until its batch commits: at
+// 1,000 and 4,000 a backlog's drain held up to 3,000 of them, about a quarter of the live heap,
+// and 250 drains as fast (bench/README.md, "The notification service's peak").
+const STORE_BATCH = 250;
+export const MAX_ACK_PENDING = 4 * STORE_BATCH;
 
 /** Options of the event consumer. */
 export interface ConsumerOptions {
@@ -86,8 +89,8 @@ export function createEventConsumer(options: ConsumerOptions): EventConsumer {
     const jsm = await jetstreamManager(nc);
     try {
       const info = await jsm.consumers.info(options.stream.name, name);
-      // A consumer made by an earlier version let fewer messages be out at once; raise it.
-      if ((info.config.max_ack_pending ?? 0) < MAX_ACK_PENDING)
+      // A consumer made by an earlier version may let another number be out at once; set ours.
+      if (info.config.max_ack_pending !== MAX_ACK_PENDING)
         await jsm.consumers.update(options.stream.name, name, { max_ack_pending: MAX_ACK_PENDING });
     } catch (err) {
       if (!/not found/i.test(String((err as Error).message))) throw err;
