@@ -120,11 +120,13 @@ function checkAgainstCode(obj: Obj, envNames: Set<string>, imageName: string | u
     const ours = c.command?.[0] === "node";
     if (!ours) continue;
     if (imageName !== undefined) expect(c.image, `${where}: image`).toBe(imageName);
-    // Compiled JavaScript on plain node: `node dist/<name>.js`, a bundle scripts/build.mjs makes
-    // from a source entry point that exists; no TypeScript loader.
-    expect(c.command, `${where}: command`).toHaveLength(2);
-    const compiled = /^dist\/([\w-]+)\.js$/.exec(c.command![1]!)?.[1];
-    expect(compiled && ENTRIES[compiled], `${where}: ${c.command![1]} is one of scripts/build.mjs's outputs`).toBeTruthy();
+    // Compiled JavaScript on plain node: `node [heap flags] dist/<name>.js`, a bundle
+    // scripts/build.mjs makes from a source entry point that exists; no TypeScript loader, and no
+    // node flag but the young generation's size.
+    const script = c.command!.at(-1)!;
+    for (const flag of c.command!.slice(1, -1)) expect(flag, `${where}: node flag`).toMatch(/^--max-semi-space-size=\d+$/);
+    const compiled = /^dist\/([\w-]+)\.js$/.exec(script)?.[1];
+    expect(compiled && ENTRIES[compiled], `${where}: ${script} is one of scripts/build.mjs's outputs`).toBeTruthy();
     const entry = ENTRIES[compiled!]!;
     expect(existsSync(join(ROOT, entry)), `${where}: entry point ${entry} exists`).toBe(true);
     const env = new Map((c.env ?? []).map((e) => [e.name, e]));
@@ -552,5 +554,10 @@ describe("Dockerfile", () => {
 
   it("gives every process of the image a smaller young generation, and nothing else through NODE_OPTIONS", () => {
     expect(runtime.match(/^ENV NODE_OPTIONS=.*$/gm)).toEqual(["ENV NODE_OPTIONS=--max-semi-space-size=8"]);
+  });
+
+  it("gives the notification service a smaller young generation still, on its command line", () => {
+    const [deployment] = parseFile(join(DEPLOY, "base/notification.yaml")).filter((o) => o.kind === "Deployment");
+    expect(podSpecOf(deployment!)!.containers[0]!.command).toEqual(["node", "--max-semi-space-size=4", "dist/notification.js"]);
   });
 });

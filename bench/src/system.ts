@@ -33,6 +33,18 @@ function imageEnv(repoRoot: string, name: string): string | undefined {
   return new RegExp(`^ENV ${name}=(.*)$`, "m").exec(runtime)?.[1];
 }
 
+/**
+ * The node flags a service's Kubernetes manifest gives it before its entry point (`command:
+ * ["node", ...flags, "dist/<name>.js"]` in deploy/base/<name>.yaml), read there so the processes
+ * layout runs each service as deployed.
+ */
+function deployedNodeFlags(repoRoot: string, name: ServiceName): string[] {
+  const manifest = readFileSync(join(repoRoot, "deploy", "base", `${name}.yaml`), "utf8");
+  const command = /^\s*command: (\["node",.*\])$/m.exec(manifest)?.[1];
+  if (!command) throw new Error(`deploy/base/${name}.yaml: no command: ["node", ...] line`);
+  return (JSON.parse(command) as string[]).slice(1, -1);
+}
+
 // Every service process a run started and that has not exited. A bench stopped by a signal or an
 // error must not leave them behind: the next run drops and recreates the same database, an old
 // process reconnects to it, and (with another run's secret key) claims the new run's deliveries
@@ -128,7 +140,8 @@ export async function startSystem(options: SystemOptions): Promise<System> {
     // The processes run as the image and `npm start` run them, both of which cap glibc's malloc
     // arenas at two (Dockerfile, package.json). The bench's own environment wins.
     MALLOC_ARENA_MAX: process.env["MALLOC_ARENA_MAX"] ?? "2",
-    // Apart, each process has the image's smaller young generation (Dockerfile's NODE_OPTIONS);
+    // Apart, each process has the image's smaller young generation (Dockerfile's NODE_OPTIONS),
+    // and its manifest's node flags on the command line (deployedNodeFlags), which win over it;
     // `npm start` keeps V8's default. A flag in BENCH_NODE_ARGS, on the command line, wins.
     ...(options.layout === "processes"
       ? { NODE_OPTIONS: [process.env["NODE_OPTIONS"], imageEnv(options.repoRoot, "NODE_OPTIONS")].filter(Boolean).join(" ") }
@@ -143,14 +156,19 @@ export async function startSystem(options: SystemOptions): Promise<System> {
   mkdirSync(logDir, { recursive: true });
 
   // Extra node flags for every service, for profiling: BENCH_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof".
+  // They come after a manifest's own flags, so they win.
   const nodeArgs = (process.env["BENCH_NODE_ARGS"] ?? "").split(/\s+/).filter(Boolean);
   const children = new Map<ServiceName, ChildProcess>();
   const replicas: ChildProcess[] = [];
   // Starts `entry` with its output in <logName>.log and waits until each of `readyPorts` answers /readyz.
-  const spawnReady = async (entry: string, logName: string, childEnv: Record<string, string>, readyPorts: number[]) => {
+  const spawnReady = async (entry: string, flags: string[], logName: string, childEnv: Record<string, string>, readyPorts: number[]) => {
     const logFile = join(logDir, `${logName}.log`);
     const log = openSync(logFile, "a");
-    const child = spawn(process.execPath, [...nodeArgs, entry], { cwd: options.repoRoot, env: childEnv, stdio: ["ignore", log, log] });
+    const child = spawn(process.execPath, [...flags, ...nodeArgs, entry], {
+      cwd: options.repoRoot,
+      env: childEnv,
+      stdio: ["ignore", log, log],
+    });
     track(child);
     closeSync(log);
     try {
@@ -165,6 +183,7 @@ export async function startSystem(options: SystemOptions): Promise<System> {
   const launch = (name: ServiceName, logName: string, port: number) =>
     spawnReady(
       ENTRY[name],
+      deployedNodeFlags(options.repoRoot, name),
       logName,
       name === "notification" ? { ...env, NODE_EXTRA_CA_CERTS: options.caFile, NOTIFICATION_PORT: String(port) } : env,
       [name === "gateway" ? ports.gatewayOps : port],
@@ -173,7 +192,7 @@ export async function startSystem(options: SystemOptions): Promise<System> {
     children.set(name, await launch(name, name, Number(new URL(urls[name]).port)));
   };
   const startOneProcess = async () => {
-    const child = await spawnReady(ONE_PROCESS_ENTRY, "all", { ...env, NODE_EXTRA_CA_CERTS: options.caFile }, [
+    const child = await spawnReady(ONE_PROCESS_ENTRY, [], "all", { ...env, NODE_EXTRA_CA_CERTS: options.caFile }, [
       ports.ledger,
       ports.gatewayOps,
     ]);
