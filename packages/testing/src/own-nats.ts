@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { connect as connectTcp, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -17,15 +17,43 @@ export interface OwnNats {
   dispose(): Promise<void>;
 }
 
-/** A TCP port that was free a moment ago, for a child process to listen on. */
-export async function freePort(): Promise<number> {
+/**
+ * The lowest port the kernel hands out to outgoing connections (Linux's ip_local_port_range;
+ * 32768, its default, elsewhere).
+ */
+function ephemeralPortsFrom(): number {
+  try {
+    const low = Number(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0]);
+    if (Number.isInteger(low) && low > 1024) return low;
+  } catch {
+    // Not Linux: assume its default.
+  }
+  return 32_768;
+}
+
+/** Whether 127.0.0.1:`port` can be listened on now. */
+function canListen(port: number): Promise<boolean> {
   return new Promise((resolve) => {
     const server = createServer();
-    server.listen(0, "127.0.0.1", () => {
-      const port = (server.address() as { port: number }).port;
-      server.close(() => resolve(port));
-    });
+    server.once("error", () => resolve(false));
+    server.listen(port, "127.0.0.1", () => server.close(() => resolve(true)));
   });
+}
+
+/**
+ * A TCP port that was free a moment ago, for a child process to listen on. It is taken below the
+ * kernel's ephemeral range: a port from that range (what listening on port 0 gives) may become
+ * the local end of any outgoing connection before the child listens on it, and once did, a
+ * service's database pool taking the port the gateway was about to listen on.
+ */
+export async function freePort(): Promise<number> {
+  const high = ephemeralPortsFrom();
+  const low = Math.min(20_000, high - 1_000);
+  for (let tries = 0; tries < 100; tries++) {
+    const port = low + Math.floor(Math.random() * (high - low));
+    if (await canListen(port)) return port;
+  }
+  throw new Error(`no free port between ${low} and ${high} after 100 tries`);
 }
 
 /** Prepares (does not start) a JetStream-enabled nats-server with a store of its own; `extraArgs` go to nats-server (auth, TLS). */
