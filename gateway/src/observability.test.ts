@@ -57,7 +57,7 @@ it("serves the gateway's metrics and readiness on its ops port only, and livenes
   }
   expect((await fetch(`${publicUrl}/healthz`)).status).toBe(200);
   expect(await (await fetch(`${opsUrl}/metrics`)).text()).toContain("http_server_duration_seconds");
-  expect(await (await fetch(`${opsUrl}/readyz`)).json()).toEqual({ status: "ok", checks: { ledger: "ok", hold: "ok" } });
+  expect(await (await fetch(`${opsUrl}/readyz`)).json()).toEqual({ status: "ok", checks: { ledger: "ok", hold: "ok", public_port: "ok" } });
   expect((await fetch(`${opsUrl}/healthz`)).status).toBe(200);
   // The ops port is not an API: REST paths and the docs are not there.
   expect((await fetch(`${opsUrl}/v1/entity`)).status).toBe(404);

@@ -79,7 +79,10 @@ export async function startGateway(config: GatewayConfig, peers: GatewayPeers = 
     const methodsByPath = new Map<string, string[]>([["/openapi.json", ["GET"]]]);
     for (const route of routes) methodsByPath.set(route.path, [...(methodsByPath.get(route.path) ?? []), route.method]);
     const cors = createCors(config.corsOrigins ?? [], (path) => methodsByPath.get(path));
-    // The ops port first: probes and Prometheus find it as soon as the process is up.
+    // The ops port first: probes and Prometheus find it as soon as the process is up. It is not
+    // ready until the public port listens too: a public port that cannot be had ends the process,
+    // which must not have been counted ready in between.
+    let publicPortListening = false;
     const ops = await listen({
       name: "gateway ops",
       host: config.host,
@@ -88,6 +91,7 @@ export async function startGateway(config: GatewayConfig, peers: GatewayPeers = 
       readiness: {
         ledger: targetIsUp(targets.ledger),
         hold: targetIsUp(targets.hold),
+        public_port: async () => publicPortListening,
       },
     });
     lifecycle.onClose("ops port", () => ops.close());
@@ -106,6 +110,7 @@ export async function startGateway(config: GatewayConfig, peers: GatewayPeers = 
       },
       readiness: {},
     });
+    publicPortListening = true;
     lifecycle.onClose("public port", () => server.close());
     return { server, ops, tracing, close: () => lifecycle.close() };
   });
