@@ -40,6 +40,8 @@ function canListen(port: number): Promise<boolean> {
   });
 }
 
+const handedOut = new Set<number>();
+
 /**
  * A TCP port that was free a moment ago, for a child process to listen on. It is taken below the
  * kernel's ephemeral range: a port from that range (what listening on port 0 gives) may become
@@ -51,7 +53,10 @@ export async function freePort(): Promise<number> {
   const low = Math.min(20_000, high - 1_000);
   for (let tries = 0; tries < 100; tries++) {
     const port = low + Math.floor(Math.random() * (high - low));
-    if (await canListen(port)) return port;
+    // Two callers in this process must not get the same port before either listens on it.
+    if (handedOut.has(port) || !(await canListen(port))) continue;
+    handedOut.add(port);
+    return port;
   }
   throw new Error(`no free port between ${low} and ${high} after 100 tries`);
 }
