@@ -440,6 +440,11 @@ describe("deploy/base", () => {
     expect(conf).toMatch(/jetstream\s*\{[^}]*store_dir/);
     for (const i of [0, 1, 2]) expect(conf).toContain(`nats://nats-${i}.nats-headless:6222`);
   });
+
+  it("gives the notification service a smaller young generation still, on its command line", () => {
+    const deployment = objects.find((o) => o.kind === "Deployment" && o.metadata.name === "notification")!;
+    expect(podSpecOf(deployment)!.containers[0]!.command).toEqual(["node", "--max-semi-space-size=4", "dist/notification.js"]);
+  });
 });
 
 describe("deploy/components", () => {
@@ -554,10 +559,5 @@ describe("Dockerfile", () => {
 
   it("gives every process of the image a smaller young generation, and nothing else through NODE_OPTIONS", () => {
     expect(runtime.match(/^ENV NODE_OPTIONS=.*$/gm)).toEqual(["ENV NODE_OPTIONS=--max-semi-space-size=8"]);
-  });
-
-  it("gives the notification service a smaller young generation still, on its command line", () => {
-    const [deployment] = parseFile(join(DEPLOY, "base/notification.yaml")).filter((o) => o.kind === "Deployment");
-    expect(podSpecOf(deployment!)!.containers[0]!.command).toEqual(["node", "--max-semi-space-size=4", "dist/notification.js"]);
   });
 });
