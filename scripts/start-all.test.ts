@@ -123,6 +123,8 @@ it("runs everything on the embedded database, and keeps the data across a restar
   const env = await laptopEnv({ LEDGER_EMBEDDED_POSTGRES: "true" });
   const first = await startAll(env);
   expectNoTypeScriptLoader(first.child.pid!);
+  // The one process's own default for how far the heap grows between full collections.
+  expect(first.output()).toMatch(/; heap growth 100%\)/);
 
   // The CLI, in another process, reaches the embedded database through the URL the start printed.
   const { stdout } = await run(process.execPath, [CLI, "accounts", "create", "--name", "Laptop", "--json"], {
@@ -177,7 +179,9 @@ it("runs everything on the embedded database, and keeps the data across a restar
   expect(await stop(first)).toBe(0);
   expect(first.output()).not.toMatch(/shutdown failed/);
 
-  const second = await startAll(await laptopEnv({ LEDGER_EMBEDDED_POSTGRES: "true" }));
+  // HEAP_GROWING_PERCENT, given, wins over it.
+  const second = await startAll(await laptopEnv({ LEDGER_EMBEDDED_POSTGRES: "true", HEAP_GROWING_PERCENT: "40" }));
+  expect(second.output()).toMatch(/; heap growth 40%\)/);
   const again = restClient(second.restUrl, account.api_key);
   expect(await balances(again, alice)).toEqual(expectedAlice);
   expect(await balances(again, bob)).toEqual(expectedBob);
@@ -229,10 +233,13 @@ it("is what `npm start` runs: the compiled script on plain node, no TypeScript l
   const pkg = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { scripts: Record<string, string> };
   const steps = pkg.scripts["start"]!.split("&&").map((step) => step.trim());
   expect(steps.at(-2)).toBe("node scripts/build.mjs --if-changed");
-  // glibc's malloc capped at two arenas unless the caller chose otherwise, as the image does
-  // (docs/operations.md#memory).
-  expect(steps.at(-1)).toBe(`MALLOC_ARENA_MAX=\${MALLOC_ARENA_MAX:-2} node dist/start-all.js`);
-  expect(pkg.scripts["start"]).not.toMatch(/tsx|ts-node|--import|--loader|--require|NODE_OPTIONS/);
+  // glibc's malloc capped at two arenas, as the image does, and V8's young generation halved; the
+  // caller's own values win (docs/operations.md#memory). NODE_OPTIONS carries that one flag and
+  // whatever the caller's NODE_OPTIONS holds, nothing of its own besides.
+  expect(steps.at(-1)).toBe(
+    `MALLOC_ARENA_MAX=\${MALLOC_ARENA_MAX:-2} NODE_OPTIONS="--max-semi-space-size=8 \${NODE_OPTIONS:-}" node dist/start-all.js`,
+  );
+  expect(pkg.scripts["start"]).not.toMatch(/tsx|ts-node|--import|--loader|--require/);
   // The bundle imports no TypeScript source and no loader: every import left in it is node's, PGlite's
   // or one of the build's own chunks beside it, and so on through those chunks.
   const graph = bundleGraph("start-all.js");

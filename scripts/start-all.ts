@@ -6,7 +6,7 @@
 // instead, and LEDGER_URL, HOLD_URL or NOTIFICATION_URL send them to a service elsewhere.
 // On a laptop without servers it brings its own: an embedded PostgreSQL (PGlite) and a local
 // nats-server, each with its data under LEDGER_DATA_DIR (default .data).
-import { createLifecycle, createLogger, runMain, type RunningServer } from "@ledger/common";
+import { createLifecycle, createLogger, ONE_PROCESS_HEAP_GROWING_PERCENT, runMain, type RunningServer } from "@ledger/common";
 import { readGatewayConfig, startGateway } from "@ledger/gateway";
 import { readHoldConfig, startHold } from "@ledger/hold-service";
 import { readLedgerConfig, startLedger } from "@ledger/ledger-service";
@@ -14,7 +14,7 @@ import { readNotificationConfig, startNotification } from "@ledger/notification-
 import { chooseDatabase } from "./embedded-postgres.js";
 import { ensureLocalNats } from "./local-nats.js";
 
-runMain("ledger-all", async () => {
+async function startAll(memory: { heapGrowingPercent: number | undefined }) {
   const dataRoot = process.env["LEDGER_DATA_DIR"] ?? ".data";
   // Each service closes its own parts; this closes the services, last started first, then what
   // they ran on. A start that fails half-way closes what it had started, the embedded database
@@ -63,8 +63,13 @@ runMain("ledger-all", async () => {
       `\nLedger is up. REST API: http://127.0.0.1:${gateway.server.port}/v1  ` +
         `(RPC: ledger ${ledger.server.url}, hold ${hold.server.url}, notification ${notification.server.url}; ` +
         `internal calls ${peers.ledger && peers.hold && peers.notification ? "in memory" : "over HTTP/2"}; ` +
-        `gateway metrics ${gateway.ops.url}/metrics)\n`,
+        `gateway metrics ${gateway.ops.url}/metrics; ` +
+        `heap growth ${memory.heapGrowingPercent === undefined ? "V8's own or node's flag" : `${memory.heapGrowingPercent}%`})\n`,
     );
     return { close: () => lifecycle.close() };
   });
-});
+}
+
+// One event loop serves every service here, so its full collections are made fewer and larger than
+// a service's apart (docs/operations.md#memory).
+runMain("ledger-all", startAll, { heapGrowingPercent: ONE_PROCESS_HEAP_GROWING_PERCENT });

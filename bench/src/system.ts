@@ -34,6 +34,17 @@ function imageEnv(repoRoot: string, name: string): string | undefined {
 }
 
 /**
+ * The node options `npm start` gives its one process (`NODE_OPTIONS="<these> ${NODE_OPTIONS:-}"` in
+ * package.json's start script), read there so the one-process layout runs as `npm start` does.
+ */
+function npmStartNodeOptions(repoRoot: string): string {
+  const pkg = JSON.parse(readFileSync(join(repoRoot, "package.json"), "utf8")) as { scripts?: Record<string, string> };
+  const options = /NODE_OPTIONS="([^"$]*)/.exec(pkg.scripts?.["start"] ?? "")?.[1]?.trim();
+  if (!options) throw new Error('package.json: the start script sets no NODE_OPTIONS="..."');
+  return options;
+}
+
+/**
  * The node flags a service's Kubernetes manifest gives it before its entry point (`command:
  * ["node", ...flags, "dist/<name>.js"]` in deploy/base/<name>.yaml), read there so the processes
  * layout runs each service as deployed.
@@ -142,10 +153,12 @@ export async function startSystem(options: SystemOptions): Promise<System> {
     MALLOC_ARENA_MAX: process.env["MALLOC_ARENA_MAX"] ?? "2",
     // Apart, each process has the image's smaller young generation (Dockerfile's NODE_OPTIONS),
     // and its manifest's node flags on the command line (deployedNodeFlags), which win over it;
-    // `npm start` keeps V8's default. A flag in BENCH_NODE_ARGS, on the command line, wins.
-    ...(options.layout === "processes"
-      ? { NODE_OPTIONS: [process.env["NODE_OPTIONS"], imageEnv(options.repoRoot, "NODE_OPTIONS")].filter(Boolean).join(" ") }
-      : {}),
+    // the one process has `npm start`'s NODE_OPTIONS, and the bench's own after them win, as they
+    // would given to `npm start`. A flag in BENCH_NODE_ARGS, on the command line, wins over both.
+    NODE_OPTIONS:
+      options.layout === "processes"
+        ? [process.env["NODE_OPTIONS"], imageEnv(options.repoRoot, "NODE_OPTIONS")].filter(Boolean).join(" ")
+        : [npmStartNodeOptions(options.repoRoot), process.env["NODE_OPTIONS"]].filter(Boolean).join(" "),
     NOTIFICATION_SECRET_KEY: randomBytes(32).toString("base64"),
     WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
   };

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { ConfigError } from "./config.js";
-import { applyMemorySettings, DEFAULT_HEAP_GROWING_PERCENT, readHeapGrowingPercent } from "./memory.js";
+import { applyMemorySettings, DEFAULT_HEAP_GROWING_PERCENT, ONE_PROCESS_HEAP_GROWING_PERCENT, readHeapGrowingPercent } from "./memory.js";
 
 describe("HEAP_GROWING_PERCENT", () => {
   it("defaults to 25, takes 0 (V8's own rule) to 1000, and refuses anything else naming the variable", () => {
@@ -24,5 +24,16 @@ describe("HEAP_GROWING_PERCENT", () => {
     expect(applyMemorySettings({ HEAP_GROWING_PERCENT: "40" }, ["--heap-growing-percent=60"])).toBeUndefined();
     expect(applyMemorySettings({}, ["--heap_growing_percent", "60"])).toBeUndefined();
     expect(() => applyMemorySettings({ HEAP_GROWING_PERCENT: "x" }, [])).toThrow(/HEAP_GROWING_PERCENT/);
+  });
+
+  it("takes a process's own default, which the variable and node's flag still override", () => {
+    expect(ONE_PROCESS_HEAP_GROWING_PERCENT).toBe(100);
+    expect(readHeapGrowingPercent({}, 100)).toBe(100);
+    expect(readHeapGrowingPercent({ HEAP_GROWING_PERCENT: "40" }, 100)).toBe(40);
+    expect(applyMemorySettings({}, [], 100)).toBe(100);
+    expect(applyMemorySettings({ HEAP_GROWING_PERCENT: "0" }, [], 100)).toBeUndefined();
+    expect(applyMemorySettings({}, ["--heap-growing-percent=60"], 100)).toBeUndefined();
+    // The flag stays set in this worker's V8: put the suite's value back.
+    applyMemorySettings({}, []);
   });
 });

@@ -11,9 +11,21 @@ import { envInt } from "./config.js";
  */
 export const DEFAULT_HEAP_GROWING_PERCENT = 25;
 
-/** HEAP_GROWING_PERCENT: 0 leaves V8's own rule, 1 to 1000 sets the growth. */
-export function readHeapGrowingPercent(env: Record<string, string | undefined> = process.env): number {
-  return envInt(env, "HEAP_GROWING_PERCENT", DEFAULT_HEAP_GROWING_PERCENT, 0, 1000);
+/**
+ * The default of `npm start`'s one process, which runs every service: its full collections came
+ * about every 0.6 s at 25%, each pausing the one event loop all the services share, and they set the
+ * p99 of transfers at concurrency 16. At 100 they come about a quarter as often; `npm start` also
+ * halves the young generation (NODE_OPTIONS in package.json), which pays for the larger old one
+ * (bench/README.md, "npm start's heap: fewer full collections, a smaller young generation").
+ */
+export const ONE_PROCESS_HEAP_GROWING_PERCENT = 100;
+
+/** HEAP_GROWING_PERCENT: 0 leaves V8's own rule, 1 to 1000 sets the growth; unset, `fallback`. */
+export function readHeapGrowingPercent(
+  env: Record<string, string | undefined> = process.env,
+  fallback: number = DEFAULT_HEAP_GROWING_PERCENT,
+): number {
+  return envInt(env, "HEAP_GROWING_PERCENT", fallback, 0, 1000);
 }
 
 /**
@@ -26,8 +38,9 @@ export function readHeapGrowingPercent(env: Record<string, string | undefined> =
 export function applyMemorySettings(
   env: Record<string, string | undefined> = process.env,
   execArgv: readonly string[] = process.execArgv,
+  fallback: number = DEFAULT_HEAP_GROWING_PERCENT,
 ): number | undefined {
-  const percent = readHeapGrowingPercent(env);
+  const percent = readHeapGrowingPercent(env, fallback);
   if (execArgv.some((arg) => /^--heap[-_]growing[-_]percent\b/.test(arg))) return undefined;
   if (percent > 0) setFlagsFromString(`--heap-growing-percent=${percent}`);
   return percent > 0 ? percent : undefined;
