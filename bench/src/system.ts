@@ -7,6 +7,7 @@ import { randomBytes } from "node:crypto";
 import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { parseAllDocuments } from "yaml";
 import { freePort } from "@ledger/testing";
 import { buildAll, isCurrent } from "../../scripts/build.mjs";
 
@@ -50,10 +51,14 @@ function npmStartNodeOptions(repoRoot: string): string {
  * layout runs each service as deployed.
  */
 function deployedNodeFlags(repoRoot: string, name: ServiceName): string[] {
-  const manifest = readFileSync(join(repoRoot, "deploy", "base", `${name}.yaml`), "utf8");
-  const command = /^\s*command: (\["node",.*\])$/m.exec(manifest)?.[1];
-  if (!command) throw new Error(`deploy/base/${name}.yaml: no command: ["node", ...] line`);
-  return (JSON.parse(command) as string[]).slice(1, -1);
+  const file = `deploy/base/${name}.yaml`;
+  type Manifest = { kind?: string; spec?: { template?: { spec?: { containers?: { name?: string; command?: unknown }[] } } } };
+  const manifests = parseAllDocuments(readFileSync(join(repoRoot, file), "utf8")).map((doc) => doc.toJS() as Manifest | null);
+  const deployment = manifests.find((m) => m?.kind === "Deployment");
+  const command = deployment?.spec?.template?.spec?.containers?.find((c) => c.name === name)?.command;
+  const valid = Array.isArray(command) && command.length >= 2 && command[0] === "node" && command.every((a) => typeof a === "string");
+  if (!valid) throw new Error(`${file}: the Deployment's ${name} container has no command: ["node", ..., entry]`);
+  return (command as string[]).slice(1, -1);
 }
 
 // Every service process a run started and that has not exited. A bench stopped by a signal or an
