@@ -233,11 +233,11 @@ it("is what `npm start` runs: the compiled script on plain node, no TypeScript l
   const pkg = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { scripts: Record<string, string> };
   const steps = pkg.scripts["start"]!.split("&&").map((step) => step.trim());
   expect(steps.at(-2)).toBe("node scripts/build.mjs --if-changed");
-  // glibc's malloc capped at two arenas, as the image does, and V8's young generation halved; the
-  // caller's own values win (docs/operations.md#memory). NODE_OPTIONS carries that one flag and
-  // whatever the caller's NODE_OPTIONS holds, nothing of its own besides.
+  // glibc's malloc capped at two arenas, as the image does, and V8's young generation at a quarter
+  // of its default; the caller's own values win (docs/operations.md#memory). NODE_OPTIONS carries
+  // that one flag and whatever the caller's NODE_OPTIONS holds, nothing of its own besides.
   expect(steps.at(-1)).toBe(
-    `MALLOC_ARENA_MAX=\${MALLOC_ARENA_MAX:-2} NODE_OPTIONS="--max-semi-space-size=8 \${NODE_OPTIONS:-}" node dist/start-all.js`,
+    `MALLOC_ARENA_MAX=\${MALLOC_ARENA_MAX:-2} NODE_OPTIONS="--max-semi-space-size=4 \${NODE_OPTIONS:-}" node dist/start-all.js`,
   );
   expect(pkg.scripts["start"]).not.toMatch(/tsx|ts-node|--import|--loader|--require/);
   // The bundle imports no TypeScript source and no loader: every import left in it is node's, PGlite's
