@@ -14,9 +14,10 @@ export const DEFAULT_HEAP_GROWING_PERCENT = 25;
 /**
  * The default of `npm start`'s one process, which runs every service: its full collections came
  * about every 0.6 s at 25%, each pausing the one event loop all the services share, and they set the
- * p99 of transfers at concurrency 16. At 100 they come about every 1.3 s; `npm start` also
- * halves the young generation (NODE_OPTIONS in package.json), which pays for the larger old one
- * (bench/README.md, "npm start's heap: fewer full collections, a smaller young generation").
+ * p99 of transfers at concurrency 16. At 100 they come about every 1.3 s; `npm start` also gives
+ * it a quarter of V8's default young generation (NODE_OPTIONS in package.json), which pays for the
+ * larger old one (bench/README.md, "npm start's heap: fewer full collections, a smaller young
+ * generation" and "npm start's young generation after a long run: 4 MB").
  */
 export const ONE_PROCESS_HEAP_GROWING_PERCENT = 100;
 
