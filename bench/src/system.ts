@@ -53,7 +53,10 @@ function npmStartNodeOptions(repoRoot: string): string {
 function deployedNodeFlags(repoRoot: string, name: ServiceName): string[] {
   const file = `deploy/base/${name}.yaml`;
   type Manifest = { kind?: string; spec?: { template?: { spec?: { containers?: { name?: string; command?: unknown }[] } } } };
-  const manifests = parseAllDocuments(readFileSync(join(repoRoot, file), "utf8")).map((doc) => doc.toJS() as Manifest | null);
+  const manifests = parseAllDocuments(readFileSync(join(repoRoot, file), "utf8")).map((doc) => {
+    if (doc.errors.length > 0) throw new Error(`${file}: ${doc.errors.map((e) => e.message).join("; ")}`);
+    return doc.toJS() as Manifest | null;
+  });
   const deployment = manifests.find((m) => m?.kind === "Deployment");
   const command = deployment?.spec?.template?.spec?.containers?.find((c) => c.name === name)?.command;
   const valid = Array.isArray(command) && command.length >= 2 && command[0] === "node" && command.every((a) => typeof a === "string");
