@@ -1,7 +1,7 @@
 // The results, as one JSON document and the same thing as Markdown tables.
 import { cpus, release, totalmem } from "node:os";
 import type { PgbenchResult } from "./pgbench.js";
-import type { CpuSource, Layout, ServiceName } from "./system.js";
+import { SERVICES, type CpuSource, type Layout, type ServiceName } from "./system.js";
 import type { DrainResult, SlowBeside, WebhookLatency } from "./webhooks.js";
 import type { BatchWorkloadName } from "./batch-workloads.js";
 import type { Transport, WorkloadName } from "./workloads.js";
@@ -171,13 +171,18 @@ export function toMarkdown(report: Report): string {
       "",
     );
   }
-  const targets = webhookTargets(report);
-  if (targets.length) {
-    out.push("**Webhook targets** (four processes, default settings; one HTTPS receiver on 127.0.0.1 answering 200 at once):", "");
-    out.push("| target | measured | goal | met |", "|---|---|---|---|");
-    for (const t of targets) out.push(`| ${t.target} | ${t.measured} | ${t.goal} | ${t.met ? "yes" : "**no**"} |`);
-    out.push("");
-  }
+  out.push(
+    ...targetsTable(
+      "**Webhook targets** (four processes, default settings; one HTTPS receiver on 127.0.0.1 answering 200 at once):",
+      webhookTargets(report),
+    ),
+  );
+  out.push(
+    ...targetsTable(
+      "**Runtime targets** (two-party posted transfers; `npm start`'s one process unless the target says apart):",
+      runtimeTargets(report),
+    ),
+  );
   const processes = report.peakRssMb.processes;
   const one = report.peakRssMb["one-process"];
   if (processes)
@@ -196,9 +201,89 @@ export function toMarkdown(report: Report): string {
   return out.join("\n") + "\n";
 }
 
+/** A titled table of targets, or nothing when the run measured none of them. */
+function targetsTable(title: string, rows: Target[]): string[] {
+  if (!rows.length) return [];
+  return [
+    title,
+    "",
+    "| target | measured | goal | met |",
+    "|---|---|---|---|",
+    ...rows.map((t) => `| ${t.target} | ${t.measured} | ${t.goal} | ${t.met ? "yes" : "**no**"} |`),
+    "",
+  ];
+}
+
+/** One target of the report, against what the run measured. */
+export interface Target {
+  target: string;
+  measured: string;
+  goal: string;
+  met: boolean;
+}
+
+/**
+ * The runtime's targets (bench/README.md, "What one run does"): transfers in `npm start`'s one process
+ * against pgbench, the p99 at concurrency 16, and each layout's peak RSS over the whole run. A
+ * target whose cells this run did not measure is left out.
+ */
+export function runtimeTargets(report: Report): Target[] {
+  const rows: Target[] = [];
+  const tps = report.pgbench?.tps;
+  const transfer = (transport: Transport, concurrency: number) =>
+    report.cells.find(
+      (c) => c.layout === "one-process" && c.workload === "transfer" && c.transport === transport && c.concurrency === concurrency,
+    );
+  for (const [transport, goal] of [
+    ["rest", 0.6],
+    ["rpc", 0.8],
+  ] as const) {
+    const cell = transfer(transport, 64);
+    if (!cell || !tps) continue;
+    rows.push({
+      target: `${transport === "rest" ? "REST" : "RPC (Connect, straight to the ledger)"} at concurrency 64`,
+      measured: `${f0(cell.perSecond)}/s = ${f2(cell.perSecond / tps)}x pgbench`,
+      goal: `≥ ${goal}x pgbench TPS`,
+      met: cell.perSecond >= goal * tps && Object.keys(cell.errors).length === 0,
+    });
+  }
+  const tails = (["rest", "rpc"] as const).flatMap((t) => {
+    const cell = transfer(t, 16);
+    return cell ? [{ t, p99: cell.p99 }] : [];
+  });
+  if (tails.length) {
+    rows.push({
+      target: "p99 at concurrency 16",
+      measured: tails.map(({ t, p99 }) => `${t === "rest" ? "REST" : "RPC"} ${f1(p99)} ms`).join(", "),
+      goal: "< 25 ms",
+      met: tails.every(({ p99 }) => p99 < 25),
+    });
+  }
+  const apart = report.peakRssMb.processes;
+  if (apart) {
+    const peak = Math.max(...Object.values(apart));
+    rows.push({
+      target: "peak RSS of each process apart, over the run",
+      measured: `${f1(peak)} MB (${SERVICES.map((s) => `${s} ${f1(apart[s])}`).join(", ")})`,
+      goal: "< 120 MB",
+      met: peak < 120,
+    });
+  }
+  const one = report.peakRssMb["one-process"];
+  if (one) {
+    rows.push({
+      target: "peak RSS of the one process, over the run",
+      measured: `${f1(one.ledger)} MB`,
+      goal: "< 150 MB",
+      met: one.ledger < 150,
+    });
+  }
+  return rows;
+}
+
 /** Each webhook target against what this run measured. */
-export function webhookTargets(report: Report): Array<{ target: string; measured: string; goal: string; met: boolean }> {
-  const rows: Array<{ target: string; measured: string; goal: string; met: boolean }> = [];
+export function webhookTargets(report: Report): Target[] {
+  const rows: Target[] = [];
   const tps = report.pgbench?.tps;
   const [one] = report.drains;
   // The two-process drain against the one-process drain run just before it, on the same database.

@@ -1,0 +1,101 @@
+import { describe, expect, it } from "vitest";
+import { type Cell, type Report, runtimeTargets, toMarkdown } from "./report.js";
+
+// The runtime targets are read off every full run; a wrong comparison would report a target met
+// that is not, so each bound is checked on both sides of its limit.
+
+function transferCell(transport: "rest" | "rpc", concurrency: number, perSecond: number, p99: number): Cell {
+  const cpu = { ledger: 50, hold: 50, notification: 50, gateway: 50, postgres: 50, nats: 10, bench: 20 };
+  return {
+    layout: "one-process",
+    workload: "transfer",
+    transport,
+    concurrency,
+    ok: perSecond * 10,
+    itemsPerCall: 1,
+    perSecond,
+    ratio: perSecond / 4000,
+    p50: p99 / 2,
+    p95: p99 * 0.8,
+    p99,
+    max: p99 * 1.5,
+    errors: {},
+    rssMb: { ledger: 110, hold: 110, notification: 110, gateway: 110 },
+    cpu,
+    backlogAfter: 0,
+    eventsStoredPerSecond: perSecond,
+    drainedMs: 0,
+  };
+}
+
+function report(cells: Cell[], peaks: Report["peakRssMb"]): Report {
+  return {
+    date: "2026-11-25T00:00:00.000Z",
+    smoke: false,
+    machine: { cpu: "test", cores: 2, memoryGb: 24, kernel: "6", node: "v20", postgres: "15", nats: "2.9" },
+    settings: { warmupS: 2, durationS: 10, concurrency: [16, 64], entities: 1000, perCellPeakRss: true, layouts: ["one-process"] },
+    pgbench: { tps: 4000, latencyMs: 8, scale: 10, clients: 32, seconds: 10 },
+    cells,
+    webhooks: [],
+    drains: [],
+    peakRssMb: peaks,
+    invariants: { ok: true, violations: [] },
+    unexpectedErrors: [],
+    ok: true,
+  };
+}
+
+const apart = { ledger: 119, hold: 107, notification: 116, gateway: 103 };
+const onePeak = (mb: number) => ({ ledger: mb, hold: mb, notification: mb, gateway: mb });
+
+describe("runtimeTargets", () => {
+  it("judges each target against pgbench's TPS and its own bound", () => {
+    const cells = [
+      transferCell("rest", 64, 2400, 30), // 0.6x: met
+      transferCell("rpc", 64, 3196, 30), // 0.799x: not met
+      transferCell("rest", 16, 2000, 24.9),
+      transferCell("rpc", 16, 2000, 25),
+    ];
+    const rows = runtimeTargets(report(cells, { processes: apart, "one-process": onePeak(150.004) }));
+    expect(rows.map((r) => [r.target, r.met])).toEqual([
+      ["REST at concurrency 64", true],
+      ["RPC (Connect, straight to the ledger) at concurrency 64", false],
+      ["p99 at concurrency 16", false],
+      ["peak RSS of each process apart, over the run", true],
+      ["peak RSS of the one process, over the run", false],
+    ]);
+    expect(rows[1]!.measured).toBe("3196/s = 0.80x pgbench");
+    expect(rows[2]!.measured).toBe("REST 24.9 ms, RPC 25.0 ms");
+    expect(rows[3]!.measured).toContain("119.0 MB (ledger 119.0, hold 107.0, notification 116.0, gateway 103.0)");
+  });
+
+  it("meets the bounds just inside them", () => {
+    const cells = [transferCell("rpc", 64, 3200, 30), transferCell("rpc", 16, 2000, 24.9)];
+    const rows = runtimeTargets(report(cells, { processes: { ...apart, ledger: 119.9 }, "one-process": onePeak(149.9) }));
+    expect(rows.every((r) => r.met)).toBe(true);
+    expect(rows.map((r) => r.target)).toEqual([
+      "RPC (Connect, straight to the ledger) at concurrency 64",
+      "p99 at concurrency 16",
+      "peak RSS of each process apart, over the run",
+      "peak RSS of the one process, over the run",
+    ]);
+  });
+
+  it("misses the memory bounds when a peak reaches them", () => {
+    const rows = runtimeTargets(report([], { processes: { ...apart, notification: 120 }, "one-process": onePeak(150) }));
+    expect(rows.map((r) => r.met)).toEqual([false, false]);
+  });
+
+  it("does not count a cell with errors as meeting its ratio", () => {
+    const cell = Object.assign(transferCell("rest", 64, 3000, 30), { errors: { unavailable: 3 } });
+    expect(runtimeTargets(report([cell], {}))[0]).toMatchObject({ target: "REST at concurrency 64", met: false });
+  });
+
+  it("leaves out what the run did not measure, and the report shows the table only when there is one", () => {
+    expect(runtimeTargets(report([], {}))).toEqual([]);
+    expect(toMarkdown(report([], {}))).not.toContain("Runtime targets");
+    expect(toMarkdown(report([transferCell("rpc", 64, 3600, 30)], {}))).toContain(
+      "| RPC (Connect, straight to the ledger) at concurrency 64 | 3600/s = 0.90x pgbench | ≥ 0.8x pgbench TPS | yes |",
+    );
+  });
+});
