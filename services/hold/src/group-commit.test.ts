@@ -77,6 +77,28 @@ describe("group commit", () => {
     expect((await sql<{ id: number }[]>`select id from group_commit_probe order by id`).map((r) => r.id)).toEqual([0, 1, 2, 3, 4, 5]);
   });
 
+  it("starts the steps of a transaction in the code-unit order of what they touch", async () => {
+    const commits = createGroupCommit({ sql, log: createLogger("test", "error"), maxBatch: 64, maxInFlight: 1, lingerMs: 0 });
+    const started: string[] = [];
+    const step =
+      (key: string): Work<string> =>
+      async (tx) => {
+        started.push(key);
+        return tx<{ id: string }[]>`select txid_current()::text as id`.then((rows) => rows[0]!.id);
+      };
+    const blocker = commits.transaction(["x"], async (tx) => {
+      await tx`select pg_sleep(0.2)`;
+      return "blocker";
+    });
+    // Queued behind the blocker, so the three share the next transaction. A locale's collation
+    // would put "hld_a" first (it ignores case before anything else); code units put "C" (67)
+    // before "a" (97).
+    const txids = await Promise.all(["hld_b", "hld_C", "hld_a"].map((key) => commits.transaction([key], step(key))));
+    await blocker;
+    expect(new Set(txids).size).toBe(1);
+    expect(started).toEqual(["hld_C", "hld_a", "hld_b"]);
+  });
+
   it("captures every hold exactly once under concurrent keyed and unkeyed holds and captures", async () => {
     const api = stack.api;
     const entity = async () => (await api.post("/entity", { entity_name: "w", entity_type: "wallet" })).body.entity.entity_id as string;

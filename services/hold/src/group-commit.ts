@@ -61,11 +61,11 @@ export function createGroupCommit(options: GroupCommitOptions) {
   const { sql, log } = options;
   // Rows are locked in the order the steps send their statements: sorted by what they touch (the
   // hold first), concurrent transactions take them in one order and seldom wait on each other in a cycle.
-  const scheduler = createGroupScheduler<Job>(
-    Object.assign({}, options, {
-      run: (jobs: Job[]) => run(jobs.sort((a, b) => (a.keys[0] ?? "").localeCompare(b.keys[0] ?? ""))),
-    }),
-  );
+  // The order is by code unit, as `sort()` compares strings: a locale's collation would depend on
+  // each process's ICU data, and replicas of different builds would then lock in different orders.
+  const firstKey = (job: Job) => job.keys[0] ?? "";
+  const byFirstKey = (a: Job, b: Job) => (firstKey(a) < firstKey(b) ? -1 : firstKey(a) > firstKey(b) ? 1 : 0);
+  const scheduler = createGroupScheduler<Job>(Object.assign({}, options, { run: (jobs: Job[]) => run(jobs.sort(byFirstKey)) }));
 
   /**
    * A step's work with writes of its own: they join the transaction's writes once the step is done,
