@@ -10,7 +10,7 @@ import { CallError, errorCode, leanClient } from "./clients.js";
 
 // The bench's lean client must read answers and count failures exactly as Connect-ES's client
 // does, or switching clients would change what the RPC cells report.
-describe("leanClient", () => {
+describe.each(["frames", "http2"] as const)("leanClient over %s", (wire) => {
   let server: http2.Http2Server;
   let baseUrl: string;
   const seen: string[] = [];
@@ -45,7 +45,7 @@ describe("leanClient", () => {
   });
 
   it("sends the request with the API key and decodes the answer", async () => {
-    const lean = leanClient(LedgerService, baseUrl, "key_lean");
+    const lean = leanClient(LedgerService, baseUrl, "key_lean", wire);
     try {
       const res = await lean.client.createTransaction({
         form: { case: "transfer", value: { fromEntityId: "ent_a", toEntityId: "ent_b", amount: 7n } },
@@ -58,7 +58,7 @@ describe("leanClient", () => {
   });
 
   it("counts a refusal under the same code as Connect-ES's client", async () => {
-    const lean = leanClient(LedgerService, baseUrl, "key_lean");
+    const lean = leanClient(LedgerService, baseUrl, "key_lean", wire);
     const connect = createClient(LedgerService, createConnectTransport({ baseUrl, httpVersion: "2", useBinaryFormat: true }));
     try {
       for (const call of [

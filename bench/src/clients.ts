@@ -2,22 +2,14 @@
 // to the services over one HTTP/2 connection with binary protobuf.
 import { Agent, request } from "node:http";
 import http2, { type ClientHttp2Session } from "node:http2";
-import {
-  create,
-  fromBinary,
-  toBinary,
-  type DescMessage,
-  type DescMethod,
-  type DescService,
-  type MessageInitShape,
-  type MessageShape,
-} from "@bufbuild/protobuf";
+import { create, type DescMessage, type DescMethod, type DescService, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
 import { ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { errorFromJsonBytes } from "@connectrpc/connect/protocol-connect";
-import { errorCodeOf } from "@ledger/common";
+import { decodeBinary, encodeBinary, errorCodeOf } from "@ledger/common";
 import { HoldService } from "@ledger/proto/hold/v1/hold_pb.js";
 import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import { H2CallError, H2Client, type H2Answer, requestHeaderBlock } from "./h2-wire.js";
 
 /** No single request may outlive this: a stuck call ends as an error instead of hanging the run. */
 export const REQUEST_TIMEOUT_MS = 30_000;
@@ -134,12 +126,76 @@ export function rpcClients(ledgerUrl: string, holdUrl: string, apiKey: string): 
 }
 
 /**
- * The unary methods of `service` over one HTTP/2 session, as the Connect protocol's unary POST: the
- * request's binary protobuf as the body, the answer's as the response (200), or the Connect error
- * JSON with its code otherwise. Nothing else of Connect-ES's client (interceptors, abort signals,
- * streaming): what a call needs and no more, so the generator's CPU stays small beside the system's.
+ * The unary methods of `service` over one HTTP/2 connection, as the Connect protocol's unary POST:
+ * the request's binary protobuf as the body, the answer's as the response (200), or the Connect
+ * error JSON with its code otherwise. Nothing else of Connect-ES's client (interceptors, abort
+ * signals, streaming): what a call needs and no more, so the generator's CPU stays small beside the
+ * system's. The HTTP/2 framing is `H2Client`'s (`h2-wire.ts`), and the answers are read with the
+ * services' own decoder; `BENCH_RPC_CLIENT=http2` sends the same bytes through node:http2 instead.
  */
-export function leanClient<S extends DescService>(service: S, baseUrl: string, apiKey: string): { client: Client<S>; close(): void } {
+export function leanClient<S extends DescService>(
+  service: S,
+  baseUrl: string,
+  apiKey: string,
+  wire: "frames" | "http2" = process.env["BENCH_RPC_CLIENT"] === "http2" ? "http2" : "frames",
+): { client: Client<S>; close(): void } {
+  const url = new URL(baseUrl);
+  const headers = {
+    "content-type": "application/proto",
+    "connect-protocol-version": "1",
+    "connect-timeout-ms": String(REQUEST_TIMEOUT_MS),
+    authorization: apiKey,
+  };
+  const send: Send = process.env["BENCH_RPC_CLIENT"] === "http2" ? http2Send(baseUrl, headers) : framesSend(url, headers);
+  const call = async <I extends DescMessage, O extends DescMessage>(
+    method: DescMethod & { input: I; output: O },
+    init: MessageInitShape<I>,
+  ): Promise<MessageShape<O>> => {
+    const answer = await send.call(
+      `/${service.typeName}/${method.name}`,
+      Buffer.from(encodeBinary(method.input, create(method.input, init))),
+    );
+    if (answer.status !== 200) throw new CallError(connectErrorCode(answer.status, answer.body));
+    try {
+      return decodeBinary(method.output, answer.body);
+    } catch {
+      throw new CallError("bad_response");
+    }
+  };
+  const client: Record<string, (init: never) => Promise<unknown>> = {};
+  for (const method of service.methods) {
+    if (method.methodKind === "unary") client[method.localName] = (init: never) => call(method, init);
+  }
+  return { client: client as unknown as Client<S>, close: () => send.close() };
+}
+
+/** A unary POST of a body to a path, with the client's fixed headers. */
+interface Send {
+  call(path: string, body: Buffer): Promise<H2Answer>;
+  close(): void;
+}
+
+/** HTTP/2 framed by hand, each path's header block encoded once. */
+function framesSend(url: URL, headers: Record<string, string>): Send {
+  const h2 = new H2Client(url.hostname, Number(url.port || 80), REQUEST_TIMEOUT_MS);
+  const blocks = new Map<string, Buffer>();
+  return {
+    call: (path, body) => {
+      let block = blocks.get(path);
+      if (!block) {
+        block = requestHeaderBlock(url.host, path, headers);
+        blocks.set(path, block);
+      }
+      return h2.request(block, body).catch((err: unknown) => {
+        throw new CallError(err instanceof H2CallError ? err.code : "network");
+      });
+    },
+    close: () => h2.close(),
+  };
+}
+
+/** The same requests through node:http2's client session, for comparison (bench/README.md). */
+function http2Send(baseUrl: string, headers: Record<string, string>): Send {
   let session: ClientHttp2Session | undefined;
   const connect = () => {
     if (session && !session.closed && !session.destroyed) return session;
@@ -148,45 +204,24 @@ export function leanClient<S extends DescService>(service: S, baseUrl: string, a
     session = s;
     return s;
   };
-  const call = <I extends DescMessage, O extends DescMessage>(method: DescMethod & { input: I; output: O }, init: MessageInitShape<I>) =>
-    new Promise<MessageShape<O>>((resolve, reject) => {
-      const stream = connect().request({
-        ":method": "POST",
-        ":path": `/${service.typeName}/${method.name}`,
-        "content-type": "application/proto",
-        "connect-protocol-version": "1",
-        "connect-timeout-ms": String(REQUEST_TIMEOUT_MS),
-        authorization: apiKey,
-      });
-      let status = 0;
-      const chunks: Buffer[] = [];
-      stream.setTimeout(REQUEST_TIMEOUT_MS, () => stream.close(http2.constants.NGHTTP2_CANCEL));
-      stream.on("response", (headers) => {
-        status = Number(headers[":status"]);
-      });
-      stream.on("data", (chunk: Buffer) => chunks.push(chunk));
-      stream.on("error", (err: NodeJS.ErrnoException) => reject(new CallError(err.code ?? "network")));
-      stream.on("close", () => {
-        const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
-        if (status === 200) {
-          try {
-            resolve(fromBinary(method.output, body));
-          } catch {
-            reject(new CallError("bad_response"));
-          }
-          return;
-        }
-        if (status === 0) return reject(new CallError("timeout"));
-        reject(new CallError(connectErrorCode(status, body)));
-      });
-      stream.end(toBinary(method.input, create(method.input, init)));
-    });
-  const client: Record<string, (init: never) => Promise<unknown>> = {};
-  for (const method of service.methods) {
-    if (method.methodKind === "unary") client[method.localName] = (init: never) => call(method, init);
-  }
   return {
-    client: client as unknown as Client<S>,
+    call: (path, body) =>
+      new Promise<H2Answer>((resolve, reject) => {
+        const stream = connect().request({ ":method": "POST", ":path": path, ...headers });
+        let status = 0;
+        const chunks: Buffer[] = [];
+        stream.setTimeout(REQUEST_TIMEOUT_MS, () => stream.close(http2.constants.NGHTTP2_CANCEL));
+        stream.on("response", (h) => {
+          status = Number(h[":status"]);
+        });
+        stream.on("data", (chunk: Buffer) => chunks.push(chunk));
+        stream.on("error", (err: NodeJS.ErrnoException) => reject(new CallError(err.code ?? "network")));
+        stream.on("close", () => {
+          if (status === 0) return reject(new CallError("timeout"));
+          resolve({ status, body: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks) });
+        });
+        stream.end(body);
+      }),
     close: () => session?.close(),
   };
 }
