@@ -1,3 +1,4 @@
+import http from "node:http";
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import { create } from "@bufbuild/protobuf";
@@ -6,7 +7,7 @@ import { connectNodeAdapter, createConnectTransport } from "@connectrpc/connect-
 import { notFound, ruleViolation } from "@ledger/common";
 import { LedgerService, TransactionGroupSchema } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CallError, errorCode, leanClient } from "./clients.js";
+import { CallError, errorCode, leanClient, restClient } from "./clients.js";
 
 // The bench's lean client must read answers and count failures exactly as Connect-ES's client
 // does, or switching clients would change what the RPC cells report.
@@ -81,6 +82,43 @@ describe.each(["frames", "http2"] as const)("leanClient over %s", (wire) => {
       );
     } finally {
       lean.close();
+    }
+  });
+});
+
+// The REST cells' client must read answers and error envelopes the same way over either wire.
+describe.each(["frames", "node"] as const)("restClient over %s", (wire) => {
+  let server: http.Server;
+  let restUrl: string;
+  beforeAll(async () => {
+    server = http.createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on("data", (c: Buffer) => chunks.push(c));
+      req.on("end", () => {
+        const body = JSON.parse(Buffer.concat(chunks).toString()) as { amount: number };
+        res.setHeader("content-type", "application/json");
+        if (req.url !== "/v1/transaction" || req.headers.authorization !== "key_rest") res.writeHead(404).end("not json");
+        else if (body.amount > 10) res.writeHead(409).end(JSON.stringify({ error: { code: "insufficient_funds", message: "not enough" } }));
+        else res.writeHead(200).end(JSON.stringify({ id: `tg_${body.amount}`, method: req.method }));
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    restUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`;
+  });
+  afterAll(async () => {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  });
+
+  it("returns the answer's JSON and counts a refusal under its envelope's code, else the status", async () => {
+    const rest = restClient(restUrl, "key_rest", 2, wire);
+    try {
+      expect(await rest.post("/transaction", { amount: 5 })).toEqual({ id: "tg_5", method: "POST" });
+      expect(await rest.send("PUT", "/transaction", { amount: 6 })).toEqual({ id: "tg_6", method: "PUT" });
+      await expect(rest.post("/transaction", { amount: 11 })).rejects.toEqual(new CallError("insufficient_funds"));
+      await expect(rest.post("/elsewhere", { amount: 1 })).rejects.toEqual(new CallError("http_404"));
+    } finally {
+      rest.close();
     }
   });
 });

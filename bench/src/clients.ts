@@ -10,6 +10,7 @@ import { decodeBinary, encodeBinary, errorCodeOf } from "@ledger/common";
 import { HoldService } from "@ledger/proto/hold/v1/hold_pb.js";
 import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { H2CallError, H2Client, type H2Answer, requestHeaderBlock } from "./h2-wire.js";
+import { H1CallError, H1Client } from "./http1-wire.js";
 
 /** No single request may outlive this: a stuck call ends as an error instead of hanging the run. */
 export const REQUEST_TIMEOUT_MS = 30_000;
@@ -31,49 +32,85 @@ export interface Rest {
 
 /**
  * Keep-alive HTTP/1.1 with as many sockets as the concurrency, so every worker keeps its own
- * connection and no request pays for a TCP handshake or waits for a free socket.
+ * connection and no request pays for a TCP handshake or waits for a free socket. The requests go
+ * through `H1Client` (`http1-wire.ts`); `BENCH_REST_CLIENT=node` sends the same requests through
+ * node:http's agent instead, for comparison (bench/README.md).
  */
-export function restClient(restUrl: string, apiKey: string, maxSockets: number): Rest {
+export function restClient(
+  restUrl: string,
+  apiKey: string,
+  maxSockets: number,
+  wire: "frames" | "node" = process.env["BENCH_REST_CLIENT"] === "node" ? "node" : "frames",
+): Rest {
   const url = new URL(restUrl);
-  const agent = new Agent({ keepAlive: true, maxSockets, maxFreeSockets: maxSockets });
-  const send = <T>(method: string, path: string, body: unknown) => {
-    const payload = Buffer.from(JSON.stringify(body));
-    return new Promise<T>((resolve, reject) => {
-      const req = request(
-        {
-          agent,
-          host: url.hostname,
-          port: url.port,
-          method,
-          path: url.pathname + path,
-          timeout: REQUEST_TIMEOUT_MS,
-          headers: { authorization: apiKey, "content-type": "application/json", "content-length": payload.length },
-        },
-        (res) => {
-          const chunks: Buffer[] = [];
-          res.on("data", (c: Buffer) => chunks.push(c));
-          res.on("error", reject);
-          res.on("end", () => {
-            const text = Buffer.concat(chunks).toString("utf8");
-            let parsed: { error?: { code?: string } } | undefined;
-            try {
-              parsed = JSON.parse(text) as { error?: { code?: string } };
-            } catch {
-              parsed = undefined;
-            }
-            if (res.statusCode !== undefined && res.statusCode < 300 && parsed) resolve(parsed as T);
-            else reject(new CallError(parsed?.error?.code ?? `http_${res.statusCode}`));
-          });
-        },
-      );
-      req.on("timeout", () => req.destroy(new CallError("timeout")));
-      req.on("error", (err: NodeJS.ErrnoException) => reject(err instanceof CallError ? err : new CallError(err.code ?? "network")));
-      req.end(payload);
-    });
+  const http = wire === "node" ? nodeHttpSend(url, apiKey, maxSockets) : framesHttpSend(url, apiKey, maxSockets);
+  const send = async <T>(method: string, path: string, body: unknown): Promise<T> => {
+    const answer = await http.call(method, url.pathname + path, Buffer.from(JSON.stringify(body)));
+    let parsed: { error?: { code?: string } } | undefined;
+    try {
+      parsed = JSON.parse(answer.body.toString("utf8")) as { error?: { code?: string } };
+    } catch {
+      parsed = undefined;
+    }
+    if (answer.status < 300 && parsed) return parsed as T;
+    throw new CallError(parsed?.error?.code ?? `http_${answer.status}`);
   };
   return {
     post: (path, body) => send("POST", path, body),
     send,
+    close: () => http.close(),
+  };
+}
+
+/** A JSON request's status and body, whichever client sent it. */
+interface HttpSend {
+  call(method: string, path: string, body: Buffer): Promise<{ status: number; body: Buffer }>;
+  close(): void;
+}
+
+function framesHttpSend(url: URL, apiKey: string, maxSockets: number): HttpSend {
+  const client = new H1Client(
+    url.hostname,
+    Number(url.port || 80),
+    maxSockets,
+    REQUEST_TIMEOUT_MS,
+    `authorization: ${apiKey}\r\ncontent-type: application/json\r\n`,
+  );
+  return {
+    call: (method, path, body) =>
+      client.request(method, path, body).catch((err: unknown) => {
+        throw new CallError(err instanceof H1CallError ? err.code : "network");
+      }),
+    close: () => client.close(),
+  };
+}
+
+function nodeHttpSend(url: URL, apiKey: string, maxSockets: number): HttpSend {
+  const agent = new Agent({ keepAlive: true, maxSockets, maxFreeSockets: maxSockets });
+  return {
+    call: (method, path, payload) =>
+      new Promise((resolve, reject) => {
+        const req = request(
+          {
+            agent,
+            host: url.hostname,
+            port: url.port,
+            method,
+            path,
+            timeout: REQUEST_TIMEOUT_MS,
+            headers: { authorization: apiKey, "content-type": "application/json", "content-length": payload.length },
+          },
+          (res) => {
+            const chunks: Buffer[] = [];
+            res.on("data", (c: Buffer) => chunks.push(c));
+            res.on("error", reject);
+            res.on("end", () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks) }));
+          },
+        );
+        req.on("timeout", () => req.destroy(new CallError("timeout")));
+        req.on("error", (err: NodeJS.ErrnoException) => reject(err instanceof CallError ? err : new CallError(err.code ?? "network")));
+        req.end(payload);
+      }),
     close: () => agent.destroy(),
   };
 }
@@ -146,7 +183,7 @@ export function leanClient<S extends DescService>(
     "connect-timeout-ms": String(REQUEST_TIMEOUT_MS),
     authorization: apiKey,
   };
-  const send: Send = process.env["BENCH_RPC_CLIENT"] === "http2" ? http2Send(baseUrl, headers) : framesSend(url, headers);
+  const send = wire === "http2" ? http2Send(baseUrl, headers) : framesSend(url, headers);
   const call = async <I extends DescMessage, O extends DescMessage>(
     method: DescMethod & { input: I; output: O },
     init: MessageInitShape<I>,

@@ -135,7 +135,7 @@ describe("H2Client", () => {
   });
 
   it("fails every call when the server is gone, and reconnects once it is back", async () => {
-    const lone = http2.createServer((req, res) => {
+    const lone = http2.createServer((_req, res) => {
       res.writeHead(200);
       res.end("back");
     });
