@@ -158,6 +158,7 @@ describe("H2Client", () => {
     } finally {
       client.close();
     }
+    await expect(client.request(path, Buffer.from("x"))).rejects.toEqual(new H2CallError("network"));
   });
 });
 

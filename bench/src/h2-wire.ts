@@ -2,7 +2,7 @@
 // by hand. node:http2's client spent about a third of the generator's CPU per call (a Duplex stream,
 // header objects, listeners and an async resource per request); the generator shares the machine
 // with the system it measures, as pgbench's C client does, so what it spends is taken from the
-// system. bench/README.md, "The load generator's HTTP/2 by hand", has the numbers.
+// system. bench/README.md, "The load generator's HTTP by hand", has the numbers.
 //
 // What it does and no more (RFC 9113, RFC 7541):
 // - asks the server for no dynamic HPACK table (SETTINGS_HEADER_TABLE_SIZE 0), so an answer's
@@ -74,6 +74,7 @@ export class H2Client {
   private current: H2Session | undefined;
   private readonly sessions = new Set<H2Session>();
   private readonly sweep: NodeJS.Timeout;
+  private closed = false;
 
   constructor(
     private readonly host: string,
@@ -89,6 +90,7 @@ export class H2Client {
 
   /** POSTs `body` with the request's header block (from `requestHeaderBlock`). */
   request(headerBlock: Buffer, body: Buffer): Promise<H2Answer> {
+    if (this.closed) return Promise.reject(new H2CallError("network"));
     if (!this.current?.usable) {
       this.current?.retire();
       const session = new H2Session(this.host, this.port, () => this.sessions.delete(session));
@@ -99,6 +101,7 @@ export class H2Client {
   }
 
   close(): void {
+    this.closed = true;
     clearInterval(this.sweep);
     for (const session of this.sessions) session.fail(new H2CallError("network"));
   }
