@@ -55,8 +55,8 @@ ENV MALLOC_ARENA_MAX=2
 # which keeps each under 120 MB, at the same throughput apart, where no process is CPU-bound
 # (bench/README.md, "The young generation apart"; docs/operations.md#memory). `npm start` gives
 # its one process 4 MB, with a larger old generation. A pod's env may override it, and a flag on
-# node's command line wins over it (the notification service's manifest gives it 4 MB;
-# deploy/base/notification.yaml).
+# node's command line wins over it (the ledger's and the notification service's manifests give
+# them 4 MB; deploy/base/ledger.yaml, deploy/base/notification.yaml).
 ENV NODE_OPTIONS=--max-semi-space-size=8
 WORKDIR /app
 # Only what running needs: no pnpm, no sources to compile, no development dependencies. The node

@@ -441,9 +441,11 @@ describe("deploy/base", () => {
     for (const i of [0, 1, 2]) expect(conf).toContain(`nats://nats-${i}.nats-headless:6222`);
   });
 
-  it("gives the notification service a smaller young generation still, on its command line", () => {
-    const deployment = objects.find((o) => o.kind === "Deployment" && o.metadata.name === "notification")!;
-    expect(podSpecOf(deployment)!.containers[0]!.command).toEqual(["node", "--max-semi-space-size=4", "dist/notification.js"]);
+  it("gives the ledger and the notification service a smaller young generation still, on their command lines", () => {
+    for (const name of ["ledger", "notification"]) {
+      const deployment = objects.find((o) => o.kind === "Deployment" && o.metadata.name === name)!;
+      expect(podSpecOf(deployment)!.containers[0]!.command).toEqual(["node", "--max-semi-space-size=4", `dist/${name}.js`]);
+    }
   });
 });
 
