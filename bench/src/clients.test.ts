@@ -11,7 +11,7 @@ import { CallError, errorCode, leanClient, restClient } from "./clients.js";
 
 // The bench's lean client must read answers and count failures exactly as Connect-ES's client
 // does, or switching clients would change what the RPC cells report.
-describe.each(["frames", "http2"] as const)("leanClient over %s", (wire) => {
+describe.each(["by-hand", "http2"] as const)("leanClient over %s", (wire) => {
   let server: http2.Http2Server;
   let baseUrl: string;
   const seen: string[] = [];
@@ -87,7 +87,7 @@ describe.each(["frames", "http2"] as const)("leanClient over %s", (wire) => {
 });
 
 // The REST cells' client must read answers and error envelopes the same way over either wire.
-describe.each(["frames", "node"] as const)("restClient over %s", (wire) => {
+describe.each(["by-hand", "node"] as const)("restClient over %s", (wire) => {
   let server: http.Server;
   let restUrl: string;
   beforeAll(async () => {

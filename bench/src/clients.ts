@@ -40,10 +40,10 @@ export function restClient(
   restUrl: string,
   apiKey: string,
   maxSockets: number,
-  wire: "frames" | "node" = process.env["BENCH_REST_CLIENT"] === "node" ? "node" : "frames",
+  wire: "by-hand" | "node" = process.env["BENCH_REST_CLIENT"] === "node" ? "node" : "by-hand",
 ): Rest {
   const url = new URL(restUrl);
-  const http = wire === "node" ? nodeHttpSend(url, apiKey, maxSockets) : framesHttpSend(url, apiKey, maxSockets);
+  const http = wire === "node" ? nodeHttpSend(url, apiKey, maxSockets) : byHandHttpSend(url, apiKey, maxSockets);
   const send = async <T>(method: string, path: string, body: unknown): Promise<T> => {
     const answer = await http.call(method, url.pathname + path, Buffer.from(JSON.stringify(body)));
     let parsed: { error?: { code?: string } } | undefined;
@@ -68,7 +68,7 @@ interface HttpSend {
   close(): void;
 }
 
-function framesHttpSend(url: URL, apiKey: string, maxSockets: number): HttpSend {
+function byHandHttpSend(url: URL, apiKey: string, maxSockets: number): HttpSend {
   const client = new H1Client(
     url.hostname,
     Number(url.port || 80),
@@ -174,7 +174,7 @@ export function leanClient<S extends DescService>(
   service: S,
   baseUrl: string,
   apiKey: string,
-  wire: "frames" | "http2" = process.env["BENCH_RPC_CLIENT"] === "http2" ? "http2" : "frames",
+  wire: "by-hand" | "http2" = process.env["BENCH_RPC_CLIENT"] === "http2" ? "http2" : "by-hand",
 ): { client: Client<S>; close(): void } {
   const url = new URL(baseUrl);
   const headers = {
@@ -183,7 +183,7 @@ export function leanClient<S extends DescService>(
     "connect-timeout-ms": String(REQUEST_TIMEOUT_MS),
     authorization: apiKey,
   };
-  const send = wire === "http2" ? http2Send(baseUrl, headers) : framesSend(url, headers);
+  const send = wire === "http2" ? http2Send(baseUrl, headers) : byHandRpcSend(url, headers);
   const call = async <I extends DescMessage, O extends DescMessage>(
     method: DescMethod & { input: I; output: O },
     init: MessageInitShape<I>,
@@ -213,7 +213,7 @@ interface Send {
 }
 
 /** HTTP/2 framed by hand, each path's header block encoded once. */
-function framesSend(url: URL, headers: Record<string, string>): Send {
+function byHandRpcSend(url: URL, headers: Record<string, string>): Send {
   const h2 = new H2Client(url.hostname, Number(url.port || 80), REQUEST_TIMEOUT_MS);
   const blocks = new Map<string, Buffer>();
   return {
