@@ -186,12 +186,10 @@ export function leanClient<S extends DescService>(
   const send = wire === "http2" ? http2Send(baseUrl, headers) : byHandRpcSend(url, headers);
   const call = async <I extends DescMessage, O extends DescMessage>(
     method: DescMethod & { input: I; output: O },
+    path: string,
     init: MessageInitShape<I>,
   ): Promise<MessageShape<O>> => {
-    const answer = await send.call(
-      `/${service.typeName}/${method.name}`,
-      Buffer.from(encodeBinary(method.input, create(method.input, init))),
-    );
+    const answer = await send.call(path, encodeBinary(method.input, create(method.input, init)));
     if (answer.status !== 200) throw new CallError(connectErrorCode(answer.status, answer.body));
     try {
       return decodeBinary(method.output, answer.body);
@@ -201,14 +199,16 @@ export function leanClient<S extends DescService>(
   };
   const client: Record<string, (init: never) => Promise<unknown>> = {};
   for (const method of service.methods) {
-    if (method.methodKind === "unary") client[method.localName] = (init: never) => call(method, init);
+    if (method.methodKind !== "unary") continue;
+    const path = `/${service.typeName}/${method.name}`;
+    client[method.localName] = (init: never) => call(method, path, init);
   }
   return { client: client as unknown as Client<S>, close: () => send.close() };
 }
 
 /** A unary POST of a body to a path, with the client's fixed headers. */
 interface Send {
-  call(path: string, body: Buffer): Promise<H2Answer>;
+  call(path: string, body: Uint8Array): Promise<H2Answer>;
   close(): void;
 }
 

@@ -50,6 +50,9 @@ const SETTINGS_MAX_FRAME_SIZE = 0x5;
 const MAX_WINDOW = 2 ** 31 - 1;
 const DEFAULT_WINDOW = 65_535;
 const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1");
+const EMPTY = Buffer.alloc(0);
+/** RST_STREAM's payload for a call we give up on: the error code CANCEL (0x8). */
+const CANCEL = uint32(0x8);
 /** Stream ids are 31 bits: a connection this far along is replaced by a new one. */
 const LAST_STREAM_ID = 2 ** 31 - 3;
 
@@ -59,7 +62,7 @@ interface Call {
   status: number;
   chunks: Buffer[];
   /** The part of the body still to send (flow control may hold it back). */
-  unsent: Buffer;
+  unsent: Uint8Array;
   sendWindow: number;
   resolve(answer: H2Answer): void;
   reject(error: H2CallError): void;
@@ -89,7 +92,7 @@ export class H2Client {
   }
 
   /** POSTs `body` with the request's header block (from `requestHeaderBlock`). */
-  request(headerBlock: Buffer, body: Buffer): Promise<H2Answer> {
+  request(headerBlock: Uint8Array, body: Uint8Array): Promise<H2Answer> {
     if (this.closed) return Promise.reject(new H2CallError("network"));
     if (!this.current?.usable) {
       this.current?.retire();
@@ -124,7 +127,7 @@ class H2Session {
   private inbox: Buffer = Buffer.alloc(0);
   /** A header block split over CONTINUATION frames: its stream and the fragments so far. */
   private continuing: { id: number; endStream: boolean; fragments: Buffer[] } | undefined;
-  private out: Buffer[] = [];
+  private out: Uint8Array[] = [];
   private flushQueued = false;
 
   constructor(
@@ -151,15 +154,15 @@ class H2Session {
     settings.writeUInt16BE(SETTINGS_INITIAL_WINDOW_SIZE, 12);
     settings.writeUInt32BE(MAX_WINDOW, 14);
     this.queue(PREFACE);
-    this.queue(frame(FRAME_SETTINGS, 0, 0, settings));
-    this.queue(windowUpdate(0, MAX_WINDOW - DEFAULT_WINDOW));
+    this.queueFrame(FRAME_SETTINGS, 0, 0, settings);
+    this.queueFrame(FRAME_WINDOW_UPDATE, 0, 0, uint32(MAX_WINDOW - DEFAULT_WINDOW));
   }
 
   get usable(): boolean {
     return this.socket !== undefined && !this.retiring && this.nextId <= LAST_STREAM_ID;
   }
 
-  request(headerBlock: Buffer, body: Buffer): Promise<H2Answer> {
+  request(headerBlock: Uint8Array, body: Uint8Array): Promise<H2Answer> {
     return new Promise<H2Answer>((resolve, reject) => {
       const id = this.nextId;
       this.nextId += 2;
@@ -174,7 +177,7 @@ class H2Session {
         reject,
       };
       this.calls.set(id, call);
-      this.queue(frame(FRAME_HEADERS, body.length === 0 ? FLAG_END_HEADERS | FLAG_END_STREAM : FLAG_END_HEADERS, id, headerBlock));
+      this.queueFrame(FRAME_HEADERS, body.length === 0 ? FLAG_END_HEADERS | FLAG_END_STREAM : FLAG_END_HEADERS, id, headerBlock);
       if (body.length > 0) this.sendBody(call);
     });
   }
@@ -204,7 +207,7 @@ class H2Session {
     for (const call of this.calls.values()) {
       if (now - call.started < timeoutMs) continue;
       this.end(call);
-      this.queue(rstStream(call.id));
+      this.queueFrame(FRAME_RST_STREAM, 0, call.id, CANCEL);
       call.reject(new H2CallError("timeout"));
     }
   }
@@ -215,8 +218,22 @@ class H2Session {
     if (this.retiring && this.calls.size === 0) queueMicrotask(() => this.fail(new H2CallError("network")));
   }
 
-  /** Frames go out together once per tick: one write for every call the tick started. */
-  private queue(bytes: Buffer): void {
+  /**
+   * A frame: its 9-byte header and its payload go out as they are, copied once into the tick's
+   * write, not first into a frame of their own.
+   */
+  private queueFrame(type: number, flags: number, id: number, payload: Uint8Array): void {
+    const header = Buffer.allocUnsafe(9);
+    header.writeUIntBE(payload.length, 0, 3);
+    header[3] = type;
+    header[4] = flags;
+    header.writeUInt32BE(id, 5);
+    this.queue(header);
+    if (payload.length > 0) this.queue(payload);
+  }
+
+  /** Bytes go out together once per tick: one write for every call the tick started. */
+  private queue(bytes: Uint8Array): void {
     this.out.push(bytes);
     if (this.flushQueued) return;
     this.flushQueued = true;
@@ -240,7 +257,7 @@ class H2Session {
       call.unsent = call.unsent.subarray(size);
       this.connSendWindow -= size;
       call.sendWindow -= size;
-      this.queue(frame(FRAME_DATA, call.unsent.length === 0 ? FLAG_END_STREAM : 0, call.id, chunk));
+      this.queueFrame(FRAME_DATA, call.unsent.length === 0 ? FLAG_END_STREAM : 0, call.id, chunk);
     }
   }
 
@@ -275,7 +292,7 @@ class H2Session {
       case FRAME_DATA: {
         this.received += payload.length;
         if (this.received > MAX_WINDOW / 2) {
-          this.queue(windowUpdate(0, this.received));
+          this.queueFrame(FRAME_WINDOW_UPDATE, 0, 0, uint32(this.received));
           this.received = 0;
         }
         const call = this.calls.get(id);
@@ -327,12 +344,12 @@ class H2Session {
             this.maxFrameSize = value;
           }
         }
-        this.queue(frame(FRAME_SETTINGS, FLAG_ACK, 0, Buffer.alloc(0)));
+        this.queueFrame(FRAME_SETTINGS, FLAG_ACK, 0, EMPTY);
         this.unblock();
         return;
       }
       case FRAME_PING: {
-        if (!(flags & FLAG_ACK)) this.queue(frame(FRAME_PING, FLAG_ACK, 0, Buffer.from(payload)));
+        if (!(flags & FLAG_ACK)) this.queueFrame(FRAME_PING, FLAG_ACK, 0, Buffer.from(payload));
         return;
       }
       case FRAME_GOAWAY: {
@@ -371,7 +388,7 @@ class H2Session {
       const status = statusOf(block);
       if (status === undefined) {
         this.end(call);
-        this.queue(rstStream(id));
+        this.queueFrame(FRAME_RST_STREAM, 0, id, CANCEL);
         call.reject(new H2CallError("protocol"));
         return;
       }
@@ -506,24 +523,9 @@ function huffmanDigits(bytes: Buffer): string | undefined {
   }
 }
 
-function frame(type: number, flags: number, id: number, payload: Buffer): Buffer {
-  const out = Buffer.allocUnsafe(9 + payload.length);
-  out.writeUIntBE(payload.length, 0, 3);
-  out[3] = type;
-  out[4] = flags;
-  out.writeUInt32BE(id, 5);
-  payload.copy(out, 9);
-  return out;
-}
-
-function windowUpdate(id: number, increment: number): Buffer {
+/** A 4-byte big-endian payload: a WINDOW_UPDATE's increment or an RST_STREAM's error code. */
+function uint32(value: number): Buffer {
   const payload = Buffer.alloc(4);
-  payload.writeUInt32BE(increment, 0);
-  return frame(FRAME_WINDOW_UPDATE, 0, id, payload);
-}
-
-function rstStream(id: number): Buffer {
-  const payload = Buffer.alloc(4);
-  payload.writeUInt32BE(0x8, 0); // CANCEL
-  return frame(FRAME_RST_STREAM, 0, id, payload);
+  payload.writeUInt32BE(value, 0);
+  return payload;
 }

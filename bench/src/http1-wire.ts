@@ -36,6 +36,8 @@ export class H1Client {
   private readonly waiting: Pending[] = [];
   private readonly sweep: NodeJS.Timeout;
   private closed = false;
+  /** The header lines every request carries, `host` first, each ending in CRLF. */
+  private readonly headerLines: string;
 
   constructor(
     private readonly host: string,
@@ -43,18 +45,16 @@ export class H1Client {
     private readonly maxSockets: number,
     private readonly timeoutMs: number,
     /** Header lines sent with every request, each ending in CRLF. */
-    private readonly fixedHeaders: string,
+    fixedHeaders: string,
   ) {
+    this.headerLines = `host: ${host}:${port}\r\n${fixedHeaders}`;
     this.sweep = setInterval(() => this.expire(), 1000);
     this.sweep.unref();
   }
 
   request(method: string, path: string, body: Buffer): Promise<H1Answer> {
     if (this.closed) return Promise.reject(new H1CallError("network"));
-    const head = Buffer.from(
-      `${method} ${path} HTTP/1.1\r\nhost: ${this.host}:${this.port}\r\n${this.fixedHeaders}content-length: ${body.length}\r\n\r\n`,
-      "latin1",
-    );
+    const head = Buffer.from(`${method} ${path} HTTP/1.1\r\n${this.headerLines}content-length: ${body.length}\r\n\r\n`, "latin1");
     return new Promise<H1Answer>((resolve, reject) => {
       this.waiting.push({ head, body, started: Date.now(), resolve, reject });
       this.dispatch();
