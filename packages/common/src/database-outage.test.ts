@@ -138,6 +138,78 @@ describe("postgres.js when its backends are terminated", () => {
 });
 
 /**
+ * A TCP proxy on loopback in front of the test's Postgres; `reset()` cuts every connection through
+ * it with a TCP reset, so the client reads ECONNRESET, as it does when Postgres is stopped or a
+ * network path fails under it.
+ */
+async function resettingProxy(databaseUrl: string): Promise<{ url: string; reset: () => void; close: () => Promise<void> }> {
+  const target = new URL(databaseUrl);
+  const pairs = new Set<[net.Socket, net.Socket]>();
+  const server = net.createServer((client) => {
+    const upstream = net.connect(Number(target.port || 5432), target.hostname);
+    const pair: [net.Socket, net.Socket] = [client, upstream];
+    pairs.add(pair);
+    for (const socket of pair) {
+      socket.on("error", () => {});
+      socket.once("close", () => pairs.delete(pair));
+    }
+    client.pipe(upstream).pipe(client);
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const url = new URL(databaseUrl);
+  url.host = `127.0.0.1:${(server.address() as net.AddressInfo).port}`;
+  const reset = () => {
+    for (const [client, upstream] of pairs) {
+      client.resetAndDestroy();
+      upstream.destroy();
+    }
+  };
+  return {
+    url: url.toString(),
+    reset,
+    close: async () => {
+      reset();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+/** What `promise` resolved or rejected with, or "still waiting" when it has not settled within `ms`. */
+function within(promise: Promise<unknown>, ms: number): Promise<unknown> {
+  return Promise.race([promise.catch((err: unknown) => err), sleep(ms).then(() => "still waiting")]);
+}
+
+describe("postgres.js when its connection is reset", () => {
+  // postgres.js 3.4.9 kept a query it had rejected as the one in flight: a statement sent between the
+  // socket's error and its close (a pipelined transaction's rollback) was queued behind it, never
+  // rejected, and after the reconnect the next answers went to the wrong queries.
+  it("rejects a pipelined transaction reset under a read, rolls it back without waiting for ever, and answers each next query its own", async () => {
+    const proxy = await resettingProxy(url());
+    try {
+      const sql = postgres(proxy.url, { max: 1, onnotice: () => {} }) as unknown as Sql;
+      pools.push(sql as unknown as postgres.Sql);
+      let reading = false;
+      const transaction = pipelinedTransaction(sql, async (tx, writes) => {
+        writes.push(tx`set local synchronous_commit = off`.execute());
+        reading = true;
+        await tx`select pg_sleep(5)`;
+      });
+      while (!reading) await sleep(5);
+      await sleep(100);
+      proxy.reset();
+      const outcome = await within(transaction, 3_000);
+      expect(code(outcome)).toBe("ECONNRESET");
+      for (const n of [1, 2, 3]) {
+        const rows = await within(sql.unsafe(`select ${n} as n`), 3_000);
+        expect(rows).toEqual([{ n }]);
+      }
+    } finally {
+      await proxy.close();
+    }
+  });
+});
+
+/**
  * A TCP server on loopback that plays a Postgres that is going away: `onStartup` gets each
  * connection once the client has sent its startup message.
  */
