@@ -1,10 +1,14 @@
 import * as http from "node:http";
+import * as http2 from "node:http2";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import type { ConnectRouter } from "@connectrpc/connect";
+import { GetProgramRequestSchema, GetProgramResponseSchema, LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import pino from "pino";
-import { afterEach, expect, it } from "vitest";
+import { afterEach, describe, expect, it } from "vitest";
 import { listen, type RunningServer } from "./server.js";
 
 // The last-resort handler: whatever a request handler throws or rejects with ends that one
-// request with a 500, never the process.
+// request with a 500, never the process. Then how HTTP/2 requests are served.
 
 let server: RunningServer | undefined;
 afterEach(async () => {
@@ -66,4 +70,103 @@ it.each([
   );
   expect(await get(server.url, "/fine")).toEqual({ status: 200, body: "ok" });
   expect((await get(server.url, "/healthz")).status).toBe(200);
+});
+
+// HTTP/2 streams: unary binary calls are served on the stream itself, everything else through
+// node's compatibility request and response, as a server with a request listener would.
+describe("HTTP/2 on the shared port", () => {
+  const routes = (router: ConnectRouter) =>
+    router.service(LedgerService, {
+      getProgram: (req) => ({ program: { programId: req.programId } }),
+    });
+
+  async function start(logged: unknown[] = []) {
+    const log = pino({ level: "error" }, { write: (line: string) => void logged.push(JSON.parse(line)) });
+    server = await listen({ name: "test", host: "127.0.0.1", port: 0, log, routes, readiness: {} });
+    return server;
+  }
+
+  interface Answer {
+    status: number;
+    headers: http2.IncomingHttpHeaders;
+    body: Buffer;
+  }
+
+  /** One request on its own connection; `body` undefined sends headers only and leaves the stream open. */
+  function request(url: string, headers: http2.OutgoingHttpHeaders, body?: Uint8Array): Promise<Answer> {
+    return new Promise((resolve, reject) => {
+      const session = http2.connect(url);
+      session.on("error", reject);
+      const req = session.request(headers);
+      let answer: Answer = { status: 0, headers: {}, body: Buffer.alloc(0) };
+      const chunks: Buffer[] = [];
+      req.on("response", (h) => (answer = { ...answer, status: Number(h[":status"]), headers: h }));
+      req.on("data", (c: Buffer) => chunks.push(c));
+      req.on("error", reject);
+      req.on("end", () => {
+        session.close();
+        resolve({ ...answer, body: Buffer.concat(chunks) });
+      });
+      req.end(body);
+    });
+  }
+
+  const getProgram = (programId: string) => toBinary(GetProgramRequestSchema, create(GetProgramRequestSchema, { programId }));
+  const call = (authority?: string): http2.OutgoingHttpHeaders => ({
+    ":method": "POST",
+    ":path": "/ledger.v1.LedgerService/GetProgram",
+    ...(authority === undefined ? {} : { ":authority": authority }),
+    "content-type": "application/proto",
+  });
+
+  it("answers a unary binary call from the stream, with Connect's headers", async () => {
+    const { url } = await start();
+    const answer = await request(url, call(), getProgram("prg_one"));
+    expect(answer.status).toBe(200);
+    expect(answer.headers["content-type"]).toBe("application/proto");
+    expect(answer.headers.date).toBeDefined();
+    expect(fromBinary(GetProgramResponseSchema, answer.body).program?.programId).toBe("prg_one");
+  });
+
+  it("refuses a call whose authority makes no URL with 400, as it does every other request", async () => {
+    const { url } = await start();
+    const answer = await request(url, call("["), getProgram("prg_one"));
+    expect(answer.status).toBe(400);
+    expect(JSON.parse(answer.body.toString())).toMatchObject({ status: "error", error: { code: "invalid_request" } });
+  });
+
+  it("serves the ops endpoints and connect-node's requests through the compatibility objects", async () => {
+    const { url } = await start();
+    const health = await request(url, { ":method": "GET", ":path": "/healthz" });
+    expect(health.status).toBe(200);
+    expect(JSON.parse(health.body.toString())).toEqual({ status: "ok" });
+    // JSON is not the fast path's: connect-node answers it.
+    const json = await request(url, { ...call(), "content-type": "application/json" }, Buffer.from('{"programId":"prg_j"}'));
+    expect(json.status).toBe(200);
+    expect(JSON.parse(json.body.toString())).toEqual({ program: { programId: "prg_j" } });
+    const expectation = await request(url, { ":method": "GET", ":path": "/healthz", expect: "something" });
+    expect(expectation.status).toBe(417);
+  });
+
+  it("keeps serving after clients reset their streams before the body ended, and logs no failure", async () => {
+    const logged: unknown[] = [];
+    const { url } = await start(logged);
+    for (let i = 0; i < 20; i++) {
+      const session = http2.connect(url);
+      session.on("error", () => {});
+      const req = session.request({ ...call(), "content-length": "64" });
+      req.on("error", () => {});
+      req.write(Buffer.alloc(8));
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      // Half the streams are reset alone, half go with their connection.
+      if (i % 2 === 0) req.close(http2.constants.NGHTTP2_CANCEL);
+      else session.destroy();
+      await new Promise((resolve) => req.once("close", resolve));
+      session.destroy();
+    }
+    const answer = await request(url, call(), getProgram("prg_after"));
+    expect(answer.status).toBe(200);
+    expect(fromBinary(GetProgramResponseSchema, answer.body).program?.programId).toBe("prg_after");
+    expect(logged).toEqual([]);
+  });
 });

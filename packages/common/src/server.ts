@@ -19,9 +19,14 @@ type NodeResponse = http.ServerResponse | http2.Http2ServerResponse;
 /** A plain HTTP handler; one that returns a promise has it watched by `listen`'s last-resort handler. */
 type NodeHandler = (req: NodeRequest, res: NodeResponse) => void | Promise<void>;
 
+/** The error envelope's JSON. */
+function errorEnvelope(code: string, message: string): string {
+  return JSON.stringify({ status: "error", error: { code, message } });
+}
+
 /** Writes the error envelope, for what a port answers itself rather than through a handler. */
 function sendError(res: NodeResponse, status: number, code: string, message: string): void {
-  const body = JSON.stringify({ status: "error", error: { code, message } });
+  const body = errorEnvelope(code, message);
   (res as http.ServerResponse).writeHead(status, {
     "content-type": "application/json",
     "content-length": Buffer.byteLength(body),
@@ -72,6 +77,71 @@ function lastResort(handler: NodeHandler, log: Logger): NodeHandler {
       fail(err);
     }
   };
+}
+
+/** Whether `authority` makes a URL with any path: what `requestUrl` asks of a request's authority. */
+function validHost(authority: string): boolean {
+  try {
+    new URL(`http://${authority}/`);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * What `lastResort` does for a request served on node's HTTP/2 stream: a bug is logged and the
+ * request answered 500, or cut when its answer has begun.
+ */
+function failStream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, err: unknown, log: Logger): void {
+  const requestId = randomUUID();
+  log.error(
+    { err, request_id: requestId, method: headers[":method"], path: (headers[":path"] ?? "").split("?")[0] },
+    "request handler failed",
+  );
+  if (stream.destroyed || stream.closed) return;
+  try {
+    if (stream.headersSent) return void stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR);
+    const body = errorEnvelope("internal", `internal error; the request id is ${requestId}`);
+    stream.respond({
+      ":status": 500,
+      "content-type": "application/json",
+      "content-length": Buffer.byteLength(body),
+      "cache-control": "no-store",
+    });
+    stream.end(body);
+  } catch {
+    stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR);
+  }
+}
+
+/**
+ * Node's compatibility request and response for an HTTP/2 stream, built and checked as node builds
+ * them for a server's request listener (which this server does not have: the fast path takes
+ * its streams first): CONNECT is refused 405, an expectation other than 100-continue 417.
+ */
+function compatRequest(
+  stream: http2.ServerHttp2Stream,
+  headers: http2.IncomingHttpHeaders,
+  rawHeaders: string[],
+  handler: NodeHandler,
+): void {
+  const req = new http2.Http2ServerRequest(stream, headers, {}, rawHeaders);
+  const res = new http2.Http2ServerResponse(stream);
+  if (headers[":method"] === "CONNECT") {
+    res.statusCode = http2.constants.HTTP_STATUS_METHOD_NOT_ALLOWED;
+    res.end();
+    return;
+  }
+  if (headers.expect !== undefined) {
+    if (headers.expect !== "100-continue") {
+      res.statusCode = http2.constants.HTTP_STATUS_EXPECTATION_FAILED;
+      res.end();
+      return;
+    }
+    res.writeContinue();
+  }
+  handler(req, res);
 }
 
 /** Answers /healthz only: the process is up. Returns false for any other path. */
@@ -218,15 +288,16 @@ export async function listen(options: ServeOptions): Promise<RunningServer> {
   const stopping = new AbortController();
   const routes = options.routes;
   const readMaxBytes = options.rpcBodyLimitBytes ?? DEFAULT_RPC_BODY_LIMIT_BYTES;
+  const peerValues = (address: string | undefined) => createContextValues().set(peerAddressKey, address);
   const contextValues = (req: NodeRequest) =>
-    createContextValues().set(peerAddressKey, "stream" in req ? req.stream.session?.socket.remoteAddress : req.socket.remoteAddress);
+    peerValues("stream" in req ? req.stream.session?.socket.remoteAddress : req.socket.remoteAddress);
   const fastPath =
     routes && options.unaryFastPath !== false
       ? createUnaryFastPath({
           routes,
           interceptors: options.interceptors ?? [],
           readMaxBytes,
-          contextValues,
+          contextValues: (stream) => peerValues(stream.session?.socket.remoteAddress),
           shutdownSignal: stopping.signal,
         })
       : undefined;
@@ -245,15 +316,25 @@ export async function listen(options: ServeOptions): Promise<RunningServer> {
   const handler = lastResort((req, res) => {
     if (!requestUrl(req)) return sendError(res, 400, "invalid_request", "the request target or its Host header is not valid");
     if (options.opsEndpoints === "healthz" ? serveHealthz(req, res) : serveOpsEndpoint(req, res, options.readiness)) return;
-    if (fastPath && "stream" in req) {
-      const served = fastPath(req, res as http2.Http2ServerResponse);
-      if (served) return served;
-    }
     return rpc ? rpc(req, res) : fallback(req, res);
   }, options.log);
 
   const h1 = http.createServer({ keepAliveTimeout: 65_000 }, handler as http.RequestListener);
-  const h2 = http2.createServer({}, handler as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);
+  // HTTP/2 streams go to the unary fast path as they are; the rest get node's compatibility
+  // request and response, as a server given `handler` would build them.
+  const h2 = http2.createServer({});
+  let validAuthority: string | undefined;
+  h2.on("stream", (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, _flags: number, rawHeaders: string[]) => {
+    const authority = headers[":authority"] || headers.host;
+    // The fast path's paths are all valid, so its URL is valid when its authority is. Each
+    // connection sends the same one on every call: checked once, not parsed per call.
+    if (fastPath && authority !== undefined && (authority === validAuthority || validHost(authority))) {
+      validAuthority = authority;
+      const served = fastPath(stream, headers);
+      if (served) return void served.catch((err: unknown) => failStream(stream, headers, err, options.log));
+    }
+    compatRequest(stream, headers, rawHeaders, handler);
+  });
   const sessions = new Set<http2.Http2Session>();
   h2.on("session", (session) => {
     sessions.add(session);

@@ -83,8 +83,7 @@ describe("unary fast path", () => {
   let fastUrl = "";
   let connectUrl = "";
 
-  async function serve(handler: (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void): Promise<string> {
-    const server = http2.createServer(handler);
+  async function serve(server: http2.Http2Server): Promise<string> {
     server.on("session", (s) => sessions.add(s));
     servers.push(server);
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
@@ -93,12 +92,16 @@ describe("unary fast path", () => {
 
   beforeAll(async () => {
     const fast = createUnaryFastPath({ routes, interceptors, readMaxBytes: READ_MAX_BYTES, contextValues });
-    fastUrl = await serve((req, res) => {
-      if (fast(req, res)) return;
-      res.writeHead(DECLINED);
-      res.end();
+    const fastServer = http2.createServer();
+    fastServer.on("stream", (stream, headers) => {
+      if (fast(stream, headers)) return;
+      stream.respond({ ":status": DECLINED });
+      stream.end();
     });
-    connectUrl = await serve(connectNodeAdapter({ routes, interceptors, readMaxBytes: READ_MAX_BYTES, contextValues }) as never);
+    fastUrl = await serve(fastServer);
+    connectUrl = await serve(
+      http2.createServer(connectNodeAdapter({ routes, interceptors, readMaxBytes: READ_MAX_BYTES, contextValues }) as never),
+    );
   });
   afterAll(async () => {
     for (const s of sessions) s.destroy();

@@ -18,7 +18,7 @@ import {
   type UnaryRequest,
   type UnaryResponse,
 } from "@connectrpc/connect";
-import { codeToHttpStatus, errorFromJsonBytes, errorToJsonBytes, parseTimeout, trailerMux } from "@connectrpc/connect/protocol-connect";
+import { codeToHttpStatus, errorFromJsonBytes, errorToJsonBytes, parseTimeout } from "@connectrpc/connect/protocol-connect";
 import { encodeBinary } from "./proto-binary.js";
 import { decodeBinary } from "./proto-binary-decode.js";
 
@@ -27,13 +27,16 @@ export interface UnaryFastPathOptions {
   routes: (router: ConnectRouter) => void;
   interceptors: Interceptor[];
   readMaxBytes: number;
-  contextValues: (req: http2.Http2ServerRequest) => ContextValues;
+  contextValues: (stream: http2.ServerHttp2Stream) => ContextValues;
   /** Aborts every call's signal when the server shuts down, as connect-node's `shutdownSignal`. */
   shutdownSignal?: AbortSignal;
 }
 
-/** A request the fast path takes: answered by the returned promise. Undefined: left to connect-node. */
-export type UnaryFastPath = (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => Promise<void> | undefined;
+/**
+ * A request the fast path takes, as node's HTTP/2 stream and its headers: answered by the returned
+ * promise. Undefined: left to connect-node, through node's compatibility request and response.
+ */
+export type UnaryFastPath = (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders) => Promise<void> | undefined;
 
 type UnarySpec = Extract<MethodImplSpec, { kind: "unary" }>;
 type UnaryFn = (req: UnaryRequest) => Promise<UnaryResponse>;
@@ -52,24 +55,23 @@ const CONTENT_TYPE_JSON = "application/json";
  * `createHandlerContext` gives (deadline, signal, headers, context values; see `CallContext`);
  * the same body limits and parse errors (Connect's words, `parseRequest`; the bytes read by
  * `decodeBinary`, written by `encodeBinary`); the same error JSON and HTTP
- * status (`errorToJsonBytes`, `codeToHttpStatus`); and trailers as `trailer-` headers (`trailerMux`). A request of any other shape (JSON, GET,
+ * status (`errorToJsonBytes`, `codeToHttpStatus`); and trailers as `trailer-` headers, as `trailerMux` writes them. A request of any other shape (JSON, GET,
  * compressed, streaming, HTTP/1.1, an unknown path or protocol version) returns undefined and goes
  * to connect-node as before. `unary-fast-path.test.ts` holds both to the same answers.
  */
 export function createUnaryFastPath(options: UnaryFastPathOptions): UnaryFastPath {
   const methods = unaryMethods(options.routes);
 
-  return (req, res) => {
-    if (req.method !== "POST") return undefined;
-    const spec = methods.get(req.url);
+  return (stream, headers) => {
+    if (headers[":method"] !== "POST") return undefined;
+    const spec = methods.get(headers[":path"] ?? "");
     if (!spec) return undefined;
-    const headers = req.headers;
     if (headers["content-type"] !== CONTENT_TYPE_PROTO) return undefined;
     const encoding = headers["content-encoding"];
     if (encoding !== undefined && encoding !== "identity") return undefined;
     const version = headers["connect-protocol-version"];
     if (version !== undefined && version !== "1") return undefined;
-    return serve(spec, req, res, options);
+    return serve(spec, stream, headers, options);
   };
 }
 
@@ -189,32 +191,40 @@ function withDeadline<T>(answer: Promise<T>, signal: AbortSignal | undefined, ti
   });
 }
 
-async function serve(spec: UnarySpec, req: http2.Http2ServerRequest, res: http2.Http2ServerResponse, options: UnaryFastPathOptions) {
-  const timeout = parseTimeout(headerValue(req.headers["connect-timeout-ms"]), Number.POSITIVE_INFINITY);
+// The stream's own API, not node's compatibility request and response: those two objects (a
+// Readable the body is copied through, a response with its own state, a dozen listeners on the
+// stream) cost about a third of the fast path's CPU per call (bench/README.md, "Node's HTTP/2
+// streams without the compatibility layer").
+async function serve(spec: UnarySpec, stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, options: UnaryFastPathOptions) {
+  // A stream error with no listener would end the process; what it means (the client went away)
+  // reaches the call through "close".
+  stream.on("error", ignoreStreamError);
+  const timeout = parseTimeout(headerValue(headers["connect-timeout-ms"]), Number.POSITIVE_INFINITY);
   const requestHeader = new Headers();
-  for (const [name, value] of Object.entries(req.headers)) {
+  for (const name in headers) {
+    const value = headers[name];
     if (name.charCodeAt(0) === 58 /* ":" */ || value === undefined) continue;
     if (Array.isArray(value)) for (const v of value) requestHeader.append(name, v);
     else requestHeader.set(name, value);
   }
   const call = new CallContext(
     spec,
-    `http://${req.authority}${req.url}`,
+    `http://${headers[":authority"] ?? headers.host}${headers[":path"]}`,
     requestHeader,
-    options.contextValues(req),
+    options.contextValues(stream),
     timeout.timeoutMs,
     options.shutdownSignal,
   );
   // The call's signal also aborts when the client goes away before the answer, as connect-node's does.
   const onClose = () => {
-    if (!res.writableEnded) call.abort(new ConnectError("the request stream has closed", Code.Canceled));
+    if (!stream.writableEnded) call.abort(new ConnectError("the request stream has closed", Code.Canceled));
   };
-  res.once("close", onClose);
+  stream.once("close", onClose);
   let status = 200;
   let body: Uint8Array;
   try {
     if (timeout.error) throw timeout.error;
-    const bytes = await readBody(req, options.readMaxBytes);
+    const bytes = await readBody(stream, headers, options.readMaxBytes);
     const input = parseRequest(spec.method.input, bytes, options.readMaxBytes);
     const output = await invoke(spec, call, input, options.interceptors);
     body = encodeBinary(spec.method.output, output);
@@ -228,17 +238,24 @@ async function serve(spec: UnarySpec, req: http2.Http2ServerRequest, res: http2.
   } finally {
     call.abort();
   }
-  const header = trailerMux(call.responseHeader, call.responseTrailer);
-  header.set("content-length", String(body.byteLength));
-  res.removeListener("close", onClose);
-  if (res.writableEnded || res.destroyed) return;
-  const out: Record<string, string> = {};
-  header.forEach((value, name) => {
+  stream.removeListener("close", onClose);
+  if (stream.destroyed || stream.closed || stream.headersSent) return;
+  // What Connect's `trailerMux` makes (trailers as `trailer-` headers), written straight into
+  // the object node takes instead of through a third Headers.
+  const out: http2.OutgoingHttpHeaders = { ":status": status };
+  call.responseHeader.forEach((value, name) => {
     out[name] = value;
   });
-  res.writeHead(status, out);
-  res.end(body);
+  call.responseTrailer.forEach((value, name) => {
+    out[`trailer-${name}`] = value;
+  });
+  out["content-length"] = String(body.byteLength);
+  // respond() adds the date header, as the compatibility response does.
+  stream.respond(out);
+  stream.end(body);
 }
+
+function ignoreStreamError(): void {}
 
 /**
  * A request's message, as Connect's binary serialization parses it (its size limit and its errors,
@@ -442,8 +459,8 @@ function headerValue(value: string | string[] | undefined): string | null {
  * declared length or the bytes read pass `readMaxBytes`, and with invalid_argument when a declared
  * length and the bytes sent disagree, with the same messages.
  */
-function readBody(req: http2.Http2ServerRequest, readMaxBytes: number): Promise<Uint8Array> {
-  const declared = req.headers["content-length"];
+function readBody(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, readMaxBytes: number): Promise<Uint8Array> {
+  const declared = headers["content-length"];
   const hint = declared === undefined ? Number.NaN : Number.parseInt(declared, 10);
   const known = Number.isSafeInteger(hint) && hint >= 0;
   if (known && hint > readMaxBytes) {
@@ -454,25 +471,39 @@ function readBody(req: http2.Http2ServerRequest, readMaxBytes: number): Promise<
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
+    const stop = () => {
+      stream.removeListener("data", onData);
+      stream.removeListener("end", onEnd);
+      stream.removeListener("close", onClosed);
+    };
+    // What is still sent is read and dropped, so the client's flow-control window stays open.
     const refuse = (error: ConnectError) => {
-      req.removeAllListeners("data");
-      req.removeAllListeners("end");
-      req.resume();
+      stop();
+      stream.resume();
       reject(error);
     };
-    req.on("data", (chunk: Buffer) => {
+    const onData = (chunk: Buffer) => {
       size += chunk.byteLength;
       if (known && size > hint)
         return refuse(new ConnectError(`protocol error: promised ${hint} bytes, received ${size}`, Code.InvalidArgument));
       if (size > readMaxBytes)
         return refuse(new ConnectError(`message size is larger than configured readMaxBytes ${readMaxBytes}`, Code.ResourceExhausted));
       chunks.push(chunk);
-    });
-    req.once("end", () => {
+    };
+    const onEnd = () => {
+      stop();
       if (known && size < hint)
         return reject(new ConnectError(`protocol error: promised ${hint} bytes, received ${size}`, Code.InvalidArgument));
       resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks));
-    });
-    req.once("error", (err) => reject(new ConnectError("the request body could not be read", Code.Aborted, undefined, undefined, err)));
+    };
+    // The stream closed before its body ended (the client reset it, or the connection went): no
+    // answer can reach the client.
+    const onClosed = () => {
+      stop();
+      reject(new ConnectError("the request body could not be read", Code.Aborted));
+    };
+    stream.on("data", onData);
+    stream.once("end", onEnd);
+    stream.once("close", onClosed);
   });
 }
