@@ -58,9 +58,11 @@ describe("connections to a destination", () => {
     expect(results.every((r) => r.status === 200)).toBe(true);
     expect(receiver.received("/gate-fast")).toHaveLength(100);
     // One connection per attempt was 100; the gate opens what the answers keep busy, at least 4.
+    // Until the first answers arrive it also opens one more every 10 ms, so on a loaded machine
+    // (the rest of the suite beside it) slow first handshakes add some: 25 seen, against 4-20 idle.
     const opened = receiver.connections() - before;
     expect(opened).toBeGreaterThanOrEqual(1);
-    expect(opened).toBeLessThanOrEqual(20);
+    expect(opened).toBeLessThanOrEqual(50);
   });
 
   it("opens a connection per attempt for a slow receiver within a fraction of its answer time", async () => {
