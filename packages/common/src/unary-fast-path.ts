@@ -54,10 +54,10 @@ const CONTENT_TYPE_JSON = "application/json";
  * Connect's `invokeUnaryImplementation` runs them; a handler context with what Connect's
  * `createHandlerContext` gives (deadline, signal, headers, context values; see `CallContext`);
  * the same body limits and parse errors (Connect's words, `parseRequest`; the bytes read by
- * `decodeBinary`, written by `encodeBinary`); the same error JSON and HTTP
- * status (`errorToJsonBytes`, `codeToHttpStatus`); and trailers as `trailer-` headers, as `trailerMux` writes them. A request of any other shape (JSON, GET,
- * compressed, streaming, HTTP/1.1, an unknown path or protocol version) returns undefined and goes
- * to connect-node as before. `unary-fast-path.test.ts` holds both to the same answers.
+ * `decodeBinary`, written by `encodeBinary`); the same error JSON and HTTP status
+ * (`errorToJsonBytes`, `codeToHttpStatus`); and trailers as `trailer-` headers, as `trailerMux`
+ * writes them. A request of any other shape (JSON, GET, compressed, streaming, HTTP/1.1, an
+ * unknown path or protocol version) returns undefined and goes to connect-node as before. `unary-fast-path.test.ts` holds both to the same answers.
  */
 export function createUnaryFastPath(options: UnaryFastPathOptions): UnaryFastPath {
   const methods = unaryMethods(options.routes);
@@ -193,8 +193,8 @@ function withDeadline<T>(answer: Promise<T>, signal: AbortSignal | undefined, ti
 
 // The stream's own API, not node's compatibility request and response: those two objects (a
 // Readable the body is copied through, a response with its own state, a dozen listeners on the
-// stream) cost about a third of the fast path's CPU per call (bench/README.md, "Node's HTTP/2
-// streams without the compatibility layer").
+// stream) cost about 5 us of CPU per call (bench/README.md, "Node's HTTP/2 streams without the
+// compatibility layer").
 async function serve(spec: UnarySpec, stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, options: UnaryFastPathOptions) {
   // A stream error with no listener would end the process; what it means (the client went away)
   // reaches the call through "close".
@@ -209,7 +209,7 @@ async function serve(spec: UnarySpec, stream: http2.ServerHttp2Stream, headers: 
   }
   const call = new CallContext(
     spec,
-    `http://${headers[":authority"] ?? headers.host}${headers[":path"]}`,
+    `http://${headers[":authority"] || headers.host}${headers[":path"]}`,
     requestHeader,
     options.contextValues(stream),
     timeout.timeoutMs,
