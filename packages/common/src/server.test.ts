@@ -3,6 +3,7 @@ import * as http2 from "node:http2";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import type { ConnectRouter } from "@connectrpc/connect";
 import { GetProgramRequestSchema, GetProgramResponseSchema, LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import { http2Request } from "@ledger/testing";
 import pino from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { listen, type RunningServer } from "./server.js";
@@ -86,31 +87,6 @@ describe("HTTP/2 on the shared port", () => {
     return server;
   }
 
-  interface Answer {
-    status: number;
-    headers: http2.IncomingHttpHeaders;
-    body: Buffer;
-  }
-
-  /** One request on its own connection; `body` undefined sends headers only and leaves the stream open. */
-  function request(url: string, headers: http2.OutgoingHttpHeaders, body?: Uint8Array): Promise<Answer> {
-    return new Promise((resolve, reject) => {
-      const session = http2.connect(url);
-      session.on("error", reject);
-      const req = session.request(headers);
-      let answer: Answer = { status: 0, headers: {}, body: Buffer.alloc(0) };
-      const chunks: Buffer[] = [];
-      req.on("response", (h) => (answer = { ...answer, status: Number(h[":status"]), headers: h }));
-      req.on("data", (c: Buffer) => chunks.push(c));
-      req.on("error", reject);
-      req.on("end", () => {
-        session.close();
-        resolve({ ...answer, body: Buffer.concat(chunks) });
-      });
-      req.end(body);
-    });
-  }
-
   const getProgram = (programId: string) => toBinary(GetProgramRequestSchema, create(GetProgramRequestSchema, { programId }));
   const call = (authority?: string): http2.OutgoingHttpHeaders => ({
     ":method": "POST",
@@ -121,7 +97,7 @@ describe("HTTP/2 on the shared port", () => {
 
   it("answers a unary binary call from the stream, with Connect's headers", async () => {
     const { url } = await start();
-    const answer = await request(url, call(), getProgram("prg_one"));
+    const answer = await http2Request(url, call(), getProgram("prg_one"));
     expect(answer.status).toBe(200);
     expect(answer.headers["content-type"]).toBe("application/proto");
     expect(answer.headers.date).toBeDefined();
@@ -130,21 +106,21 @@ describe("HTTP/2 on the shared port", () => {
 
   it("refuses a call whose authority makes no URL with 400, as it does every other request", async () => {
     const { url } = await start();
-    const answer = await request(url, call("["), getProgram("prg_one"));
+    const answer = await http2Request(url, call("["), getProgram("prg_one"));
     expect(answer.status).toBe(400);
     expect(JSON.parse(answer.body.toString())).toMatchObject({ status: "error", error: { code: "invalid_request" } });
   });
 
   it("serves the ops endpoints and connect-node's requests through the compatibility objects", async () => {
     const { url } = await start();
-    const health = await request(url, { ":method": "GET", ":path": "/healthz" });
+    const health = await http2Request(url, { ":method": "GET", ":path": "/healthz" });
     expect(health.status).toBe(200);
     expect(JSON.parse(health.body.toString())).toEqual({ status: "ok" });
     // JSON is not the fast path's: connect-node answers it.
-    const json = await request(url, { ...call(), "content-type": "application/json" }, Buffer.from('{"programId":"prg_j"}'));
+    const json = await http2Request(url, { ...call(), "content-type": "application/json" }, Buffer.from('{"programId":"prg_j"}'));
     expect(json.status).toBe(200);
     expect(JSON.parse(json.body.toString())).toEqual({ program: { programId: "prg_j" } });
-    const expectation = await request(url, { ":method": "GET", ":path": "/healthz", expect: "something" });
+    const expectation = await http2Request(url, { ":method": "GET", ":path": "/healthz", expect: "something" });
     expect(expectation.status).toBe(417);
   });
 
@@ -164,7 +140,7 @@ describe("HTTP/2 on the shared port", () => {
       await new Promise((resolve) => req.once("close", resolve));
       session.destroy();
     }
-    const answer = await request(url, call(), getProgram("prg_after"));
+    const answer = await http2Request(url, call(), getProgram("prg_after"));
     expect(answer.status).toBe(200);
     expect(fromBinary(GetProgramResponseSchema, answer.body).program?.programId).toBe("prg_after");
     expect(logged).toEqual([]);

@@ -19,20 +19,44 @@ type NodeResponse = http.ServerResponse | http2.Http2ServerResponse;
 /** A plain HTTP handler; one that returns a promise has it watched by `listen`'s last-resort handler. */
 type NodeHandler = (req: NodeRequest, res: NodeResponse) => void | Promise<void>;
 
-/** The error envelope's JSON. */
-function errorEnvelope(code: string, message: string): string {
-  return JSON.stringify({ status: "error", error: { code, message } });
+/** The error envelope and its headers, for what a port answers itself rather than through a handler. */
+function errorAnswer(code: string, message: string): { body: string; headers: http.OutgoingHttpHeaders } {
+  const body = JSON.stringify({ status: "error", error: { code, message } });
+  return { body, headers: { "content-type": "application/json", "content-length": Buffer.byteLength(body), "cache-control": "no-store" } };
 }
 
-/** Writes the error envelope, for what a port answers itself rather than through a handler. */
+/** Writes the error envelope on a response. */
 function sendError(res: NodeResponse, status: number, code: string, message: string): void {
-  const body = errorEnvelope(code, message);
-  (res as http.ServerResponse).writeHead(status, {
-    "content-type": "application/json",
-    "content-length": Buffer.byteLength(body),
-    "cache-control": "no-store",
-  });
+  const { body, headers } = errorAnswer(code, message);
+  (res as http.ServerResponse).writeHead(status, headers);
   (res as http.ServerResponse).end(body);
+}
+
+/** How a request's answer is ended after a bug, whatever carries it: a response, or an HTTP/2 stream. */
+interface FailedAnswer {
+  /** The answer was already sent whole. */
+  ended: boolean;
+  /** Its status and headers were sent: only cutting it is left. */
+  begun: boolean;
+  cut(): void;
+  sendError(status: number, code: string, message: string): void;
+}
+
+/**
+ * A bug met by one request: logged with a request id, and the request answered 500 in the
+ * envelope naming that id (or cut, when its answer has begun).
+ */
+function failRequest(log: Logger, err: unknown, method: string | undefined, url: string | undefined, answer: FailedAnswer): void {
+  const requestId = randomUUID();
+  log.error({ err, request_id: requestId, method, path: (url ?? "").split("?")[0] }, "request handler failed");
+  if (answer.ended) return;
+  try {
+    if (answer.begun) answer.cut();
+    else answer.sendError(500, "internal", `internal error; the request id is ${requestId}`);
+  } catch {
+    // The answer is in a state nothing can be written in; the stream or connection is all that is left to end.
+    answer.cut();
+  }
 }
 
 /**
@@ -58,19 +82,13 @@ export function requestUrl(req: NodeRequest): URL | undefined {
  */
 function lastResort(handler: NodeHandler, log: Logger): NodeHandler {
   return (req, res) => {
-    const fail = (err: unknown) => {
-      const requestId = randomUUID();
-      log.error({ err, request_id: requestId, method: req.method, path: (req.url ?? "").split("?")[0] }, "request handler failed");
-      if (res.writableEnded) return;
-      const cut = () => ("stream" in res ? res.stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR) : res.destroy());
-      try {
-        if (res.headersSent) cut();
-        else sendError(res, 500, "internal", `internal error; the request id is ${requestId}`);
-      } catch {
-        // The response is in a state no answer can be written in; the connection is all that is left to end.
-        cut();
-      }
-    };
+    const fail = (err: unknown) =>
+      failRequest(log, err, req.method, req.url, {
+        ended: res.writableEnded,
+        begun: res.headersSent,
+        cut: () => ("stream" in res ? res.stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR) : res.destroy()),
+        sendError: (status, code, message) => sendError(res, status, code, message),
+      });
     try {
       handler(req, res)?.catch(fail);
     } catch (err) {
@@ -89,30 +107,18 @@ function validHost(authority: string): boolean {
   }
 }
 
-/**
- * What `lastResort` does for a request served on node's HTTP/2 stream: a bug is logged and the
- * request answered 500, or cut when its answer has begun.
- */
+/** `failRequest` for a request served on node's HTTP/2 stream itself (the unary fast path's). */
 function failStream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, err: unknown, log: Logger): void {
-  const requestId = randomUUID();
-  log.error(
-    { err, request_id: requestId, method: headers[":method"], path: (headers[":path"] ?? "").split("?")[0] },
-    "request handler failed",
-  );
-  if (stream.destroyed || stream.closed) return;
-  try {
-    if (stream.headersSent) return void stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR);
-    const body = errorEnvelope("internal", `internal error; the request id is ${requestId}`);
-    stream.respond({
-      ":status": 500,
-      "content-type": "application/json",
-      "content-length": Buffer.byteLength(body),
-      "cache-control": "no-store",
-    });
-    stream.end(body);
-  } catch {
-    stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR);
-  }
+  failRequest(log, err, headers[":method"], headers[":path"], {
+    ended: stream.destroyed || stream.closed,
+    begun: stream.headersSent,
+    cut: () => stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR),
+    sendError: (status, code, message) => {
+      const { body, headers } = errorAnswer(code, message);
+      stream.respond({ ":status": status, ...headers });
+      stream.end(body);
+    },
+  });
 }
 
 /**

@@ -11,6 +11,7 @@ import {
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ErrorDetailSchema } from "@ledger/proto/common/v1/common_pb.js";
+import { http2Request } from "@ledger/testing";
 import { ruleViolation } from "./errors.js";
 import { inProcessService } from "./in-process.js";
 import { createUnaryFastPath } from "./unary-fast-path.js";
@@ -108,26 +109,11 @@ describe("unary fast path", () => {
     await Promise.all(servers.map((s) => new Promise((resolve) => s.close(resolve))));
   });
 
-  function send(url: string, headers: http2.OutgoingHttpHeaders, body: Uint8Array): Promise<Answer> {
-    return new Promise((resolve, reject) => {
-      const session = http2.connect(url);
-      session.on("error", reject);
-      const req = session.request(headers);
-      let status = 0;
-      const out: Record<string, string> = {};
-      const chunks: Buffer[] = [];
-      req.on("response", (h) => {
-        status = Number(h[":status"]);
-        for (const [k, v] of Object.entries(h)) if (!k.startsWith(":") && k !== "date") out[k] = String(v);
-      });
-      req.on("data", (c: Buffer) => chunks.push(c));
-      req.on("close", () => {
-        session.close();
-        resolve({ status, headers: out, body: Buffer.concat(chunks).toString("base64") });
-      });
-      req.on("error", () => {});
-      req.end(body);
-    });
+  async function send(url: string, headers: http2.OutgoingHttpHeaders, body: Uint8Array): Promise<Answer> {
+    const answer = await http2Request(url, headers, body);
+    const out: Record<string, string> = {};
+    for (const [k, v] of Object.entries(answer.headers)) if (!k.startsWith(":") && k !== "date") out[k] = String(v);
+    return { status: answer.status, headers: out, body: answer.body.toString("base64") };
   }
 
   const path = (method: string) => `/ledger.v1.LedgerService/${method}`;

@@ -57,7 +57,8 @@ const CONTENT_TYPE_JSON = "application/json";
  * `decodeBinary`, written by `encodeBinary`); the same error JSON and HTTP status
  * (`errorToJsonBytes`, `codeToHttpStatus`); and trailers as `trailer-` headers, as `trailerMux`
  * writes them. A request of any other shape (JSON, GET, compressed, streaming, HTTP/1.1, an
- * unknown path or protocol version) returns undefined and goes to connect-node as before. `unary-fast-path.test.ts` holds both to the same answers.
+ * unknown path or protocol version) returns undefined and goes to connect-node as before.
+ * `unary-fast-path.test.ts` holds both to the same answers.
  */
 export function createUnaryFastPath(options: UnaryFastPathOptions): UnaryFastPath {
   const methods = unaryMethods(options.routes);
