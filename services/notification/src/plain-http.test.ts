@@ -38,7 +38,10 @@ it("delivers to http:// when WEBHOOK_ALLOW_HTTP is on, and refuses a resend to a
   await expect.poll(() => bodies.length).toBe(1);
   expect(JSON.parse(bodies[0]!)).toMatchObject({ type: "transaction.created", data: { amount: 10 } });
 
-  const deliveries = await api.get("/webhooks/deliveries", { endpoint_id: endpointId });
+  // The destination has the body before the worker records its answer, so the status is polled.
+  const listDeliveries = () => api.get("/webhooks/deliveries", { endpoint_id: endpointId });
+  await expect.poll(async () => (await listDeliveries()).body.deliveries[0]?.status).toBe("succeeded");
+  const deliveries = await listDeliveries();
   expect(deliveries.body.deliveries[0]).toMatchObject({ status: "succeeded", attempts: 1, response_status: 200 });
   expect((await api.put("/webhooks", { endpoint_id: endpointId, enabled: false })).status).toBe(200);
   const resend = await api.post("/webhooks/resend", { delivery_id: deliveries.body.deliveries[0].delivery_id });
