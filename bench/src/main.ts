@@ -13,7 +13,7 @@ import { backlogProbe } from "./backlog.js";
 import { restClient, rpcClients } from "./clients.js";
 import { runClosedLoop } from "./closed-loop.js";
 import { deliveryViolations, moneyViolations } from "./invariants.js";
-import { runPgbench, type PgbenchResult } from "./pgbench.js";
+import { runPgbench, TAIL_CLIENTS, type PgbenchResult } from "./pgbench.js";
 import { cellsTable, machineInfo, toJson, toMarkdown, type Cell, type Report } from "./report.js";
 import { cpuPercent, LAYOUTS, peakRssMb, resetPeakRss, SERVICES, startSystem, type Layout, type ServiceName } from "./system.js";
 import {
@@ -176,12 +176,18 @@ async function main(): Promise<number> {
   // 1. The reference, alone on the machine.
   let pgbench: PgbenchResult | undefined;
   if (settings.pgbench) {
-    progress(`pgbench: init scale ${settings.pgbenchScale}, then ${settings.pgbenchSeconds} s with 32 clients`);
+    progress(
+      `pgbench: init scale ${settings.pgbenchScale}, then ${settings.pgbenchSeconds} s with 32 clients, then ${settings.pgbenchSeconds} s of -N with ${TAIL_CLIENTS} for the latency reference`,
+    );
     pgbench = await runPgbench(admin, adminUrl.toString(), settings.pgbenchScale, settings.pgbenchSeconds);
     endProgress();
     console.log(
       `pgbench: ${Math.round(pgbench.tps)} TPS (scale ${pgbench.scale}, ${pgbench.clients} clients, ${pgbench.seconds} s, latency avg ${pgbench.latencyMs.toFixed(2)} ms)`,
     );
+    if (pgbench.tail) {
+      const t = pgbench.tail;
+      console.log(`pgbench -N, ${t.clients} clients: ${Math.round(t.tps)} TPS, p50 ${t.p50Ms.toFixed(1)} ms, p99 ${t.p99Ms.toFixed(1)} ms`);
+    }
   }
   const ratioOf = (perSecond: number) => (pgbench ? perSecond / pgbench.tps : 0);
 

@@ -1,7 +1,11 @@
 // The reference: Postgres's own TPC-B-like bank workload on the same server, in the same run, so
 // every ledger figure is a ratio to what this machine's Postgres does with no service in front.
 import { spawn } from "node:child_process";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import type postgres from "postgres";
+import { percentile } from "./closed-loop.js";
 
 export interface PgbenchResult {
   tps: number;
@@ -9,7 +13,26 @@ export interface PgbenchResult {
   scale: number;
   clients: number;
   seconds: number;
+  /** The latency reference for the p99 target: this Postgres's own tail at that concurrency. */
+  tail?: PgbenchTail;
 }
+
+/**
+ * pgbench's simple-update script (`-N`: an account's update, its read, a history insert, commit;
+ * no branch or teller row that every client updates) at the concurrency of the p99 target, every
+ * transaction's latency logged: how long this machine's Postgres itself takes at its tail for a
+ * small write transaction with no hot row, as a ledger transfer between two of many entities is.
+ */
+export interface PgbenchTail {
+  clients: number;
+  tps: number;
+  transactions: number;
+  p50Ms: number;
+  p99Ms: number;
+}
+
+/** The concurrency of the p99 target (`runtimeTargets` in report.ts). */
+export const TAIL_CLIENTS = 16;
 
 const PGBENCH = process.env["PGBENCH"] ?? "pgbench";
 
@@ -38,8 +61,43 @@ export async function runPgbench(admin: postgres.Sql, baseUrl: string, scale: nu
     const tps = /tps = ([\d.]+) \(without initial connection time\)/.exec(out);
     const latency = /latency average = ([\d.]+) ms/.exec(out);
     if (!tps) throw new Error(`could not read TPS from pgbench's output:\n${out}`);
-    return { tps: Number(tps[1]), latencyMs: latency ? Number(latency[1]) : 0, scale, clients, seconds };
+    const tail = await runTail(conn, database, seconds);
+    return { tps: Number(tps[1]), latencyMs: latency ? Number(latency[1]) : 0, scale, clients, seconds, tail };
   } finally {
     await admin.unsafe(`drop database if exists ${database} with (force)`).catch(() => {});
   }
+}
+
+/** `pgbench -N -c 16 -l`: the per-transaction log (one file per thread) read into percentiles. */
+async function runTail(conn: string[], database: string, seconds: number): Promise<PgbenchTail> {
+  const dir = mkdtempSync(join(tmpdir(), "ledger-pgbench-"));
+  try {
+    const args = ["-N", "-c", String(TAIL_CLIENTS), "-j", "2", "-T", String(seconds), "-M", "prepared"];
+    const out = await run([...args, "-l", "--log-prefix", join(dir, "tail"), ...conn, database]);
+    const tps = /tps = ([\d.]+) \(without initial connection time\)/.exec(out);
+    const latencies = readdirSync(dir).flatMap((file) => transactionLatenciesMs(readFileSync(join(dir, file), "utf8")));
+    latencies.sort((a, b) => a - b);
+    return {
+      clients: TAIL_CLIENTS,
+      tps: tps ? Number(tps[1]) : 0,
+      transactions: latencies.length,
+      p50Ms: percentile(latencies, 0.5),
+      p99Ms: percentile(latencies, 0.99),
+    };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * Latencies (ms) from pgbench's per-transaction log: `client_id transaction_no time script_no
+ * time_epoch time_us`, `time` in microseconds; a skipped or failed transaction has a word there.
+ */
+export function transactionLatenciesMs(log: string): number[] {
+  const out: number[] = [];
+  for (const line of log.split("\n")) {
+    const time = Number(line.split(" ")[2]);
+    if (line && Number.isFinite(time)) out.push(time / 1000);
+  }
+  return out;
 }

@@ -91,6 +91,13 @@ describe("runtimeTargets", () => {
     expect(runtimeTargets(report([cell], {}))[0]).toMatchObject({ target: "REST at concurrency 64", met: false });
   });
 
+  it("shows pgbench's own tail at concurrency 16 beside the p99 target, when the run measured it", () => {
+    const r = report([transferCell("rest", 16, 2000, 24.9)], {});
+    r.pgbench!.tail = { clients: 16, tps: 2343, transactions: 23138, p50Ms: 5.74, p99Ms: 21.37 };
+    expect(runtimeTargets(r)[0]!.measured).toBe("REST 24.9 ms (pgbench -N at c=16: 21.4 ms)");
+    expect(toMarkdown(r)).toContain("(simple-update script `-N`, no hot row, 16 clients): 2343 TPS, p50 5.7 ms, **p99 21.4 ms**.");
+  });
+
   it("leaves out what the run did not measure, and the report shows the table only when there is one", () => {
     expect(runtimeTargets(report([], {}))).toEqual([]);
     expect(toMarkdown(report([], {}))).not.toContain("Runtime targets");
