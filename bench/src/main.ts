@@ -259,7 +259,6 @@ async function main(): Promise<number> {
                 const cpuTimer = setTimeout(() => (windowCpu = system.cpuSnapshot()), settings.warmupS * 1000);
                 const total = settings.warmupS + settings.durationS;
                 const storedBefore = await probe.storedEvents();
-                if (process.env.BENCH_PAUSE_NOTIFICATION) system.signal("notification", "SIGSTOP");
                 const cellStarted = performance.now();
                 const result = await runClosedLoop({
                   concurrency,
@@ -272,7 +271,6 @@ async function main(): Promise<number> {
                     progress(`${label}: ${(ms / 1000).toFixed(0)}/${total} s, ${ok} ok in window, ${failed} errors`),
                 });
                 clearTimeout(cpuTimer);
-                if (process.env.BENCH_PAUSE_NOTIFICATION) system.signal("notification", "SIGCONT");
                 const cpu = cpuPercent(windowCpu, system.cpuSnapshot());
                 const left = await probe.read();
                 // Throughput of a batch workload is in transfers (items), latencies are per call.

@@ -58,14 +58,20 @@ export async function runPgbench(admin: postgres.Sql, baseUrl: string, scale: nu
   try {
     await run(["-i", "-q", "-s", String(scale), ...conn, database]);
     const out = await run(["-c", String(clients), "-j", "2", "-T", String(seconds), "-M", "prepared", ...conn, database]);
-    const tps = /tps = ([\d.]+) \(without initial connection time\)/.exec(out);
+    const tps = tpsOf(out);
     const latency = /latency average = ([\d.]+) ms/.exec(out);
-    if (!tps) throw new Error(`could not read TPS from pgbench's output:\n${out}`);
     const tail = await runTail(conn, database, seconds);
-    return { tps: Number(tps[1]), latencyMs: latency ? Number(latency[1]) : 0, scale, clients, seconds, tail };
+    return { tps, latencyMs: latency ? Number(latency[1]) : 0, scale, clients, seconds, tail };
   } finally {
     await admin.unsafe(`drop database if exists ${database} with (force)`).catch(() => {});
   }
+}
+
+/** The TPS pgbench printed, without initial connection time. */
+function tpsOf(out: string): number {
+  const tps = /tps = ([\d.]+) \(without initial connection time\)/.exec(out);
+  if (!tps) throw new Error(`could not read TPS from pgbench's output:\n${out}`);
+  return Number(tps[1]);
 }
 
 /** `pgbench -N -c 16 -l`: the per-transaction log (one file per thread) read into percentiles. */
@@ -74,12 +80,11 @@ async function runTail(conn: string[], database: string, seconds: number): Promi
   try {
     const args = ["-N", "-c", String(TAIL_CLIENTS), "-j", "2", "-T", String(seconds), "-M", "prepared"];
     const out = await run([...args, "-l", "--log-prefix", join(dir, "tail"), ...conn, database]);
-    const tps = /tps = ([\d.]+) \(without initial connection time\)/.exec(out);
     const latencies = readdirSync(dir).flatMap((file) => transactionLatenciesMs(readFileSync(join(dir, file), "utf8")));
     latencies.sort((a, b) => a - b);
     return {
       clients: TAIL_CLIENTS,
-      tps: tps ? Number(tps[1]) : 0,
+      tps: tpsOf(out),
       transactions: latencies.length,
       p50Ms: percentile(latencies, 0.5),
       p99Ms: percentile(latencies, 0.99),

@@ -1,6 +1,6 @@
 // The results, as one JSON document and the same thing as Markdown tables.
 import { cpus, release, totalmem } from "node:os";
-import type { PgbenchResult } from "./pgbench.js";
+import { TAIL_CLIENTS, type PgbenchResult } from "./pgbench.js";
 import type { CpuSource, Layout, ServiceName } from "./system.js";
 import type { DrainResult, SlowBeside, WebhookLatency } from "./webhooks.js";
 import type { BatchWorkloadName } from "./batch-workloads.js";
@@ -252,7 +252,7 @@ export function runtimeTargets(report: Report): Target[] {
     });
   }
   const tails = (["rest", "rpc"] as const).flatMap((t) => {
-    const cell = transfer(t, 16);
+    const cell = transfer(t, TAIL_CLIENTS);
     return cell ? [{ t, p99: cell.p99 }] : [];
   });
   if (tails.length) {
