@@ -28,9 +28,11 @@ export interface Stack {
   api: Api;
   /** A second account, for tenancy tests. */
   newAccount(name?: string): Promise<{ account: NewAccount; api: Api }>;
-  /** A Connect client of the ledger that sends `apiKey`. */
-  ledgerClient(apiKey: string): Client<typeof LedgerService>;
+  /** A Connect client of the ledger (or of the replica at `url`) that sends `apiKey`. */
+  ledgerClient(apiKey: string, url?: string): Client<typeof LedgerService>;
   ledger: LedgerHandle;
+  /** Starts one more ledger process on the same database and stream (closed with the stack). */
+  startLedgerReplica(): Promise<LedgerHandle>;
   hold: HoldHandle | undefined;
   /** The hold service's database (its own per stack, like the notification service's). */
   holdDatabaseUrl: string;
@@ -110,7 +112,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     rpcBodyLimitBytes: DEFAULT_RPC_BODY_LIMIT_BYTES,
     ...(options.rpcRateLimit ?? { rateLimitPerSecond: 0, rateLimitBurst: 1 }),
   };
-  const ledger = await startLedger({
+  const ledgerConfig: LedgerConfig = {
     ...rpcLimits,
     databaseUrl,
     natsUrl,
@@ -127,7 +129,14 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     serviceToken: TEST_SERVICE_TOKEN,
     tracing: options.tracing,
     ...options.ledger,
-  });
+  };
+  const ledger = await startLedger(ledgerConfig);
+  const ledgerReplicas: LedgerHandle[] = [];
+  const startLedgerReplica = async () => {
+    const handle = await startLedger(ledgerConfig);
+    ledgerReplicas.push(handle);
+    return handle;
+  };
   const ledgerPeer = inMemory ? ledger.server.inProcess : undefined;
   const infra = { ...rpcLimits, natsUrl, natsStream: stream, natsSubjectPrefix: subjectPrefix, logLevel, tracing: options.tracing };
   // The hold and notification services get databases of their own per stack: their background
@@ -213,7 +222,15 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   );
   const sql = schemaClient(databaseUrl, "ledger", 4);
   const restUrl = `${gateway.server.url}/v1`;
-  const transport = createConnectTransport({ baseUrl: ledger.server.url, httpVersion: "2", useBinaryFormat: true });
+  const transports = new Map<string, ReturnType<typeof createConnectTransport>>();
+  const transportOf = (baseUrl: string) => {
+    let transport = transports.get(baseUrl);
+    if (!transport) {
+      transport = createConnectTransport({ baseUrl, httpVersion: "2", useBinaryFormat: true });
+      transports.set(baseUrl, transport);
+    }
+    return transport;
+  };
   const newAccount = async (name = "test account") => {
     const account = await createAccount(sql as never, name);
     return { account, api: restClient(restUrl, account.api_key) };
@@ -230,16 +247,19 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     account: first.account,
     api: first.api,
     newAccount,
-    ledgerClient: (apiKey) =>
-      createClient(LedgerService, {
+    ledgerClient: (apiKey, url = ledger.server.url) => {
+      const transport = transportOf(url);
+      return createClient(LedgerService, {
         ...transport,
         unary: (method, signal, timeoutMs, header, input, contextValues) => {
           const headers = new Headers(header);
           headers.set("authorization", apiKey);
           return transport.unary(method, signal, timeoutMs, headers, input, contextValues);
         },
-      }),
+      });
+    },
     ledger,
+    startLedgerReplica,
     hold,
     holdDatabaseUrl: holdDatabase.toString(),
     holdSql,
@@ -257,6 +277,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       }
       await holdSqlClient?.end({ timeout: 2 });
       await sql.unsafe(`drop database if exists "${databaseName(holdDatabase)}" with (force)`).catch(() => {});
+      for (const replica of ledgerReplicas) await replica.close().catch(() => {});
       await ledger.close();
       await sql.end({ timeout: 2 });
     },

@@ -9,7 +9,9 @@ import {
   metricsRegistry,
   pipelinedTransaction,
   ruleViolation,
+  sentWrites,
   settleIdempotencyKeys,
+  sqlState,
   type Claim,
   type GroupCommitSettings,
   type KeyClaim,
@@ -19,7 +21,7 @@ import {
   type Tx,
 } from "@ledger/common";
 import { Counter, Histogram } from "prom-client";
-import { ExternalEntityCache, openBook, type MoneyCommand, type Outcome } from "./money.js";
+import { EntityCache, namedEntityIds, openBook, openCachedBook, type MoneyCommand, type OpenBook, type Outcome } from "./money.js";
 
 const batchSize = new Histogram({
   name: "ledger_batch_commands",
@@ -36,6 +38,15 @@ const batchDuration = new Histogram({
 const batchFallbacks = new Counter({
   name: "ledger_batch_fallbacks_total",
   help: "Batches whose transaction failed as a whole and were retried one command at a time.",
+  registers: [metricsRegistry],
+});
+
+const batchPaths = new Counter({
+  name: "ledger_batch_paths_total",
+  help:
+    "Batches by how they read their rows: cached (no read; one statement), locked (read under lock first), " +
+    "or stale (written on cached rows that had changed: nothing written, applied again as locked).",
+  labelNames: ["path"],
   registers: [metricsRegistry],
 });
 
@@ -115,6 +126,10 @@ type FinalResult = Exclude<UnitResult, { answers: unknown }> | { answers: ItemAn
 
 const isLater = (a: ItemAnswer | LaterAnswer): a is LaterAnswer => "later" in a;
 
+/** The commands of `units`' items, in order, without the items refused before they queued. */
+const commandsOf = (units: Unit[]): MoneyCommand[] =>
+  units.flatMap((unit) => unit.items.flatMap((item) => (item.command instanceof ConnectError ? [] : [item.command])));
+
 /**
  * A unit of work in the queue: one single call (one item), or one batch call (many). A unit is
  * never split: all its items go in one transaction, in order.
@@ -182,7 +197,7 @@ type KeyState =
  */
 export function createBatcher(options: BatcherOptions) {
   const { sql, outbox, log } = options;
-  const externals = new ExternalEntityCache();
+  const cache = new EntityCache();
   const scheduler = createGroupScheduler<Unit>(Object.assign({}, options, { run: (units: Unit[]) => run(units) }));
 
   function keysOf(unit: Pick<Unit, "items" | "idempotency">): string[] {
@@ -196,7 +211,7 @@ export function createBatcher(options: BatcherOptions) {
     const endTimer = batchDuration.startTimer();
     let results: UnitResult[];
     try {
-      results = await pipelinedTransaction(sql, (tx, writes) => applyUnits(tx, units, writes));
+      results = (await runCached(units)) ?? (await runLocked(units));
       endTimer();
     } catch (err) {
       if (units.length === 1) {
@@ -214,6 +229,60 @@ export function createBatcher(options: BatcherOptions) {
     });
   }
 
+  /**
+   * Applies `units` on cached rows, written in one statement with no read before it
+   * (docs/architecture.md#cached-balances). Undefined when they need more than the cache holds
+   * (anything but transfers, deposits and withdrawals between cached entities), carry idempotency
+   * keys (a key is claimed before anything is applied), or were written on rows that had changed
+   * since they were cached: then nothing was written, and the caller applies them on rows read
+   * under lock.
+   */
+  async function runCached(units: Unit[]): Promise<UnitResult[] | undefined> {
+    if (units.some((unit) => unit.keys.length > 0)) return undefined;
+    const commands = commandsOf(units);
+    if (commands.length === 0) return undefined;
+    const open = openCachedBook(sql, commands, cache, options.subjectOf);
+    if (!open) return undefined;
+    const release = cache.claimWriting(open.book.rows().flatMap((row) => (row.is_external ? [] : [row.id])));
+    try {
+      const writes = sentWrites();
+      // Without keys every unit is live, so applyUnits asks for a book over these same commands.
+      const results = await applyUnits(sql as unknown as Tx, units, writes, () => Promise.resolve(open));
+      await Promise.all(writes);
+      batchPaths.inc({ path: "cached" });
+      return results;
+    } catch (err) {
+      if (sqlState(err) !== "40001") throw err;
+      batchPaths.inc({ path: "stale" });
+      return undefined;
+    } finally {
+      release();
+    }
+  }
+
+  /**
+   * Applies `units` in a transaction that reads and locks their rows first. While it runs, the
+   * ordinary entities it names, and from its read those of the groups and reservations it changes,
+   * count as being written, so no cached batch rests on them meanwhile.
+   */
+  async function runLocked(units: Unit[]): Promise<UnitResult[]> {
+    batchPaths.inc({ path: "locked" });
+    // Claimed before the transaction waits for a connection, so no cached batch starts on them meanwhile.
+    const named = new Set([...namedEntityIds(commandsOf(units))].filter((id) => !cache.external(id)));
+    const releases = [cache.claimWriting([...named])];
+    try {
+      return await pipelinedTransaction(sql, (tx, writes) =>
+        applyUnits(tx, units, writes, async (commands) => {
+          const open = await openBook(tx, commands, cache, options.subjectOf);
+          releases.push(cache.claimWriting(open.book.rows().flatMap((row) => (row.is_external || named.has(row.id) ? [] : [row.id]))));
+          return open;
+        }),
+      );
+    } finally {
+      for (const release of releases) release();
+    }
+  }
+
   /** Builds, after commit, the responses the transaction left for later. */
   function finish(unit: Unit, result: UnitResult): FinalResult {
     if (!("answers" in result) || result.whole) return result as FinalResult;
@@ -222,7 +291,12 @@ export function createBatcher(options: BatcherOptions) {
     return { answers, whole: create(unit.respondWhole.schema, unit.respondWhole.respond(answers)) };
   }
 
-  async function applyUnits(tx: Tx, units: Unit[], writes: Promise<unknown>[]): Promise<UnitResult[]> {
+  async function applyUnits(
+    tx: Tx,
+    units: Unit[],
+    writes: Promise<unknown>[],
+    open: (commands: MoneyCommand[]) => Promise<OpenBook>,
+  ): Promise<UnitResult[]> {
     // Claims first, each key once, in key order, so two transactions never wait on each other's keys in a cycle.
     const toClaim = new Map<string, KeyClaim>();
     for (const unit of units) {
@@ -275,7 +349,7 @@ export function createBatcher(options: BatcherOptions) {
     const live = units.map((unit, u) => ({ unit, u })).filter(({ u }) => results[u] === undefined);
     const commands = live.flatMap(({ unit }) => unit.items.flatMap((item) => (item.command instanceof ConnectError ? [] : [item.command])));
     if (commands.length > 0) {
-      const { book, write } = await openBook(tx, commands, externals, options.subjectOf);
+      const { book, write } = await open(commands);
       for (const { unit, u } of live) {
         const start = book.checkpoint();
         // Key changes of this unit; kept only if the unit is.

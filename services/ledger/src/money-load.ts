@@ -1,41 +1,155 @@
 import { isId, type Tx } from "@ledger/common";
 import type { EntityRow } from "./entities.js";
 import { loadGroups } from "./groups.js";
-import { Book, entityState, inAccount, type CaptureRow, type EntityState, type MoneyCommand, type ReservationRow } from "./money-rules.js";
+import {
+  Book,
+  entityState,
+  inAccount,
+  type BookEntity,
+  type CaptureRow,
+  type EntityState,
+  type MoneyCommand,
+  type ReservationRow,
+} from "./money-rules.js";
 
 /** An external entity's balances as a batch's write left them. */
 export type ExternalBalances = Pick<EntityRow, "id" | "posted" | "pending_debits" | "pending_credits">;
 
-/**
- * External entities never change but for their balance, which the ledger only ever adjusts by
- * deltas; so their rows are cached for the life of the process, and never read or locked again.
- * The cached balances are only a hint for the int64 range check: each write of this process
- * refreshes them, other processes' writes do not.
- */
-export class ExternalEntityCache {
-  private readonly byProgramCurrency = new Map<string, string>();
-  private readonly rows = new Map<string, EntityRow>();
+/** How many ordinary entities a process keeps cached; the least recently used go first. */
+export const ENTITY_CACHE_SIZE = 10_000;
 
-  remember(row: EntityRow): void {
-    this.rows.set(row.id, row);
-    this.byProgramCurrency.set(`${row.program_id}:${row.currency_code}`, row.id);
+/**
+ * The entity rows this process read or wrote last, so that a batch of transfers between entities
+ * it knows can skip the locked read (docs/architecture.md#cached-balances).
+ *
+ * Ordinary entities: each cached row is a version of the row that exists or existed in Postgres,
+ * with the xmin of that version. A write that rests on cached rows succeeds only if every one of
+ * them still has that version when the write locks it (money-persist.ts), so a stale entry, one
+ * written by another process or by a transaction that rolled back, costs a retry and never a
+ * wrong balance.
+ *
+ * External entities never change but for their balance, which the ledger only ever adjusts by
+ * deltas; so their rows are cached for the life of the process and never locked. Their cached
+ * balances are only a hint for the int64 range check: each write of this process refreshes them,
+ * other processes' writes do not.
+ */
+export class EntityCache {
+  private readonly ordinary = new Map<string, BookEntity>();
+  private readonly externals = new Map<string, BookEntity>();
+  private readonly externalByProgramCurrency = new Map<string, string>();
+  /** Ordinary entities a transaction of this process is writing, with how many are. */
+  private readonly writing = new Map<string, number>();
+
+  constructor(private readonly capacity = ENTITY_CACHE_SIZE) {}
+
+  remember(row: BookEntity): void {
+    if (row.is_external) {
+      this.externals.set(row.id, row);
+      this.externalByProgramCurrency.set(`${row.program_id}:${row.currency_code}`, row.id);
+      return;
+    }
+    // A Map keeps insertion order: deleting first moves the entry to the young end.
+    this.ordinary.delete(row.id);
+    this.ordinary.set(row.id, row);
+    if (this.ordinary.size > this.capacity) this.ordinary.delete(this.ordinary.keys().next().value!);
   }
-  refreshBalances(balances: ExternalBalances[]): void {
+
+  forget(ids: Iterable<string>): void {
+    for (const id of ids) this.ordinary.delete(id);
+  }
+
+  refreshExternalBalances(balances: ExternalBalances[]): void {
     for (const b of balances) {
-      const row = this.rows.get(b.id);
+      const row = this.externals.get(b.id);
       if (row)
-        this.rows.set(
+        this.externals.set(
           b.id,
           Object.assign({}, row, { posted: b.posted, pending_debits: b.pending_debits, pending_credits: b.pending_credits }),
         );
     }
   }
-  row(id: string): EntityRow | undefined {
-    return this.rows.get(id);
+
+  row(id: string): BookEntity | undefined {
+    return this.ordinary.get(id) ?? this.externals.get(id);
   }
-  idFor(programId: string, currencyCode: string): string | undefined {
-    return this.byProgramCurrency.get(`${programId}:${currencyCode}`);
+
+  external(id: string): BookEntity | undefined {
+    return this.externals.get(id);
   }
+
+  externalIdFor(programId: string, currencyCode: string): string | undefined {
+    return this.externalByProgramCurrency.get(`${programId}:${currencyCode}`);
+  }
+
+  /**
+   * Notes that a transaction of this process is about to write `ids`, until `release` is called.
+   * A batch that would rest on cached rows another transaction is writing takes the locked read
+   * instead: its cached versions are about to go stale.
+   */
+  claimWriting(ids: string[]): () => void {
+    for (const id of ids) this.writing.set(id, (this.writing.get(id) ?? 0) + 1);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      for (const id of ids) {
+        const n = this.writing.get(id)! - 1;
+        if (n === 0) this.writing.delete(id);
+        else this.writing.set(id, n);
+      }
+    };
+  }
+
+  isWriting(id: string): boolean {
+    return this.writing.has(id);
+  }
+
+  /** Ordinary entities cached, for the metrics. */
+  get size(): number {
+    return this.ordinary.size;
+  }
+}
+
+/** The entity ids `commands` name themselves (legs, funded entity, capture destination). */
+export function namedEntityIds(commands: MoneyCommand[]): Set<string> {
+  const ids = new Set<string>();
+  for (const command of commands) {
+    if (command.kind === "create") for (const leg of command.legs) ids.add(leg.entityId);
+    if (command.kind === "fund" || command.kind === "defund" || command.kind === "reserve") ids.add(command.entityId);
+    if (command.kind === "capture") ids.add(command.destinationEntityId);
+  }
+  return ids;
+}
+
+/**
+ * A book over cached rows alone, for a batch that only moves money between entities (transfers,
+ * deposits, withdrawals) that this process has cached and is not writing right now; undefined
+ * when anything the commands need is not in the cache. Nothing is read or locked here: the write
+ * checks the rows' versions (money-persist.ts).
+ */
+export function cachedBook(commands: MoneyCommand[], cache: EntityCache, now = new Date()): Book | undefined {
+  const entities = new Map<string, EntityState>();
+  for (const command of commands) if (command.kind !== "create" && command.kind !== "fund" && command.kind !== "defund") return undefined;
+  for (const id of namedEntityIds(commands)) {
+    const row = cache.row(id);
+    if (!row || cache.isWriting(id)) return undefined;
+    entities.set(id, entityState(row));
+  }
+  for (const command of commands) {
+    if (command.kind !== "fund" && command.kind !== "defund") continue;
+    const entity = entities.get(command.entityId)!.row;
+    const externalId = cache.externalIdFor(entity.program_id, entity.currency_code);
+    if (!externalId) return undefined;
+    if (!entities.has(externalId)) entities.set(externalId, entityState(cache.external(externalId)!));
+  }
+  return new Book({
+    entities,
+    groups: new Map(),
+    reservations: new Map(),
+    captures: new Map(),
+    externalIdFor: (p, c) => cache.externalIdFor(p, c),
+    now,
+  });
 }
 
 /**
@@ -45,7 +159,7 @@ export class ExternalEntityCache {
  * against their balance, and their rows only receive deltas when the book is written. The answer
  * is a book over those rows, ready to apply the commands to.
  */
-export async function loadBook(tx: Tx, commands: MoneyCommand[], externals: ExternalEntityCache, now = new Date()): Promise<Book> {
+export async function loadBook(tx: Tx, commands: MoneyCommand[], cache: EntityCache, now = new Date()): Promise<Book> {
   const groupIds = commands.flatMap((c) => ("groupId" in c && isId("group", c.groupId) ? [c.groupId] : []));
   const groups = await loadGroups(tx, groupIds, true);
 
@@ -76,27 +190,29 @@ export async function loadBook(tx: Tx, commands: MoneyCommand[], externals: Exte
     }
   }
 
-  const entityIds = new Set<string>();
-  for (const command of commands) {
-    if (command.kind === "create") for (const leg of command.legs) entityIds.add(leg.entityId);
-    if (command.kind === "fund" || command.kind === "defund" || command.kind === "reserve") entityIds.add(command.entityId);
-    if (command.kind === "capture") entityIds.add(command.destinationEntityId);
-  }
+  const entityIds = namedEntityIds(commands);
   for (const reservation of reservations.values()) entityIds.add(reservation.entity_id);
   for (const group of groups.values()) for (const leg of group.legs) entityIds.add(leg.entity_id);
   const ids = [...entityIds].filter((id) => isId("entity", id)).sort();
   const entities = new Map<string, EntityState>();
-  const track = (row: EntityRow) => entities.set(row.id, entityState(row));
+  const track = (row: BookEntity) => entities.set(row.id, entityState(row));
   if (ids.length > 0) {
-    for (const row of await tx<EntityRow[]>`select * from entities where id = any(${ids}) and not is_external order by id for update`)
+    for (const row of await tx<BookEntity[]>`
+      select id, account_id, program_id, currency_code, is_external, posted, pending_debits, pending_credits, held, xmin::text as version
+      from entities where id = any(${ids}) and not is_external order by id for update`) {
       track(row);
+      cache.remember(row);
+    }
     // What is not an ordinary entity is an external one (cached) or does not exist.
-    const unknown = ids.filter((id) => !entities.has(id) && !externals.row(id));
+    const unknown = ids.filter((id) => !entities.has(id) && !cache.external(id));
     if (unknown.length > 0) {
-      for (const row of await tx<EntityRow[]>`select * from entities where id = any(${unknown}) and is_external`) externals.remember(row);
+      for (const row of await tx<BookEntity[]>`
+        select id, account_id, program_id, currency_code, is_external, posted, pending_debits, pending_credits, held, xmin::text as version
+        from entities where id = any(${unknown}) and is_external`)
+        cache.remember(row);
     }
     for (const id of ids) {
-      const external = externals.row(id);
+      const external = cache.external(id);
       if (external && !entities.has(id)) track(external);
     }
   }
@@ -106,17 +222,18 @@ export async function loadBook(tx: Tx, commands: MoneyCommand[], externals: Exte
     if (command.kind !== "fund" && command.kind !== "defund") continue;
     const entity = entities.get(command.entityId)?.row;
     if (!entity) continue;
-    let externalId = externals.idFor(entity.program_id, entity.currency_code);
+    let externalId = cache.externalIdFor(entity.program_id, entity.currency_code);
     if (!externalId) {
-      const [row] = await tx<EntityRow[]>`
-        select * from entities where program_id = ${entity.program_id} and currency_code = ${entity.currency_code} and is_external`;
+      const [row] = await tx<BookEntity[]>`
+        select id, account_id, program_id, currency_code, is_external, posted, pending_debits, pending_credits, held, xmin::text as version
+        from entities where program_id = ${entity.program_id} and currency_code = ${entity.currency_code} and is_external`;
       if (row) {
-        externals.remember(row);
+        cache.remember(row);
         externalId = row.id;
       }
     }
-    if (externalId && !entities.has(externalId)) track(externals.row(externalId)!);
+    if (externalId && !entities.has(externalId)) track(cache.external(externalId)!);
   }
 
-  return new Book({ entities, groups, reservations, captures, externalIdFor: (p, c) => externals.idFor(p, c), now });
+  return new Book({ entities, groups, reservations, captures, externalIdFor: (p, c) => cache.externalIdFor(p, c), now });
 }

@@ -2,15 +2,38 @@ import { outboxRowValues, type OutboxWrite, type Tx } from "@ledger/common";
 import type { ExternalBalances } from "./money-load.js";
 import type { BookEffects, EntityState } from "./money-rules.js";
 
+/** An ordinary entity's row version (xmin): the one the rules read, or the one a write made. */
+export interface EntityVersion {
+  id: string;
+  version: string;
+}
+
+/** What a write answers: the external entities' new balances and the changed ordinary rows' new versions. */
+export interface Written {
+  externals: ExternalBalances[];
+  ordinary: EntityVersion[];
+}
+
 /**
  * Writes a batch's effects in one statement, sent at once and not awaited here, so a batch costs
- * at most one round trip to write however many commands it holds: ordinary balances (absolute), external balances (deltas), new groups
- * and legs, changed groups, reservations and captures, and one outbox row with all its events.
- * It answers with the external entities' new balances, for ExternalEntityCache.
- * Foreign keys between the parts are checked at the end of the statement, when all are in.
- * The statement text never changes, so Postgres plans it once per connection.
+ * at most one round trip to write however many commands it holds: ordinary balances (absolute),
+ * external balances (deltas), new groups and legs, changed groups, reservations and captures, and
+ * one outbox row with all its events. Foreign keys between the parts are checked at the end of the
+ * statement, when all are in. The statement text never changes, so Postgres plans it once per
+ * connection.
+ *
+ * `read` is every ordinary entity the rules read, with the version they read. The statement locks
+ * those rows in id order and fails as a whole (40001, `require_unchanged_entities`) unless every
+ * one still has that version: that is what lets the rules run on cached rows with nothing read or
+ * locked before (docs/architecture.md#cached-balances). After a locked read the check always holds.
  */
-export function persist(tx: Tx, batch: Omit<BookEffects, "events">, outbox: OutboxWrite, now: Date): Promise<ExternalBalances[]> {
+export function persist(
+  tx: Tx,
+  batch: Omit<BookEffects, "events">,
+  outbox: OutboxWrite,
+  now: Date,
+  read: EntityVersion[],
+): Promise<Written> {
   const changed = batch.changedEntities;
   const balances = (states: EntityState[]) =>
     json(
@@ -74,19 +97,28 @@ export function persist(tx: Tx, batch: Omit<BookEffects, "events">, outbox: Outb
     })),
   );
   const captures = json(batch.newCaptures.map((c) => Object.assign({}, c, { amount: `${c.amount}` })));
-  return tx<ExternalBalances[]>`
+  return tx<Array<ExternalBalances & { version: string | null }>>`
     with
+    unchanged as materialized (
+      select e.id from entities e join json_to_recordset(${json(read)}::text::json) as r(id text, version xid) on r.id = e.id
+      where e.xmin = r.version
+      order by e.id
+      for no key update of e),
     ordinary_balances as (
       update entities e
       set posted = v.posted, pending_debits = v.pending_debits, pending_credits = v.pending_credits, held = v.held, updated_at = ${now}
       from json_to_recordset(${ordinary}::text::json) as v(id text, posted int8, pending_debits int8, pending_credits int8, held int8)
-      where e.id = v.id),
+        join unchanged u on u.id = v.id
+      where e.id = v.id
+      returning e.id, e.xmin::text as version),
     external_balances as (
       update entities e
       set posted = e.posted + v.posted, pending_debits = e.pending_debits + v.pending_debits,
           pending_credits = e.pending_credits + v.pending_credits, updated_at = ${now}
       from json_to_recordset(${external}::text::json) as v(id text, posted int8, pending_debits int8, pending_credits int8, held int8)
-      where e.id = v.id
+      -- Ordinary entities are locked before external ones, in every transaction: this condition
+      -- makes Postgres take all of "unchanged" (an init plan) before it locks its first external row.
+      where e.id = v.id and (select count(*) from unchanged) >= 0
       returning e.id, e.posted, e.pending_debits, e.pending_credits),
     new_groups as (
       insert into transaction_groups (id, account_id, program_id, status, description, metadata, currency_code, amount,
@@ -122,7 +154,16 @@ export function persist(tx: Tx, batch: Omit<BookEffects, "events">, outbox: Outb
     new_events as (
       insert into outbox_writes (events, event_ids, subjects, payloads)
       select ${outboxRowValues(tx, outbox)} where ${outbox.eventIds.length}::int > 0)
-    select * from external_balances`.execute();
+    select id, posted, pending_debits, pending_credits, null::text as version from external_balances
+    union all
+    select id, null, null, null, version from ordinary_balances
+    union all
+    select null, null, null, null, null where not require_unchanged_entities((select count(*) from unchanged), ${read.length}::int)`
+    .execute()
+    .then((rows) => ({
+      externals: rows.filter((r) => r.version === null),
+      ordinary: rows.flatMap((r) => (r.version === null ? [] : [{ id: r.id, version: r.version }])),
+    }));
 }
 
 /**

@@ -2,7 +2,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { errorCodeOf } from "@ledger/common";
 import type { EntityRow } from "./entities.js";
-import { Book, entityState, type MoneyCommand, type Outcome } from "./money-rules.js";
+import { Book, entityState, type BookEntity, type MoneyCommand, type Outcome } from "./money-rules.js";
 
 // The pure money rules, with no database: a set of commands applied in one book must come to
 // exactly what applying them one by one (each in a book of its own, as separate transactions
@@ -14,9 +14,13 @@ const EXTERNAL = "ent_external";
 const ORDINARY = ["ent_a", "ent_b", "ent_c", "ent_d"];
 const OTHER_ACCOUNT = "ent_theirs";
 
-function row(id: string, balances: Partial<Pick<EntityRow, "posted" | "pending_debits" | "pending_credits" | "held">> = {}): EntityRow {
+/** An entity row as the book reads it, with the entity's other columns. */
+type TestRow = EntityRow & BookEntity;
+
+function row(id: string, balances: Partial<Pick<EntityRow, "posted" | "pending_debits" | "pending_credits" | "held">> = {}): TestRow {
   return {
     id,
+    version: "1",
     account_id: id === OTHER_ACCOUNT ? "acct_2" : ACCOUNT,
     program_id: PROGRAM,
     name: id,
@@ -35,7 +39,7 @@ function row(id: string, balances: Partial<Pick<EntityRow, "posted" | "pending_d
 }
 
 /** A book over `rows`, as money-load.ts would build it after reading them. */
-function bookOf(rows: EntityRow[]): Book {
+function bookOf(rows: TestRow[]): Book {
   return new Book({
     entities: new Map(rows.map((r) => [r.id, entityState(r)])),
     groups: new Map(),
@@ -47,7 +51,7 @@ function bookOf(rows: EntityRow[]): Book {
 }
 
 /** The rows as the book's write would leave them (external entities receive their deltas). */
-function rowsAfter(book: Book, rows: EntityRow[]): EntityRow[] {
+function rowsAfter(book: Book, rows: TestRow[]): TestRow[] {
   return rows.map((r) => {
     const s = book.entity(r.id)!;
     return r.is_external
@@ -61,7 +65,7 @@ function rowsAfter(book: Book, rows: EntityRow[]): EntityRow[] {
   });
 }
 
-const balancesOf = (rows: EntityRow[]) => rows.map((r) => [r.id, r.posted, r.pending_debits, r.pending_credits, r.held]);
+const balancesOf = (rows: TestRow[]) => rows.map((r) => [r.id, r.posted, r.pending_debits, r.pending_credits, r.held]);
 const summary = (o: Outcome) => (o.ok ? "ok" : errorCodeOf(o.error).code);
 
 const base = { accountId: ACCOUNT, programId: PROGRAM, requestId: "req", traceparent: "" };
@@ -125,7 +129,7 @@ describe("money rules (pure)", () => {
         const book = bookOf(rows);
         for (const c of commands) book.apply(c);
         const after = rowsAfter(book, rows);
-        const total = (rs: EntityRow[], pick: (r: EntityRow) => bigint) => rs.reduce((sum, r) => sum + pick(r), 0n);
+        const total = (rs: TestRow[], pick: (r: TestRow) => bigint) => rs.reduce((sum, r) => sum + pick(r), 0n);
         expect(total(after, (r) => r.posted)).toBe(total(rows, (r) => r.posted));
         expect(total(after, (r) => r.pending_debits)).toBe(total(after, (r) => r.pending_credits));
         for (const r of after) if (!r.is_external) expect(r.posted - r.pending_debits - r.held).toBeGreaterThanOrEqual(0n);

@@ -109,9 +109,18 @@ export function parseLegs(legs: LegSpec[]): LegSpec[] {
   return legs;
 }
 
+/**
+ * What the rules read of an entity: who owns it, its currency, whether it is external, and its
+ * balances, with `version`, the Postgres row version (xmin) those balances are of.
+ */
+export type BookEntity = Pick<
+  EntityRow,
+  "id" | "account_id" | "program_id" | "currency_code" | "is_external" | "posted" | "pending_debits" | "pending_credits" | "held"
+> & { version: string };
+
 /** Working state of one entity while commands are applied. */
 export interface EntityState {
-  row: EntityRow;
+  row: BookEntity;
   /** For ordinary entities: the new absolute balances. For external ones: deltas only. */
   posted: bigint;
   pendingDebits: bigint;
@@ -120,7 +129,7 @@ export interface EntityState {
 }
 
 /** The starting state of a loaded entity: ordinary ones from their balances, external ones at zero deltas. */
-export function entityState(row: EntityRow): EntityState {
+export function entityState(row: BookEntity): EntityState {
   return row.is_external
     ? { row, posted: 0n, pendingDebits: 0n, pendingCredits: 0n, held: 0n }
     : { row, posted: row.posted, pendingDebits: row.pending_debits, pendingCredits: row.pending_credits, held: row.held };
@@ -172,6 +181,11 @@ export class Book {
   /** The current state of an entity, for tests and callers that report balances. */
   entity(id: string): EntityState | undefined {
     return this.state.entities.get(id);
+  }
+
+  /** The rows the book was opened over, as they were read (staging never changes a row). */
+  rows(): BookEntity[] {
+    return [...this.state.entities.values()].map((s) => s.row);
   }
 
   /** A point to roll back to. */
@@ -530,7 +544,7 @@ function reservationOf(command: CommandBase, reservationId: string, ctx: ApplyCo
   return reservation;
 }
 
-function entityOf(command: CommandBase, entityId: string, ctx: ApplyContext): EntityRow {
+function entityOf(command: CommandBase, entityId: string, ctx: ApplyContext): BookEntity {
   const row = ctx.entities.get(entityId)?.row;
   if (!row || row.account_id !== command.accountId || row.program_id !== command.programId) throw notFound("entity", entityId);
   return row;

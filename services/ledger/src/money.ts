@@ -1,12 +1,13 @@
 // The money core, in three parts: the rules over in-memory balances (money-rules.ts, no I/O),
-// loading and locking what a set of commands needs (money-load.ts), and writing what they did in
-// one statement (money-persist.ts). This file puts them together for a transaction.
-import { outboxWrite, type Tx } from "@ledger/common";
-import { type ExternalEntityCache, loadBook } from "./money-load.js";
+// loading and locking what a set of commands needs, or taking it from the process's cache
+// (money-load.ts), and writing what they did in one statement (money-persist.ts). This file puts
+// them together for a transaction.
+import { outboxWrite, type Sql, type Tx } from "@ledger/common";
+import { cachedBook, type EntityCache, loadBook } from "./money-load.js";
 import { persist } from "./money-persist.js";
 import type { Book, MoneyCommand } from "./money-rules.js";
 
-export { ExternalEntityCache } from "./money-load.js";
+export { EntityCache, namedEntityIds } from "./money-load.js";
 export {
   Book,
   expectOk,
@@ -18,26 +19,75 @@ export {
 } from "./money-rules.js";
 
 /**
- * Loads and locks what `commands` need inside `tx` and hands back the book to apply them to, in
- * order, with `book.apply` (and `checkpoint`/`rollback` for a run that is all or nothing).
- * `write` then sends the book's effects as one statement, not awaited: the caller sends COMMIT
- * right behind it and awaits both, so the write costs no round trip of its own.
+ * A book to apply commands to, in order, with `book.apply` (and `checkpoint`/`rollback` for a run
+ * that is all or nothing). `write` then sends the book's effects as one statement; it fails with
+ * 40001 when a row the rules read changed since (only possible for a cached book).
+ */
+export interface OpenBook {
+  book: Book;
+  write(): Promise<void>;
+}
+
+/**
+ * Loads and locks what `commands` need inside `tx`. `write` is sent, not awaited, by the caller,
+ * which sends COMMIT right behind it and awaits both, so the write costs no round trip of its own.
  */
 export async function openBook(
   tx: Tx,
   commands: MoneyCommand[],
-  externals: ExternalEntityCache,
+  cache: EntityCache,
   /** The NATS subject of an event type (`eventSubject` with the service's prefix). */
   subjectOf: (type: string) => string,
-): Promise<{ book: Book; write(): Promise<unknown> }> {
+): Promise<OpenBook> {
   const now = new Date();
-  const book = await loadBook(tx, commands, externals, now);
+  return writable(tx, await loadBook(tx, commands, cache, now), cache, subjectOf, now);
+}
+
+/**
+ * A book over the process's cached rows, when `commands` need nothing else
+ * (docs/architecture.md#cached-balances); undefined otherwise. Its write is a transaction of one
+ * statement on `sql`: nothing was read before it, so it needs no BEGIN or COMMIT, and the whole
+ * batch costs one round trip.
+ */
+export function openCachedBook(
+  sql: Sql,
+  commands: MoneyCommand[],
+  cache: EntityCache,
+  subjectOf: (type: string) => string,
+): OpenBook | undefined {
+  const now = new Date();
+  const book = cachedBook(commands, cache, now);
+  // One statement outside BEGIN is a transaction of its own; persist only ever runs one statement.
+  return book && writable(sql as unknown as Tx, book, cache, subjectOf, now);
+}
+
+function writable(tx: Tx, book: Book, cache: EntityCache, subjectOf: (type: string) => string, now: Date): OpenBook {
   return {
     book,
     write() {
       const effects = book.effects();
       const outbox = outboxWrite(effects.events.map((e) => ({ id: e.id, subject: subjectOf(e.type), payload: e.payload })));
-      return persist(tx, effects, outbox, now).then((balances) => externals.refreshBalances(balances));
+      const read = book.rows().flatMap((row) => (row.is_external ? [] : [{ id: row.id, version: row.version }]));
+      return persist(tx, effects, outbox, now, read).then((written) => {
+        cache.refreshExternalBalances(written.externals);
+        // Each changed row as this write left it, under the version the write gave it. Cached
+        // before COMMIT is answered: should the transaction roll back, no row ever has that
+        // version, and a write resting on it fails its check.
+        const versions = new Map(written.ordinary.map((v) => [v.id, v.version]));
+        for (const state of effects.changedEntities) {
+          const version = versions.get(state.row.id);
+          if (state.row.is_external || version === undefined) continue;
+          cache.remember(
+            Object.assign({}, state.row, {
+              posted: state.posted,
+              pending_debits: state.pendingDebits,
+              pending_credits: state.pendingCredits,
+              held: state.held,
+              version,
+            }),
+          );
+        }
+      });
     },
   };
 }

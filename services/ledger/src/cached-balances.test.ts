@@ -1,0 +1,305 @@
+import { ConnectError } from "@connectrpc/connect";
+import { eventSubject, sqlState } from "@ledger/common";
+import { ledgerViolations, startStack, type Stack } from "@ledger/e2e";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { EntityCache, type MoneyCommand, openCachedBook } from "./money.js";
+import type { BookEntity } from "./money-rules.js";
+
+// Cached balances (docs/architecture.md#cached-balances): a batch of transfers between entities
+// the process knows is applied on its cached rows and written in one statement that checks every
+// row is still the version it cached. Here two ledger processes share one database, so each one's
+// cache goes stale behind its back, and every answer must still be the one the current balances give.
+
+let stack: Stack;
+beforeAll(async () => {
+  stack = await startStack();
+});
+afterAll(async () => stack?.close());
+
+/**
+ * Batches by path (cached, locked, stale), and batches that failed as a whole (a deadlock, say),
+ * so far, summed over the ledgers of this test process.
+ */
+async function paths(): Promise<Record<string, number>> {
+  const text = await (await fetch(`${stack.ledgerUrl}/metrics`)).text();
+  const counts: Record<string, number> = { cached: 0, locked: 0, stale: 0 };
+  for (const m of text.matchAll(/^ledger_batch_paths_total\{path="(\w+)"\} (\d+)$/gm)) counts[m[1]!] = Number(m[2]);
+  counts["failed"] = Number(/^ledger_batch_fallbacks_total (\d+)$/m.exec(text)?.[1] ?? 0);
+  return counts;
+}
+
+async function since(before: Record<string, number>): Promise<Record<string, number>> {
+  const now = await paths();
+  return Object.fromEntries(Object.keys(now).map((k) => [k, now[k]! - (before[k] ?? 0)]));
+}
+
+describe("two ledger processes on one database", () => {
+  it("refuses on the balance another process left, not on the one it cached, and pays from money another process moved in", async () => {
+    const replica = await stack.startLedgerReplica();
+    const one = stack.ledgerClient(stack.account.api_key);
+    const two = stack.ledgerClient(stack.account.api_key, replica.server.url);
+    const entity = async () => (await one.createEntity({ entityName: "c", entityType: "wallet" })).entity!.entityId;
+    const [a, b, c] = await Promise.all([entity(), entity(), entity()]);
+    const transfer = (client: typeof one, from: string, to: string, amount: bigint) =>
+      client.createTransaction({
+        description: "cached",
+        status: 2,
+        form: { case: "transfer", value: { fromEntityId: from, toEntityId: to, amount } },
+      });
+    const posted = async (id: string) => (await one.getEntity({ entityId: id })).entity!.balances!.posted;
+
+    await one.fundEntity({ entityId: a, amount: 100n });
+    await transfer(one, a, b, 10n); // process one now has a and b cached
+    let before = await paths();
+    await transfer(one, a, b, 10n);
+    expect((await since(before)).cached).toBe(1);
+
+    // Process two spends most of a; process one's cache still says 80 is there.
+    await transfer(two, a, c, 70n);
+    before = await paths();
+    const refused = await transfer(one, a, b, 50n).catch((err: unknown) => ConnectError.from(err));
+    expect(refused).toBeInstanceOf(ConnectError);
+    expect((refused as ConnectError).rawMessage).toBe(`entity ${a} has 10 available; 50 is required`);
+    const refusal = await since(before);
+    expect(refusal.stale).toBe(1);
+    expect(refusal.locked).toBe(1);
+    expect(await posted(a)).toBe(10n);
+
+    // Process two pays 60 into b; process one's cache says b holds 20, and 70 must go through.
+    await transfer(two, c, b, 60n);
+    await transfer(one, b, a, 70n);
+    expect([await posted(a), await posted(b), await posted(c)]).toEqual([80n, 10n, 10n]);
+    expect(await ledgerViolations(stack.sql, stack.account.account_id)).toEqual([]);
+    await replica.close();
+  });
+
+  it("keeps every cent when both transfer between the same few entities at once", async () => {
+    const replica = await stack.startLedgerReplica();
+    const clients = [stack.ledgerClient(stack.account.api_key), stack.ledgerClient(stack.account.api_key, replica.server.url)];
+    const ids: string[] = [];
+    for (let i = 0; i < 6; i++) {
+      const id = (await clients[0]!.createEntity({ entityName: `hot ${i}`, entityType: "wallet" })).entity!.entityId;
+      await clients[0]!.fundEntity({ entityId: id, amount: 1_000n });
+      ids.push(id);
+    }
+    // Both processes learn every entity before the race.
+    for (const client of clients) for (const id of ids) await client.fundEntity({ entityId: id, amount: 1n });
+    const before = await paths();
+
+    // A fixed pseudo-random schedule, so a failure can be replayed.
+    let seed = 42;
+    const next = (n: number) => {
+      // mulberry32
+      seed = (seed + 0x6d2b79f5) | 0;
+      let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+      t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+      return Math.floor((((t ^ (t >>> 14)) >>> 0) / 2 ** 32) * n);
+    };
+    // Mostly transfers; deposits and withdrawals too, which also write the program's external entity.
+    const plan = Array.from({ length: 600 }, (_, i) => {
+      const roll = next(100);
+      const kind = roll < 70 ? ("transfer" as const) : roll < 85 ? ("deposit" as const) : ("withdrawal" as const);
+      const from = next(ids.length);
+      const to = (from + 1 + next(ids.length - 1)) % ids.length;
+      return { kind, client: clients[i % 2]!, from: ids[from]!, to: ids[to]!, amount: BigInt(1 + next(400)) };
+    });
+    const call = (t: (typeof plan)[number]) => {
+      if (t.kind === "deposit") return t.client.fundEntity({ entityId: t.to, amount: t.amount });
+      if (t.kind === "withdrawal") return t.client.defundEntity({ entityId: t.from, amount: t.amount });
+      return t.client.createTransaction({
+        description: "race",
+        status: 2,
+        form: { case: "transfer", value: { fromEntityId: t.from, toEntityId: t.to, amount: t.amount } },
+      });
+    };
+    const send = (t: (typeof plan)[number]) =>
+      call(t).then(
+        () => "ok" as const,
+        (err: unknown) => {
+          if (!ConnectError.from(err).rawMessage.includes("available")) throw err;
+          return "insufficient" as const;
+        },
+      );
+    // In rounds of 20 (10 a process), so that each round is about one batch a process: cached
+    // batches of the two race each other, and the loser finds its rows changed.
+    const outcomes: Array<"ok" | "insufficient"> = [];
+    for (let i = 0; i < plan.length; i += 20) outcomes.push(...(await Promise.all(plan.slice(i, i + 20).map(send))));
+
+    // Each balance is exactly what the accepted calls make of it, and none went below zero.
+    const expected = new Map(ids.map((id) => [id, 1_002n]));
+    const add = (id: string, amount: bigint) => expected.set(id, expected.get(id)! + amount);
+    plan.forEach((t, i) => {
+      if (outcomes[i] !== "ok") return;
+      if (t.kind !== "deposit") add(t.from, -t.amount);
+      if (t.kind !== "withdrawal") add(t.to, t.amount);
+    });
+    const rows = await stack.sql<{ id: string; posted: bigint }[]>`select id, posted from entities where id = any(${ids})`;
+    expect(new Map(rows.map((r) => [r.id, r.posted]))).toEqual(expected);
+    expect(rows.every((r) => r.posted >= 0n)).toBe(true);
+    expect(outcomes.filter((o) => o === "ok").length).toBeGreaterThan(300);
+
+    expect(await ledgerViolations(stack.sql, stack.account.account_id)).toEqual([]);
+
+    // Both paths ran, and the caches did go stale under each other. No batch failed as a whole:
+    // every transaction takes entity locks in one order (ordinary by id, then external), whichever
+    // way it got its rows, so none is ever a deadlock's victim.
+    const run = await since(before);
+    expect(run.cached).toBeGreaterThan(0);
+    expect(run.stale).toBeGreaterThan(0);
+    expect(run.failed).toBe(0);
+    await replica.close();
+  });
+});
+
+describe("the write's version check", () => {
+  const columns =
+    "id, account_id, program_id, currency_code, is_external, posted, pending_debits, pending_credits, held, xmin::text as version";
+
+  async function setUp() {
+    const client = stack.ledgerClient(stack.account.api_key);
+    const entity = async () => (await client.createEntity({ entityName: "v", entityType: "wallet" })).entity!.entityId;
+    const [a, b] = await Promise.all([entity(), entity()]);
+    await client.fundEntity({ entityId: a, amount: 100n });
+    const rows = await stack.sql<BookEntity[]>`
+      select ${stack.sql.unsafe(columns)} from entities
+      where id in (${a}, ${b}) or (program_id = ${stack.account.program_id} and is_external)`;
+    const command: MoneyCommand = {
+      kind: "create",
+      accountId: stack.account.account_id,
+      programId: stack.account.program_id,
+      requestId: "req_cached",
+      traceparent: "",
+      description: "cached",
+      metadata: null,
+      status: "posted",
+      legs: [
+        { entityId: a, direction: "debit", amount: 30n },
+        { entityId: b, direction: "credit", amount: 30n },
+      ],
+    };
+    const groups = async () => (await stack.sql<{ n: number }[]>`select count(*)::int as n from legs where entity_id = ${a}`)[0]!.n;
+    return { a, b, rows, command, groups };
+  }
+
+  // The stack's own subjects: its relay publishes what these writes put in the outbox.
+  const subjectOf = (type: string) => eventSubject(stack.subjectPrefix, type);
+
+  it("writes nothing when a cached row is not the version in the database", async () => {
+    const { a, rows, command, groups } = await setUp();
+    const cache = new EntityCache();
+    // The version a rolled-back transaction would have left in the cache: no row has it.
+    for (const row of rows) cache.remember(row.id === a ? Object.assign({}, row, { version: "3" }) : row);
+    const legsBefore = await groups();
+    const open = openCachedBook(stack.sql, [command], cache, subjectOf)!;
+    expect(open.book.apply(command).ok).toBe(true);
+    const failure = await open.write().then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    expect(sqlState(failure)).toBe("40001");
+    expect(await groups()).toBe(legsBefore);
+    const [row] = await stack.sql<{ posted: bigint }[]>`select posted from entities where id = ${a}`;
+    expect(row!.posted).toBe(100n);
+  });
+
+  it("writes when every cached row is current, and caches the versions it wrote", async () => {
+    const { a, b, rows, command, groups } = await setUp();
+    const cache = new EntityCache();
+    for (const row of rows) cache.remember(row);
+    const legsBefore = await groups();
+    const open = openCachedBook(stack.sql, [command], cache, subjectOf)!;
+    expect(open.book.apply(command).ok).toBe(true);
+    await open.write();
+    expect(await groups()).toBe(legsBefore + 1);
+    const now = await stack.sql<BookEntity[]>`select ${stack.sql.unsafe(columns)} from entities where id in (${a}, ${b}) order by id`;
+    for (const row of now) expect(cache.row(row.id)).toEqual(row);
+    expect(now.find((r) => r.id === a)!.posted).toBe(70n);
+    expect(await ledgerViolations(stack.sql, stack.account.account_id)).toEqual([]);
+  });
+  it("locks the ordinary entities it read before the external one, as a locked read does", async () => {
+    const { a, rows } = await setUp();
+    const cache = new EntityCache();
+    for (const row of rows) cache.remember(row);
+    const external = rows.find((r) => r.is_external)!;
+    const deposit: MoneyCommand = {
+      kind: "fund",
+      accountId: stack.account.account_id,
+      programId: stack.account.program_id,
+      requestId: "req_lock_order",
+      traceparent: "",
+      entityId: a,
+      amount: 5n,
+      description: "lock order",
+    };
+    // Another transaction holds the entity, as a batch that read it under lock does.
+    const holder = await stack.sql.reserve();
+    try {
+      await holder`begin`;
+      const [{ pid }] = (await holder`select pg_backend_pid() as pid`) as unknown as [{ pid: number }];
+      await holder`select id from entities where id = ${a} for update`;
+      const open = openCachedBook(stack.sql, [deposit], cache, subjectOf)!;
+      expect(open.book.apply(deposit).ok).toBe(true);
+      const written = open.write();
+      await expect
+        .poll(
+          async () =>
+            (
+              await stack.sql<
+                { n: number }[]
+              >`select count(*)::int as n from pg_stat_activity where ${pid}::int = any(pg_blocking_pids(pid))`
+            )[0]!.n,
+        )
+        .toBe(1);
+      // The waiting write has not taken the external entity: the holder could still write it.
+      const free = await stack.sql`select id from entities where id = ${external.id} for update nowait`.then(
+        () => true,
+        (err: unknown) => sqlState(err) !== "55P03",
+      );
+      expect(free).toBe(true);
+      await holder`rollback`;
+      await written;
+    } finally {
+      holder.release();
+    }
+    const [row] = await stack.sql<{ posted: bigint }[]>`select posted from entities where id = ${a}`;
+    expect(row!.posted).toBe(105n);
+  });
+});
+
+describe("EntityCache", () => {
+  const row = (id: string, is_external = false): BookEntity => ({
+    id,
+    account_id: "acct",
+    program_id: "prog",
+    currency_code: "USD",
+    is_external,
+    posted: 0n,
+    pending_debits: 0n,
+    pending_credits: 0n,
+    held: 0n,
+    version: "1",
+  });
+
+  it("keeps the most recently used ordinary entities up to its size, and every external one", () => {
+    const cache = new EntityCache(2);
+    cache.remember(row("ext", true));
+    cache.remember(row("a"));
+    cache.remember(row("b"));
+    cache.remember(row("a")); // a is now the younger
+    cache.remember(row("c"));
+    expect(["a", "b", "c", "ext"].map((id) => cache.row(id) !== undefined)).toEqual([true, false, true, true]);
+    expect(cache.size).toBe(2);
+    expect(cache.externalIdFor("prog", "USD")).toBe("ext");
+  });
+
+  it("counts entities being written until every writer released them", () => {
+    const cache = new EntityCache();
+    const first = cache.claimWriting(["a", "b"]);
+    const second = cache.claimWriting(["b"]);
+    first();
+    first(); // a second release changes nothing
+    expect([cache.isWriting("a"), cache.isWriting("b")]).toEqual([false, true]);
+    second();
+    expect(cache.isWriting("b")).toBe(false);
+  });
+});
