@@ -3,7 +3,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { create, type DescMessage, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
 import { Code, type HandlerContext } from "@connectrpc/connect";
 import type { Logger } from "pino";
-import { pipelinedTransaction, sentWrites, type Sql, type Tx } from "./db.js";
+import { pipelinedTransaction, sentWrites, sqlState, type Sql, type Tx } from "./db.js";
 import { appError, invalidArgument, ruleViolation } from "./errors.js";
 import { encodeBinary } from "./proto-binary.js";
 import { decodeBinary } from "./proto-binary-decode.js";
@@ -112,6 +112,38 @@ export async function claimIdempotencyKeys(tx: Tx, claims: KeyClaim[]): Promise<
     }
   }
   return results;
+}
+
+/**
+ * Stores new keys with their responses in one statement, for work that applied its requests
+ * without claiming their keys first (the ledger's cached batches, docs/architecture.md#cached-balances).
+ * A key that exists already fails the statement (23505, `isKnownKeyError`) and with it the
+ * transaction: the caller then claims the keys the usual way, and replays or refuses. Callers pass
+ * the keys sorted, as to `claimIdempotencyKeys`, so two inserts never wait on each other in a cycle.
+ * The statement is sent, not awaited, like `settleIdempotencyKeys`'s.
+ */
+export function insertIdempotencyKeys(
+  tx: Tx,
+  keys: Array<{ accountId: string; key: string; fingerprint: Buffer; response: Uint8Array }>,
+): Promise<unknown>[] {
+  const writes = sentWrites();
+  if (keys.length > 0) {
+    writes.push(
+      tx`
+      insert into idempotency_keys (account_id, key, fingerprint, response)
+      select k.account_id, k.key, decode(k.fingerprint, 'hex'), decode(k.response, 'hex')
+      from unnest(${keys.map((k) => k.accountId)}::text[], ${keys.map((k) => k.key)}::text[],
+                  ${keys.map((k) => k.fingerprint.toString("hex"))}::text[],
+                  ${keys.map((k) => Buffer.from(k.response).toString("hex"))}::text[]) with ordinality as k(account_id, key, fingerprint, response, n)
+      order by k.n`.execute(),
+    );
+  }
+  return writes;
+}
+
+/** Whether `err` is `insertIdempotencyKeys` finding a key that exists already. */
+export function isKnownKeyError(err: unknown): boolean {
+  return sqlState(err) === "23505" && (err as { constraint_name?: string }).constraint_name === "idempotency_keys_pkey";
 }
 
 /**

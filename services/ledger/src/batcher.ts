@@ -10,6 +10,8 @@ import {
   pipelinedTransaction,
   ruleViolation,
   sentWrites,
+  insertIdempotencyKeys,
+  isKnownKeyError,
   settleIdempotencyKeys,
   sqlState,
   type Claim,
@@ -44,8 +46,9 @@ const batchFallbacks = new Counter({
 const batchPaths = new Counter({
   name: "ledger_batch_paths_total",
   help:
-    "Batches by how they read their rows: cached (no read; one statement), locked (read under lock first), " +
-    "or stale (written on cached rows that had changed: nothing written, applied again as locked).",
+    "Batches by how they read their rows: cached (no read; one round trip), locked (read under lock first), " +
+    "stale (written on cached rows that had changed: nothing written, applied again as locked), " +
+    "or known_key (an idempotency key existed: nothing written, applied again as locked, which replays it).",
   labelNames: ["path"],
   registers: [metricsRegistry],
 });
@@ -230,30 +233,44 @@ export function createBatcher(options: BatcherOptions) {
   }
 
   /**
-   * Applies `units` on cached rows, written in one statement with no read before it
-   * (docs/architecture.md#cached-balances). Undefined when they need more than the cache holds
-   * (anything but transfers, deposits and withdrawals between cached entities), carry idempotency
-   * keys (a key is claimed before anything is applied), or were written on rows that had changed
-   * since they were cached: then nothing was written, and the caller applies them on rows read
-   * under lock.
+   * Applies `units` on cached rows, written with no read before it, in one round trip
+   * (docs/architecture.md#cached-balances). Their idempotency keys are taken as new and inserted
+   * with their responses, before the write. Undefined when they need more than the cache holds
+   * (anything but transfers, deposits and withdrawals between cached entities), name a key twice,
+   * were written on rows that had changed since they were cached, or carried a key that exists:
+   * then nothing was written, and the caller applies them the usual way, which claims the keys
+   * (and replays a known one) and reads the rows under lock.
    */
   async function runCached(units: Unit[]): Promise<UnitResult[] | undefined> {
-    if (units.some((unit) => unit.keys.length > 0)) return undefined;
     const commands = commandsOf(units);
     if (commands.length === 0) return undefined;
+    const allKeys = units.flatMap((unit) => unit.keys);
+    // A key twice in one batch is answered from the first use: the claiming path handles that.
+    if (new Set(allKeys).size !== allKeys.length) return undefined;
     const open = openCachedBook(sql, commands, cache, options.subjectOf);
     if (!open) return undefined;
     const release = cache.claimWriting(open.book.rows().flatMap((row) => (row.is_external ? [] : [row.id])));
     try {
-      const writes = sentWrites();
-      // Without keys every unit is live, so applyUnits asks for a book over these same commands.
-      const results = await applyUnits(sql as unknown as Tx, units, writes, () => Promise.resolve(open));
-      await Promise.all(writes);
+      // No key is claimed, so every unit is live and applyUnits asks for a book over these same commands.
+      const results =
+        allKeys.length === 0
+          ? await (async () => {
+              // One statement on its own: a transaction with no BEGIN or COMMIT.
+              const writes = sentWrites();
+              const applied = await applyUnits(sql as unknown as Tx, units, writes, () => Promise.resolve(open), "insert");
+              await Promise.all(writes);
+              return applied;
+            })()
+          : // The keys' insert and the write, pipelined: still one round trip.
+            await pipelinedTransaction(sql, (tx, writes) =>
+              applyUnits(tx, units, writes, () => Promise.resolve({ book: open.book, write: () => open.write(tx) }), "insert"),
+            );
       batchPaths.inc({ path: "cached" });
       return results;
     } catch (err) {
-      if (sqlState(err) !== "40001") throw err;
-      batchPaths.inc({ path: "stale" });
+      if (sqlState(err) === "40001") batchPaths.inc({ path: "stale" });
+      else if (isKnownKeyError(err)) batchPaths.inc({ path: "known_key" });
+      else throw err;
       return undefined;
     } finally {
       release();
@@ -272,11 +289,17 @@ export function createBatcher(options: BatcherOptions) {
     const releases = [cache.claimWriting([...named])];
     try {
       return await pipelinedTransaction(sql, (tx, writes) =>
-        applyUnits(tx, units, writes, async (commands) => {
-          const open = await openBook(tx, commands, cache, options.subjectOf);
-          releases.push(cache.claimWriting(open.book.rows().flatMap((row) => (row.is_external || named.has(row.id) ? [] : [row.id]))));
-          return open;
-        }),
+        applyUnits(
+          tx,
+          units,
+          writes,
+          async (commands) => {
+            const open = await openBook(tx, commands, cache, options.subjectOf);
+            releases.push(cache.claimWriting(open.book.rows().flatMap((row) => (row.is_external || named.has(row.id) ? [] : [row.id]))));
+            return open;
+          },
+          "claim",
+        ),
       );
     } finally {
       for (const release of releases) release();
@@ -296,6 +319,12 @@ export function createBatcher(options: BatcherOptions) {
     units: Unit[],
     writes: Promise<unknown>[],
     open: (commands: MoneyCommand[]) => Promise<OpenBook>,
+    /**
+     * `claim`: claim every key before anything is applied, and settle them at the end. `insert`:
+     * take every key as new and insert the fresh ones with their responses at the end, which
+     * fails the transaction if one exists (a cached batch: nothing may be read before the write).
+     */
+    keyHandling: "claim" | "insert",
   ): Promise<UnitResult[]> {
     // Claims first, each key once, in key order, so two transactions never wait on each other's keys in a cycle.
     const toClaim = new Map<string, KeyClaim>();
@@ -308,10 +337,13 @@ export function createBatcher(options: BatcherOptions) {
       }
     }
     const sortedKeys = [...toClaim.keys()].sort();
-    const claims = await claimIdempotencyKeys(
-      tx,
-      sortedKeys.map((k) => toClaim.get(k)!),
-    );
+    const claims: Array<Claim | Error> =
+      keyHandling === "claim"
+        ? await claimIdempotencyKeys(
+            tx,
+            sortedKeys.map((k) => toClaim.get(k)!),
+          )
+        : sortedKeys.map(() => ({ kind: "new" }));
     const keys = new Map<string, KeyState>();
     const claimedNew = new Set<string>();
     sortedKeys.forEach((k, n) => {
@@ -347,6 +379,7 @@ export function createBatcher(options: BatcherOptions) {
       else keys.set(keyString(unit.idempotency), { kind: "whole" });
     });
     const live = units.map((unit, u) => ({ unit, u })).filter(({ u }) => results[u] === undefined);
+    let bookWrite: (() => Promise<void>) | undefined;
     const commands = live.flatMap(({ unit }) => unit.items.flatMap((item) => (item.command instanceof ConnectError ? [] : [item.command])));
     if (commands.length > 0) {
       const { book, write } = await open(commands);
@@ -394,7 +427,7 @@ export function createBatcher(options: BatcherOptions) {
         for (const [k, state] of local) keys.set(k, state);
         results[u] = answered(unit, answers);
       }
-      writes.push(write());
+      bookWrite = write;
     } else {
       // Nothing to apply: every live unit holds only refused items (an atomic one is refused at its first).
       for (const { unit, u } of live) {
@@ -415,7 +448,18 @@ export function createBatcher(options: BatcherOptions) {
       if (state.kind === "answered" && state.fresh) completed.push({ accountId, key, response: state.response });
       else if (state.kind === "free") refused.push({ accountId, key });
     }
-    writes.push(...settleIdempotencyKeys(tx, completed, refused));
+    // The keys before the book, as a claim comes before the rows: the same lock order everywhere.
+    if (keyHandling === "claim") writes.push(...settleIdempotencyKeys(tx, completed, refused));
+    else {
+      const stored = completed.map((c) => Object.assign({}, c, { fingerprint: toClaim.get(keyString(c))!.fingerprint }));
+      writes.push(
+        ...insertIdempotencyKeys(
+          tx,
+          stored.sort((a, b) => (keyString(a) < keyString(b) ? -1 : 1)),
+        ),
+      );
+    }
+    if (bookWrite) writes.push(bookWrite());
     return results as UnitResult[];
   }
 

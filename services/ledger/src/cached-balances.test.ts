@@ -22,7 +22,7 @@ afterAll(async () => stack?.close());
  */
 async function paths(): Promise<Record<string, number>> {
   const text = await (await fetch(`${stack.ledgerUrl}/metrics`)).text();
-  const counts: Record<string, number> = { cached: 0, locked: 0, stale: 0 };
+  const counts: Record<string, number> = { cached: 0, locked: 0, stale: 0, known_key: 0 };
   for (const m of text.matchAll(/^ledger_batch_paths_total\{path="(\w+)"\} (\d+)$/gm)) counts[m[1]!] = Number(m[2]);
   counts["failed"] = Number(/^ledger_batch_fallbacks_total (\d+)$/m.exec(text)?.[1] ?? 0);
   return counts;
@@ -148,6 +148,55 @@ describe("two ledger processes on one database", () => {
     expect(run.stale).toBeGreaterThan(0);
     expect(run.failed).toBe(0);
     await replica.close();
+  });
+});
+
+describe("idempotency keys on the cached path", () => {
+  it("stores a keyed transfer's answer in its one round trip, replays a repeat, and refuses the key for another request", async () => {
+    const client = stack.ledgerClient(stack.account.api_key);
+    const entity = async () => (await client.createEntity({ entityName: "k", entityType: "wallet" })).entity!.entityId;
+    const [a, b] = await Promise.all([entity(), entity()]);
+    await client.fundEntity({ entityId: a, amount: 100n });
+    const keyed = (key: string, amount: bigint) => {
+      let replayed = false;
+      return client
+        .createTransaction(
+          { description: "keyed", status: 2, form: { case: "transfer", value: { fromEntityId: a, toEntityId: b, amount } } },
+          { headers: { "idempotency-key": key }, onHeader: (h) => (replayed = h.get("idempotent-replayed") === "true") },
+        )
+        .then((res) => ({ group: res.transactionGroup!.transactionGroupId, replayed }));
+    };
+    const key = `cached-${Date.now()}`;
+    // One transfer without a key, so the process has both entities cached.
+    await client.createTransaction({
+      description: "warm",
+      status: 2,
+      form: { case: "transfer", value: { fromEntityId: a, toEntityId: b, amount: 1n } },
+    });
+
+    let before = await paths();
+    const first = await keyed(key, 10n);
+    expect(first.replayed).toBe(false);
+    expect((await since(before)).cached).toBe(1);
+
+    before = await paths();
+    const again = await keyed(key, 10n);
+    expect(again).toEqual({ group: first.group, replayed: true });
+    const repeat = await since(before);
+    expect([repeat.known_key, repeat.locked]).toEqual([1, 1]);
+
+    const other = await keyed(key, 20n).catch((err: unknown) => ConnectError.from(err));
+    expect(other).toBeInstanceOf(ConnectError);
+    expect((other as ConnectError).rawMessage).toContain("already used with a different request");
+
+    // Ten at once with one new key: one transfer, ten answers naming it.
+    const key2 = `${key}-burst`;
+    const burst = await Promise.all(Array.from({ length: 10 }, () => keyed(key2, 5n)));
+    expect(new Set(burst.map((r) => r.group)).size).toBe(1);
+    expect(burst.filter((r) => !r.replayed)).toHaveLength(1);
+    const [row] = await stack.sql<{ posted: bigint }[]>`select posted from entities where id = ${a}`;
+    expect(row!.posted).toBe(84n);
+    expect(await ledgerViolations(stack.sql, stack.account.account_id)).toEqual([]);
   });
 });
 

@@ -20,12 +20,13 @@ export {
 
 /**
  * A book to apply commands to, in order, with `book.apply` (and `checkpoint`/`rollback` for a run
- * that is all or nothing). `write` then sends the book's effects as one statement; it fails with
- * 40001 when a row the rules read changed since (only possible for a cached book).
+ * that is all or nothing). `write` then sends the book's effects as one statement, on the
+ * connection the book was opened with or in the transaction `on`; it fails with 40001 when a row
+ * the rules read changed since (only possible for a cached book).
  */
 export interface OpenBook {
   book: Book;
-  write(): Promise<void>;
+  write(on?: Tx): Promise<void>;
 }
 
 /**
@@ -47,7 +48,8 @@ export async function openBook(
  * A book over the process's cached rows, when `commands` need nothing else
  * (docs/architecture.md#cached-balances); undefined otherwise. Its write is a transaction of one
  * statement on `sql`: nothing was read before it, so it needs no BEGIN or COMMIT, and the whole
- * batch costs one round trip.
+ * batch costs one round trip. Written `on` a pipelined transaction, it can share that round trip
+ * with other writes (idempotency keys).
  */
 export function openCachedBook(
   sql: Sql,
@@ -64,11 +66,11 @@ export function openCachedBook(
 function writable(tx: Tx, book: Book, cache: EntityCache, subjectOf: (type: string) => string, now: Date): OpenBook {
   return {
     book,
-    write() {
+    write(on = tx) {
       const effects = book.effects();
       const outbox = outboxWrite(effects.events.map((e) => ({ id: e.id, subject: subjectOf(e.type), payload: e.payload })));
       const read = book.rows().flatMap((row) => (row.is_external ? [] : [{ id: row.id, version: row.version }]));
-      return persist(tx, effects, outbox, now, read).then((written) => {
+      return persist(on, effects, outbox, now, read).then((written) => {
         cache.refreshExternalBalances(written.externals);
         // Each changed row as this write left it, under the version the write gave it. Cached
         // before COMMIT is answered: should the transaction roll back, no row ever has that
