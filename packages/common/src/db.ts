@@ -107,6 +107,15 @@ export function sqlState(err: unknown): string | undefined {
 }
 
 /**
+ * Whether Postgres itself answered `err` (an ErrorResponse, with a SQLSTATE): the transaction it
+ * came in is rolled back for sure. Otherwise (the connection lost, a timeout) it may have
+ * committed before the answer went missing.
+ */
+export function refusedByPostgres(err: unknown): boolean {
+  return err instanceof postgres.PostgresError;
+}
+
+/**
  * A list for statements that are sent now and awaited later (with a COMMIT, say). Each gets a
  * handler the moment it is pushed: a statement that fails before its awaiter gets to it (the
  * connection lost, a constraint refused while the caller awaits a read) must not count as an

@@ -3,6 +3,7 @@ import {
   type GroupCommitSettings,
   metricsRegistry,
   pipelinedTransaction,
+  refusedByPostgres,
   sentWrites,
   sqlState,
   type Logger,
@@ -108,6 +109,12 @@ export function createGroupCommit(options: GroupCommitOptions) {
     try {
       settled = await pipelinedTransaction(sql, (tx, writes) => Promise.allSettled(jobs.map((job) => step(job, tx, writes))));
     } catch (err) {
+      // Only a transaction Postgres refused surely wrote nothing; after a lost connection it may
+      // have committed, and running its steps again could run them twice.
+      if (!refusedByPostgres(err)) {
+        for (const job of jobs) job.reject(err);
+        return;
+      }
       batchFallbacks.inc();
       log.warn(
         { err: (err as Error).message, steps: jobs.length },

@@ -8,6 +8,7 @@ import {
   encodeBinary,
   metricsRegistry,
   pipelinedTransaction,
+  refusedByPostgres,
   ruleViolation,
   sentWrites,
   insertIdempotencyKeys,
@@ -217,8 +218,12 @@ export function createBatcher(options: BatcherOptions) {
       results = (await runCached(units)) ?? (await runLocked(units));
       endTimer();
     } catch (err) {
-      if (units.length === 1) {
-        units[0]!.reject(err);
+      // Only a transaction Postgres refused surely applied nothing. One whose connection failed
+      // may have committed before the answer was lost: applying its units again could apply them
+      // twice, so each caller hears the error, and a retry with an idempotency key is safe
+      // (docs/api.md#idempotency).
+      if (units.length === 1 || !refusedByPostgres(err)) {
+        for (const unit of units) unit.reject(err);
         return;
       }
       batchFallbacks.inc();
