@@ -257,19 +257,18 @@ export function createBatcher(options: BatcherOptions) {
     const release = cache.claimWriting(open.book.rows().flatMap((row) => (row.is_external ? [] : [row.id])));
     try {
       // No key is claimed, so every unit is live and applyUnits asks for a book over these same commands.
-      const results =
-        allKeys.length === 0
-          ? await (async () => {
-              // One statement on its own: a transaction with no BEGIN or COMMIT.
-              const writes = sentWrites();
-              const applied = await applyUnits(sql as unknown as Tx, units, writes, () => Promise.resolve(open), "insert");
-              await Promise.all(writes);
-              return applied;
-            })()
-          : // The keys' insert and the write, pipelined: still one round trip.
-            await pipelinedTransaction(sql, (tx, writes) =>
-              applyUnits(tx, units, writes, () => Promise.resolve({ book: open.book, write: () => open.write(tx) }), "insert"),
-            );
+      let results: UnitResult[];
+      if (allKeys.length === 0) {
+        // One statement on its own: a transaction with no BEGIN or COMMIT.
+        const writes = sentWrites();
+        results = await applyUnits(sql as unknown as Tx, units, writes, () => Promise.resolve(open), "insert");
+        await Promise.all(writes);
+      } else {
+        // The keys' insert and the write, pipelined between BEGIN and COMMIT: still one round trip.
+        results = await pipelinedTransaction(sql, (tx, writes) =>
+          applyUnits(tx, units, writes, () => Promise.resolve({ book: open.book, write: () => open.write(tx) }), "insert"),
+        );
+      }
       batchPaths.inc({ path: "cached" });
       return results;
     } catch (err) {
@@ -385,7 +384,7 @@ export function createBatcher(options: BatcherOptions) {
     });
     const live = units.map((unit, u) => ({ unit, u })).filter(({ u }) => results[u] === undefined);
     let bookWrite: (() => Promise<void>) | undefined;
-    const commands = live.flatMap(({ unit }) => unit.items.flatMap((item) => (item.command instanceof ConnectError ? [] : [item.command])));
+    const commands = commandsOf(live.map(({ unit }) => unit));
     if (commands.length > 0) {
       const { book, write } = await open(commands);
       for (const { unit, u } of live) {

@@ -2,7 +2,7 @@ import { ConnectError } from "@connectrpc/connect";
 import { eventSubject, sqlState } from "@ledger/common";
 import { ledgerViolations, startStack, type Stack } from "@ledger/e2e";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { EntityCache, type MoneyCommand, openCachedBook } from "./money.js";
+import { BOOK_ENTITY_COLUMNS, EntityCache, type MoneyCommand, openCachedBook } from "./money.js";
 import type { BookEntity } from "./money-rules.js";
 
 // Cached balances (docs/architecture.md#cached-balances): a batch of transfers between entities
@@ -201,16 +201,13 @@ describe("idempotency keys on the cached path", () => {
 });
 
 describe("the write's version check", () => {
-  const columns =
-    "id, account_id, program_id, currency_code, is_external, posted, pending_debits, pending_credits, held, xmin::text as version";
-
   async function setUp() {
     const client = stack.ledgerClient(stack.account.api_key);
     const entity = async () => (await client.createEntity({ entityName: "v", entityType: "wallet" })).entity!.entityId;
     const [a, b] = await Promise.all([entity(), entity()]);
     await client.fundEntity({ entityId: a, amount: 100n });
     const rows = await stack.sql<BookEntity[]>`
-      select ${stack.sql.unsafe(columns)} from entities
+      select ${stack.sql.unsafe(BOOK_ENTITY_COLUMNS)} from entities
       where id in (${a}, ${b}) or (program_id = ${stack.account.program_id} and is_external)`;
     const command: MoneyCommand = {
       kind: "create",
@@ -260,7 +257,9 @@ describe("the write's version check", () => {
     expect(open.book.apply(command).ok).toBe(true);
     await open.write();
     expect(await groups()).toBe(legsBefore + 1);
-    const now = await stack.sql<BookEntity[]>`select ${stack.sql.unsafe(columns)} from entities where id in (${a}, ${b}) order by id`;
+    const now = await stack.sql<
+      BookEntity[]
+    >`select ${stack.sql.unsafe(BOOK_ENTITY_COLUMNS)} from entities where id in (${a}, ${b}) order by id`;
     for (const row of now) expect(cache.row(row.id)).toEqual(row);
     expect(now.find((r) => r.id === a)!.posted).toBe(70n);
     expect(await ledgerViolations(stack.sql, stack.account.account_id)).toEqual([]);

@@ -18,6 +18,10 @@ export type ExternalBalances = Pick<EntityRow, "id" | "posted" | "pending_debits
 /** How many ordinary entities a process keeps cached; the least recently used go first. */
 export const ENTITY_CACHE_SIZE = 10_000;
 
+/** The columns of an entity row the rules read (`BookEntity`), with the row's version. */
+export const BOOK_ENTITY_COLUMNS =
+  "id, account_id, program_id, currency_code, is_external, posted, pending_debits, pending_credits, held, xmin::text as version";
+
 /**
  * The entity rows this process read or wrote last, so that a batch of transfers between entities
  * it knows can skip the locked read (docs/architecture.md#cached-balances).
@@ -52,10 +56,6 @@ export class EntityCache {
     this.ordinary.delete(row.id);
     this.ordinary.set(row.id, row);
     if (this.ordinary.size > this.capacity) this.ordinary.delete(this.ordinary.keys().next().value!);
-  }
-
-  forget(ids: Iterable<string>): void {
-    for (const id of ids) this.ordinary.delete(id);
   }
 
   refreshExternalBalances(balances: ExternalBalances[]): void {
@@ -104,7 +104,7 @@ export class EntityCache {
     return this.writing.has(id);
   }
 
-  /** Ordinary entities cached, for the metrics. */
+  /** How many ordinary entities are cached. */
   get size(): number {
     return this.ordinary.size;
   }
@@ -198,8 +198,7 @@ export async function loadBook(tx: Tx, commands: MoneyCommand[], cache: EntityCa
   const track = (row: BookEntity) => entities.set(row.id, entityState(row));
   if (ids.length > 0) {
     for (const row of await tx<BookEntity[]>`
-      select id, account_id, program_id, currency_code, is_external, posted, pending_debits, pending_credits, held, xmin::text as version
-      from entities where id = any(${ids}) and not is_external order by id for update`) {
+      select ${tx.unsafe(BOOK_ENTITY_COLUMNS)} from entities where id = any(${ids}) and not is_external order by id for update`) {
       track(row);
       cache.remember(row);
     }
@@ -207,8 +206,7 @@ export async function loadBook(tx: Tx, commands: MoneyCommand[], cache: EntityCa
     const unknown = ids.filter((id) => !entities.has(id) && !cache.external(id));
     if (unknown.length > 0) {
       for (const row of await tx<BookEntity[]>`
-        select id, account_id, program_id, currency_code, is_external, posted, pending_debits, pending_credits, held, xmin::text as version
-        from entities where id = any(${unknown}) and is_external`)
+        select ${tx.unsafe(BOOK_ENTITY_COLUMNS)} from entities where id = any(${unknown}) and is_external`)
         cache.remember(row);
     }
     for (const id of ids) {
@@ -225,8 +223,7 @@ export async function loadBook(tx: Tx, commands: MoneyCommand[], cache: EntityCa
     let externalId = cache.externalIdFor(entity.program_id, entity.currency_code);
     if (!externalId) {
       const [row] = await tx<BookEntity[]>`
-        select id, account_id, program_id, currency_code, is_external, posted, pending_debits, pending_credits, held, xmin::text as version
-        from entities where program_id = ${entity.program_id} and currency_code = ${entity.currency_code} and is_external`;
+        select ${tx.unsafe(BOOK_ENTITY_COLUMNS)} from entities where program_id = ${entity.program_id} and currency_code = ${entity.currency_code} and is_external`;
       if (row) {
         cache.remember(row);
         externalId = row.id;
