@@ -24,7 +24,16 @@ import {
   type Tx,
 } from "@ledger/common";
 import { Counter, Histogram } from "prom-client";
-import { EntityCache, namedEntityIds, openBook, openCachedBook, type MoneyCommand, type OpenBook, type Outcome } from "./money.js";
+import {
+  EntityCache,
+  namedEntityIds,
+  openBook,
+  openCachedBook,
+  writesToAwait,
+  type MoneyCommand,
+  type OpenBook,
+  type Outcome,
+} from "./money.js";
 
 const batchSize = new Histogram({
   name: "ledger_batch_commands",
@@ -41,6 +50,12 @@ const batchDuration = new Histogram({
 const batchFallbacks = new Counter({
   name: "ledger_batch_fallbacks_total",
   help: "Batches whose transaction failed as a whole and were retried one command at a time.",
+  registers: [metricsRegistry],
+});
+
+const batchWaits = new Counter({
+  name: "ledger_batch_waits_total",
+  help: "Times a batch waited for another batch of this process to finish writing rows it names, to go the cached way after it.",
   registers: [metricsRegistry],
 });
 
@@ -252,7 +267,16 @@ export function createBatcher(options: BatcherOptions) {
     const allKeys = units.flatMap((unit) => unit.keys);
     // A key twice in one batch is answered from the first use: the claiming path handles that.
     if (new Set(allKeys).size !== allKeys.length) return undefined;
-    const open = openCachedBook(sql, commands, cache, options.subjectOf);
+    let open = openCachedBook(sql, commands, cache, options.subjectOf);
+    // Rows another batch of this process is writing: wait for it and write on what it leaves.
+    // Each wait ends with a batch in flight, and at most `maxInFlight` are, so the waits are too.
+    for (let waits = 0; !open && waits < options.maxInFlight; waits++) {
+      const busy = writesToAwait(commands, cache);
+      if (busy.length === 0) break;
+      batchWaits.inc();
+      await cache.whenWritten(busy);
+      open = openCachedBook(sql, commands, cache, options.subjectOf);
+    }
     if (!open) return undefined;
     const release = cache.claimWriting(open.book.rows().flatMap((row) => (row.is_external ? [] : [row.id])));
     try {

@@ -25,6 +25,7 @@ async function paths(): Promise<Record<string, number>> {
   const counts: Record<string, number> = { cached: 0, locked: 0, stale: 0, known_key: 0 };
   for (const m of text.matchAll(/^ledger_batch_paths_total\{path="(\w+)"\} (\d+)$/gm)) counts[m[1]!] = Number(m[2]);
   counts["failed"] = Number(/^ledger_batch_fallbacks_total (\d+)$/m.exec(text)?.[1] ?? 0);
+  counts["waits"] = Number(/^ledger_batch_waits_total (\d+)$/m.exec(text)?.[1] ?? 0);
   return counts;
 }
 
@@ -148,6 +149,50 @@ describe("two ledger processes on one database", () => {
     expect(run.stale).toBeGreaterThan(0);
     expect(run.failed).toBe(0);
     await replica.close();
+  });
+});
+
+describe("batches of one process on the same entities", () => {
+  it("waits for the batch writing its rows and pays from what that one left, never from the balance before", async () => {
+    const client = stack.ledgerClient(stack.account.api_key);
+    const entity = async (name: string) => (await client.createEntity({ entityName: name, entityType: "wallet" })).entity!.entityId;
+    const [payer, payee] = [await entity("payer"), await entity("payee")];
+    // Funding reads both under lock; from then on the process has them cached.
+    await client.fundEntity({ entityId: payer, amount: 100n });
+    await client.fundEntity({ entityId: payee, amount: 2n });
+    const before = await paths();
+
+    // 120 calls of 5 at once: more than one transaction takes them (above 32 outstanding, one
+    // takes half), and every one of those names the same two rows, so each after the first has
+    // to wait for the one before it. Exactly 20 fit in the 100 the payer holds.
+    const outcomes = await Promise.all(
+      Array.from({ length: 120 }, () =>
+        client
+          .createTransaction({
+            description: "chain",
+            status: 2,
+            form: { case: "transfer", value: { fromEntityId: payer, toEntityId: payee, amount: 5n } },
+          })
+          .then(
+            () => "ok",
+            (err: unknown) => {
+              if (!ConnectError.from(err).rawMessage.includes("available")) throw err;
+              return "insufficient";
+            },
+          ),
+      ),
+    );
+    expect(outcomes.filter((o) => o === "ok").length).toBe(20);
+    const posted = async (id: string) => (await client.getEntity({ entityId: id })).entity!.balances!.posted;
+    expect([await posted(payer), await posted(payee)]).toEqual([0n, 102n]);
+    expect(await ledgerViolations(stack.sql, stack.account.account_id)).toEqual([]);
+
+    // The later transactions waited and went the cached way on the rows the earlier ones wrote:
+    // none read under lock, and none rested on a version another had already replaced.
+    const run = await since(before);
+    expect(run.waits).toBeGreaterThan(0);
+    expect(run.cached).toBeGreaterThan(1);
+    expect([run.locked, run.stale, run.failed]).toEqual([0, 0, 0]);
   });
 });
 
@@ -349,5 +394,22 @@ describe("EntityCache", () => {
     expect([cache.isWriting("a"), cache.isWriting("b")]).toEqual([false, true]);
     second();
     expect(cache.isWriting("b")).toBe(false);
+  });
+
+  it("wakes those waiting for written rows once none of their rows is written, oldest first", async () => {
+    const cache = new EntityCache();
+    const first = cache.claimWriting(["a", "b"]);
+    const second = cache.claimWriting(["c"]);
+    const woken: string[] = [];
+    const wait = (name: string, ids: string[]) => cache.whenWritten(ids).then(() => woken.push(name));
+    const waits = [wait("a and c", ["a", "c"]), wait("b", ["b"]), wait("a", ["a"])];
+    await cache.whenWritten(["d"]); // nothing to wait for: resolves at once
+    expect(woken).toEqual([]);
+    first();
+    await Promise.resolve();
+    expect(woken).toEqual(["b", "a"]);
+    second();
+    await Promise.all(waits);
+    expect(woken).toEqual(["b", "a", "a and c"]);
   });
 });

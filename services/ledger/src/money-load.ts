@@ -43,6 +43,8 @@ export class EntityCache {
   private readonly externalByProgramCurrency = new Map<string, string>();
   /** Ordinary entities a transaction of this process is writing, with how many are. */
   private readonly writing = new Map<string, number>();
+  /** Batches waiting for writes of this process to end, oldest first (`whenWritten`). */
+  private readonly waiters: Array<{ ids: string[]; resolve: () => void }> = [];
 
   constructor(private readonly capacity = ENTITY_CACHE_SIZE) {}
 
@@ -97,11 +99,27 @@ export class EntityCache {
         if (n === 0) this.writing.delete(id);
         else this.writing.set(id, n);
       }
+      // Oldest first: each resumes in the order it began to wait, so the first to claim its rows
+      // again is the one that waited longest, and a later one with the same rows waits for it.
+      for (let i = 0; i < this.waiters.length; ) {
+        const waiter = this.waiters[i]!;
+        if (waiter.ids.some((id) => this.writing.has(id))) i++;
+        else {
+          this.waiters.splice(i, 1);
+          waiter.resolve();
+        }
+      }
     };
   }
 
   isWriting(id: string): boolean {
     return this.writing.has(id);
+  }
+
+  /** Resolves once no transaction of this process is writing any of `ids`. */
+  whenWritten(ids: string[]): Promise<void> {
+    if (!ids.some((id) => this.writing.has(id))) return Promise.resolve();
+    return new Promise((resolve) => this.waiters.push({ ids, resolve }));
   }
 
   /** How many ordinary entities are cached. */
@@ -121,6 +139,26 @@ export function namedEntityIds(commands: MoneyCommand[]): Set<string> {
   return ids;
 }
 
+/** Whether `commands` are all transfers, deposits and withdrawals: what a cached book can apply. */
+const movesMoneyOnly = (commands: MoneyCommand[]) =>
+  commands.every((command) => command.kind === "create" || command.kind === "fund" || command.kind === "defund");
+
+/**
+ * The cached entities `commands` name that a transaction of this process is writing right now,
+ * when those writes are all that keeps the commands off a cached book; else none. Waiting for
+ * them to end and then writing on the rows they leave costs one round trip, where reading the
+ * rows under lock would wait behind the same writes in Postgres and then cost two.
+ */
+export function writesToAwait(commands: MoneyCommand[], cache: EntityCache): string[] {
+  if (!movesMoneyOnly(commands)) return [];
+  const busy: string[] = [];
+  for (const id of namedEntityIds(commands)) {
+    if (!cache.row(id)) return [];
+    if (cache.isWriting(id)) busy.push(id);
+  }
+  return busy;
+}
+
 /**
  * A book over cached rows alone, for a batch that only moves money between entities (transfers,
  * deposits, withdrawals) that this process has cached and is not writing right now; undefined
@@ -129,7 +167,7 @@ export function namedEntityIds(commands: MoneyCommand[]): Set<string> {
  */
 export function cachedBook(commands: MoneyCommand[], cache: EntityCache, now = new Date()): Book | undefined {
   const entities = new Map<string, EntityState>();
-  for (const command of commands) if (command.kind !== "create" && command.kind !== "fund" && command.kind !== "defund") return undefined;
+  if (!movesMoneyOnly(commands)) return undefined;
   for (const id of namedEntityIds(commands)) {
     const row = cache.row(id);
     if (!row || cache.isWriting(id)) return undefined;

@@ -7,7 +7,7 @@ import { cachedBook, type EntityCache, loadBook } from "./money-load.js";
 import { persist } from "./money-persist.js";
 import type { Book, MoneyCommand } from "./money-rules.js";
 
-export { BOOK_ENTITY_COLUMNS, EntityCache, namedEntityIds } from "./money-load.js";
+export { BOOK_ENTITY_COLUMNS, EntityCache, namedEntityIds, writesToAwait } from "./money-load.js";
 export {
   Book,
   expectOk,
