@@ -4,7 +4,14 @@ import { createConnectTransport } from "@connectrpc/connect-node";
 import { DEFAULT_RPC_BODY_LIMIT_BYTES, type RateLimitConfig, type TracingConfig } from "@ledger/common";
 import { startGateway, type GatewayConfig, type GatewayHandle } from "@ledger/gateway";
 import { startHold, type HoldConfig, type HoldHandle } from "@ledger/hold-service";
-import { createAccount, startLedger, type LedgerConfig, type LedgerHandle, type NewAccount } from "@ledger/ledger-service";
+import {
+  createAccount,
+  DEFAULT_ENTITY_CACHE_SIZE,
+  startLedger,
+  type LedgerConfig,
+  type LedgerHandle,
+  type NewAccount,
+} from "@ledger/ledger-service";
 import { startNotification, type NotificationConfig, type NotificationHandle } from "@ledger/notification-service";
 import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import postgres from "postgres";
@@ -31,8 +38,8 @@ export interface Stack {
   /** A Connect client of the ledger (or of the replica at `url`) that sends `apiKey`. */
   ledgerClient(apiKey: string, url?: string): Client<typeof LedgerService>;
   ledger: LedgerHandle;
-  /** Starts one more ledger process on the same database and stream (closed with the stack). */
-  startLedgerReplica(): Promise<LedgerHandle>;
+  /** Starts one more ledger process on the same database and stream, with `overrides` of its settings (closed with the stack). */
+  startLedgerReplica(overrides?: Partial<LedgerConfig>): Promise<LedgerHandle>;
   hold: HoldHandle | undefined;
   /** The hold service's database (its own per stack, like the notification service's). */
   holdDatabaseUrl: string;
@@ -126,14 +133,15 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     batchConcurrency: 4,
     batchLingerMs: 2,
     batchHalfAbove: 32,
+    entityCacheSize: DEFAULT_ENTITY_CACHE_SIZE,
     serviceToken: TEST_SERVICE_TOKEN,
     tracing: options.tracing,
     ...options.ledger,
   };
   const ledger = await startLedger(ledgerConfig);
   const ledgerReplicas: LedgerHandle[] = [];
-  const startLedgerReplica = async () => {
-    const handle = await startLedger(ledgerConfig);
+  const startLedgerReplica = async (overrides: Partial<LedgerConfig> = {}) => {
+    const handle = await startLedger(Object.assign({}, ledgerConfig, overrides));
     ledgerReplicas.push(handle);
     return handle;
   };

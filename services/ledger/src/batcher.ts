@@ -178,6 +178,8 @@ export interface BatcherOptions extends GroupCommitSettings {
   /** The NATS subject of an event type, for the outbox rows a transaction writes. */
   subjectOf: (type: string) => string;
   log: Logger;
+  /** Ordinary entities kept for the cached path (docs/architecture.md#cached-balances); 0 turns it off. */
+  entityCacheSize: number;
 }
 
 const keyString = (k: { accountId: string; key: string }) => `${k.accountId}\u0000${k.key}`;
@@ -216,7 +218,7 @@ type KeyState =
  */
 export function createBatcher(options: BatcherOptions) {
   const { sql, outbox, log } = options;
-  const cache = new EntityCache();
+  const cache = new EntityCache(options.entityCacheSize);
   const scheduler = createGroupScheduler<Unit>(Object.assign({}, options, { run: (units: Unit[]) => run(units) }));
 
   function keysOf(unit: Pick<Unit, "items" | "idempotency">): string[] {

@@ -2,6 +2,7 @@ import { ConnectError } from "@connectrpc/connect";
 import { eventSubject, sqlState } from "@ledger/common";
 import { ledgerViolations, startStack, type Stack } from "@ledger/e2e";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { readLedgerConfig } from "./config.js";
 import { BOOK_ENTITY_COLUMNS, EntityCache, type MoneyCommand, openCachedBook } from "./money.js";
 import type { BookEntity } from "./money-rules.js";
 
@@ -196,6 +197,35 @@ describe("batches of one process on the same entities", () => {
   });
 });
 
+describe("LEDGER_ENTITY_CACHE_SIZE", () => {
+  it("reads every batch under lock when it is 0", async () => {
+    const replica = await stack.startLedgerReplica({ entityCacheSize: 0 });
+    const client = stack.ledgerClient(stack.account.api_key, replica.server.url);
+    const entity = async () => (await client.createEntity({ entityName: "uncached", entityType: "wallet" })).entity!.entityId;
+    const [a, b] = [await entity(), await entity()];
+    await client.fundEntity({ entityId: a, amount: 100n });
+    const before = await paths();
+    for (let i = 0; i < 3; i++) {
+      await client.createTransaction({
+        description: "uncached",
+        status: 2,
+        form: { case: "transfer", value: { fromEntityId: a, toEntityId: b, amount: 10n } },
+      });
+    }
+    const run = await since(before);
+    expect([run.cached, run.locked]).toEqual([0, 3]);
+    expect((await client.getEntity({ entityId: b })).entity!.balances!.posted).toBe(30n);
+    await replica.close();
+  });
+
+  it("defaults to 10,000 and refuses what is not a count from 0 to 1,000,000", () => {
+    expect(readLedgerConfig({}).entityCacheSize).toBe(10_000);
+    expect(readLedgerConfig({ LEDGER_ENTITY_CACHE_SIZE: "0" }).entityCacheSize).toBe(0);
+    expect(() => readLedgerConfig({ LEDGER_ENTITY_CACHE_SIZE: "1000001" })).toThrow(/LEDGER_ENTITY_CACHE_SIZE/);
+    expect(() => readLedgerConfig({ LEDGER_ENTITY_CACHE_SIZE: "many" })).toThrow(/LEDGER_ENTITY_CACHE_SIZE/);
+  });
+});
+
 describe("idempotency keys on the cached path", () => {
   it("stores a keyed transfer's answer in its one round trip, replays a repeat, and refuses the key for another request", async () => {
     const client = stack.ledgerClient(stack.account.api_key);
@@ -277,7 +307,7 @@ describe("the write's version check", () => {
 
   it("writes nothing when a cached row is not the version in the database", async () => {
     const { a, rows, command, groups } = await setUp();
-    const cache = new EntityCache();
+    const cache = new EntityCache(10);
     // The version a rolled-back transaction would have left in the cache: no row has it.
     for (const row of rows) cache.remember(row.id === a ? Object.assign({}, row, { version: "3" }) : row);
     const legsBefore = await groups();
@@ -295,7 +325,7 @@ describe("the write's version check", () => {
 
   it("writes when every cached row is current, and caches the versions it wrote", async () => {
     const { a, b, rows, command, groups } = await setUp();
-    const cache = new EntityCache();
+    const cache = new EntityCache(10);
     for (const row of rows) cache.remember(row);
     const legsBefore = await groups();
     const open = openCachedBook(stack.sql, [command], cache, subjectOf)!;
@@ -311,7 +341,7 @@ describe("the write's version check", () => {
   });
   it("locks the ordinary entities it read before the external one, as a locked read does", async () => {
     const { a, rows } = await setUp();
-    const cache = new EntityCache();
+    const cache = new EntityCache(10);
     for (const row of rows) cache.remember(row);
     const external = rows.find((r) => r.is_external)!;
     const deposit: MoneyCommand = {
@@ -386,7 +416,7 @@ describe("EntityCache", () => {
   });
 
   it("counts entities being written until every writer released them", () => {
-    const cache = new EntityCache();
+    const cache = new EntityCache(10);
     const first = cache.claimWriting(["a", "b"]);
     const second = cache.claimWriting(["b"]);
     first();
@@ -397,7 +427,7 @@ describe("EntityCache", () => {
   });
 
   it("wakes those waiting for written rows once none of their rows is written, oldest first", async () => {
-    const cache = new EntityCache();
+    const cache = new EntityCache(10);
     const first = cache.claimWriting(["a", "b"]);
     const second = cache.claimWriting(["c"]);
     const woken: string[] = [];

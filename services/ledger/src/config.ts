@@ -12,6 +12,12 @@ import {
 /** LEDGER_KEY_USAGE_FLUSH_MS unless set: `last_used_at` to the minute, each key's row written at most once a minute. */
 export const DEFAULT_KEY_USAGE_FLUSH_MS = 60_000;
 
+/**
+ * LEDGER_ENTITY_CACHE_SIZE unless set: about 4 MB of the process's memory, and room for the
+ * entities an installation moves money between in any few seconds (docs/architecture.md#cached-balances).
+ */
+export const DEFAULT_ENTITY_CACHE_SIZE = 10_000;
+
 /** Configuration of the ledger service, read once at start. */
 export interface LedgerConfig extends InfraConfig {
   databaseUrl: string;
@@ -32,6 +38,8 @@ export interface LedgerConfig extends InfraConfig {
   batchLingerMs: number;
   /** Group commit: above this many commands outstanding, a transaction takes at most half (LEDGER_BATCH_HALF_ABOVE; 0 turns it off). */
   batchHalfAbove: number;
+  /** Ordinary entities whose balances the process keeps for the cached path (LEDGER_ENTITY_CACHE_SIZE; 0 turns the path off). */
+  entityCacheSize: number;
   /** Shared secret of the installation's services (SERVICE_TOKEN). */
   serviceToken: string;
   /** How often API keys' `last_used_at` is written, in one statement (LEDGER_KEY_USAGE_FLUSH_MS); a minute unless set. */
@@ -53,6 +61,7 @@ export function readLedgerConfig(env: Record<string, string | undefined> = proce
     batchConcurrency: envInt(env, "LEDGER_BATCH_CONCURRENCY", 4, 1, 64),
     batchLingerMs: envInt(env, "LEDGER_BATCH_LINGER_MS", 2, 0, 100),
     batchHalfAbove: envInt(env, "LEDGER_BATCH_HALF_ABOVE", 32, 0, 1_000),
+    entityCacheSize: envInt(env, "LEDGER_ENTITY_CACHE_SIZE", DEFAULT_ENTITY_CACHE_SIZE, 0, 1_000_000),
     serviceToken: readServiceToken(env),
     keyUsageFlushMs: envInt(env, "LEDGER_KEY_USAGE_FLUSH_MS", DEFAULT_KEY_USAGE_FLUSH_MS, 100, 3_600_000),
     ...(devApiKey ? { devApiKey } : {}),

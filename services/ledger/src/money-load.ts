@@ -15,9 +15,6 @@ import {
 /** An external entity's balances as a batch's write left them. */
 export type ExternalBalances = Pick<EntityRow, "id" | "posted" | "pending_debits" | "pending_credits">;
 
-/** How many ordinary entities a process keeps cached; the least recently used go first. */
-export const ENTITY_CACHE_SIZE = 10_000;
-
 /** The columns of an entity row the rules read (`BookEntity`), with the row's version. */
 export const BOOK_ENTITY_COLUMNS =
   "id, account_id, program_id, currency_code, is_external, posted, pending_debits, pending_credits, held, xmin::text as version";
@@ -46,7 +43,8 @@ export class EntityCache {
   /** Batches waiting for writes of this process to end, oldest first (`whenWritten`). */
   private readonly waiters: Array<{ ids: string[]; resolve: () => void }> = [];
 
-  constructor(private readonly capacity = ENTITY_CACHE_SIZE) {}
+  /** `capacity`: how many ordinary entities it keeps, the least recently used going first; 0 keeps none. */
+  constructor(private readonly capacity: number) {}
 
   remember(row: BookEntity): void {
     if (row.is_external) {

@@ -45,6 +45,7 @@ export function startLedger(config: LedgerConfig): Promise<LedgerHandle> {
             log,
             maxBatch: config.batchMax,
             maxInFlight: config.batchConcurrency,
+            entityCacheSize: config.entityCacheSize,
             lingerMs: config.batchLingerMs,
             halfAbove: config.batchHalfAbove,
           }),
