@@ -271,7 +271,7 @@ export function createBatcher(options: BatcherOptions) {
     if (new Set(allKeys).size !== allKeys.length) return undefined;
     let open = openCachedBook(sql, commands, cache, options.subjectOf);
     // Rows another batch of this process is writing: wait for it and write on what it leaves.
-    // Each wait ends with a batch in flight, and at most `maxInFlight` are, so the waits are too.
+    // Each wait outlasts a batch in flight, and at most `maxInFlight` are, so that bounds the waits.
     for (let waits = 0; !open && waits < options.maxInFlight; waits++) {
       const busy = writesToAwait(commands, cache);
       if (busy.length === 0) break;
