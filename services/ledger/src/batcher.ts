@@ -29,7 +29,7 @@ import {
   namedEntityIds,
   openBook,
   openCachedBook,
-  writesToAwait,
+  type CachedOpenBook,
   type MoneyCommand,
   type OpenBook,
   type Outcome,
@@ -269,17 +269,20 @@ export function createBatcher(options: BatcherOptions) {
     const allKeys = units.flatMap((unit) => unit.keys);
     // A key twice in one batch is answered from the first use: the claiming path handles that.
     if (new Set(allKeys).size !== allKeys.length) return undefined;
-    let open = openCachedBook(sql, commands, cache, options.subjectOf);
+    let open: CachedOpenBook | undefined;
     // Rows another batch of this process is writing: wait for it and write on what it leaves.
     // Each wait outlasts a batch in flight, and at most `maxInFlight` are, so that bounds the waits.
-    for (let waits = 0; !open && waits < options.maxInFlight; waits++) {
-      const busy = writesToAwait(commands, cache);
-      if (busy.length === 0) break;
+    for (let waits = 0; ; waits++) {
+      const cached = openCachedBook(commands, cache, options.subjectOf);
+      if (!cached) return undefined;
+      if ("book" in cached) {
+        open = cached;
+        break;
+      }
+      if (waits === options.maxInFlight) return undefined;
       batchWaits.inc();
-      await cache.whenWritten(busy);
-      open = openCachedBook(sql, commands, cache, options.subjectOf);
+      await cache.whenWritten(cached.busy);
     }
-    if (!open) return undefined;
     const release = cache.claimWriting(open.book.rows().flatMap((row) => (row.is_external ? [] : [row.id])));
     try {
       // No key is claimed, so every unit is live and applyUnits asks for a book over these same commands.
@@ -287,12 +290,18 @@ export function createBatcher(options: BatcherOptions) {
       if (allKeys.length === 0) {
         // One statement on its own: a transaction with no BEGIN or COMMIT.
         const writes = sentWrites();
-        results = await applyUnits(sql as unknown as Tx, units, writes, () => Promise.resolve(open), "insert");
+        results = await applyUnits(
+          sql as unknown as Tx,
+          units,
+          writes,
+          () => Promise.resolve({ book: open.book, write: () => open.writeOn(sql) }),
+          "insert",
+        );
         await Promise.all(writes);
       } else {
         // The keys' insert and the write, pipelined between BEGIN and COMMIT: still one round trip.
         results = await pipelinedTransaction(sql, (tx, writes) =>
-          applyUnits(tx, units, writes, () => Promise.resolve({ book: open.book, write: () => open.write(tx) }), "insert"),
+          applyUnits(tx, units, writes, () => Promise.resolve({ book: open.book, write: () => open.writeOn(tx) }), "insert"),
         );
       }
       batchPaths.inc({ path: "cached" });

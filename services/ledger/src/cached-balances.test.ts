@@ -3,7 +3,7 @@ import { eventSubject, sqlState } from "@ledger/common";
 import { ledgerViolations, startStack, type Stack } from "@ledger/e2e";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readLedgerConfig } from "./config.js";
-import { BOOK_ENTITY_COLUMNS, EntityCache, type MoneyCommand, openCachedBook } from "./money.js";
+import { BOOK_ENTITY_COLUMNS, type CachedOpenBook, EntityCache, type MoneyCommand, openCachedBook } from "./money.js";
 import type { BookEntity } from "./money-rules.js";
 
 // Cached balances (docs/architecture.md#cached-balances): a batch of transfers between entities
@@ -311,9 +311,9 @@ describe("the write's version check", () => {
     // The version a rolled-back transaction would have left in the cache: no row has it.
     for (const row of rows) cache.remember(row.id === a ? Object.assign({}, row, { version: "3" }) : row);
     const legsBefore = await groups();
-    const open = openCachedBook(stack.sql, [command], cache, subjectOf)!;
+    const open = openCachedBook([command], cache, subjectOf) as CachedOpenBook;
     expect(open.book.apply(command).ok).toBe(true);
-    const failure = await open.write().then(
+    const failure = await open.writeOn(stack.sql).then(
       () => undefined,
       (err: unknown) => err,
     );
@@ -328,9 +328,9 @@ describe("the write's version check", () => {
     const cache = new EntityCache(10);
     for (const row of rows) cache.remember(row);
     const legsBefore = await groups();
-    const open = openCachedBook(stack.sql, [command], cache, subjectOf)!;
+    const open = openCachedBook([command], cache, subjectOf) as CachedOpenBook;
     expect(open.book.apply(command).ok).toBe(true);
-    await open.write();
+    await open.writeOn(stack.sql);
     expect(await groups()).toBe(legsBefore + 1);
     const now = await stack.sql<
       BookEntity[]
@@ -360,9 +360,9 @@ describe("the write's version check", () => {
       await holder`begin`;
       const [{ pid }] = (await holder`select pg_backend_pid() as pid`) as unknown as [{ pid: number }];
       await holder`select id from entities where id = ${a} for update`;
-      const open = openCachedBook(stack.sql, [deposit], cache, subjectOf)!;
+      const open = openCachedBook([deposit], cache, subjectOf) as CachedOpenBook;
       expect(open.book.apply(deposit).ok).toBe(true);
-      const written = open.write();
+      const written = open.writeOn(stack.sql);
       await expect
         .poll(
           async () =>

@@ -137,40 +137,26 @@ export function namedEntityIds(commands: MoneyCommand[]): Set<string> {
   return ids;
 }
 
-/** Whether `commands` are all transfers, deposits and withdrawals: what a cached book can apply. */
-const movesMoneyOnly = (commands: MoneyCommand[]) =>
-  commands.every((command) => command.kind === "create" || command.kind === "fund" || command.kind === "defund");
-
-/**
- * The cached entities `commands` name that a transaction of this process is writing right now,
- * when those writes are all that keeps the commands off a cached book; else none. Waiting for
- * them to end and then writing on the rows they leave costs one round trip, where reading the
- * rows under lock would wait behind the same writes in Postgres and then cost two.
- */
-export function writesToAwait(commands: MoneyCommand[], cache: EntityCache): string[] {
-  if (!movesMoneyOnly(commands)) return [];
-  const busy: string[] = [];
-  for (const id of namedEntityIds(commands)) {
-    if (!cache.row(id)) return [];
-    if (cache.isWriting(id)) busy.push(id);
-  }
-  return busy;
-}
-
 /**
  * A book over cached rows alone, for a batch that only moves money between entities (transfers,
- * deposits, withdrawals) that this process has cached and is not writing right now; undefined
- * when anything the commands need is not in the cache. Nothing is read or locked here: the write
- * checks the rows' versions (money-persist.ts).
+ * deposits, withdrawals) that this process has cached; undefined when anything the commands need
+ * is not in the cache. `{ busy }` when some of those entities a transaction of this process is
+ * writing right now: their cached versions are about to be replaced. The caller may wait for that
+ * (`EntityCache.whenWritten`) and ask again, which costs one round trip where reading the rows
+ * under lock would wait behind the same writes in Postgres and then cost two. Nothing is read or
+ * locked here: the write checks the rows' versions (money-persist.ts).
  */
-export function cachedBook(commands: MoneyCommand[], cache: EntityCache, now = new Date()): Book | undefined {
+export function cachedBook(commands: MoneyCommand[], cache: EntityCache, now = new Date()): Book | { busy: string[] } | undefined {
+  if (!commands.every((command) => command.kind === "create" || command.kind === "fund" || command.kind === "defund")) return undefined;
   const entities = new Map<string, EntityState>();
-  if (!movesMoneyOnly(commands)) return undefined;
+  const busy: string[] = [];
   for (const id of namedEntityIds(commands)) {
     const row = cache.row(id);
-    if (!row || cache.isWriting(id)) return undefined;
+    if (!row) return undefined;
+    if (cache.isWriting(id)) busy.push(id);
     entities.set(id, entityState(row));
   }
+  if (busy.length > 0) return { busy };
   for (const command of commands) {
     if (command.kind !== "fund" && command.kind !== "defund") continue;
     const entity = entities.get(command.entityId)!.row;

@@ -5,9 +5,9 @@
 import { outboxWrite, type Sql, type Tx } from "@ledger/common";
 import { cachedBook, type EntityCache, loadBook } from "./money-load.js";
 import { persist } from "./money-persist.js";
-import type { Book, MoneyCommand } from "./money-rules.js";
+import { Book, type MoneyCommand } from "./money-rules.js";
 
-export { BOOK_ENTITY_COLUMNS, EntityCache, namedEntityIds, writesToAwait } from "./money-load.js";
+export { BOOK_ENTITY_COLUMNS, EntityCache, namedEntityIds } from "./money-load.js";
 export {
   Book,
   expectOk,
@@ -20,13 +20,21 @@ export {
 
 /**
  * A book to apply commands to, in order, with `book.apply` (and `checkpoint`/`rollback` for a run
- * that is all or nothing). `write` then sends the book's effects as one statement, on the
- * connection the book was opened with or in the transaction `on`; it fails with 40001 when a row
- * the rules read changed since (only possible for a cached book).
+ * that is all or nothing). `write` then sends the book's effects as one statement in the
+ * transaction the book was opened in.
  */
 export interface OpenBook {
   book: Book;
-  write(on?: Tx): Promise<void>;
+  write(): Promise<void>;
+}
+
+/**
+ * A book over cached rows, opened before any connection is chosen: `writeOn` sends its effects as
+ * one statement on `on`, and fails with 40001 when a row the rules read changed since it was cached.
+ */
+export interface CachedOpenBook {
+  book: Book;
+  writeOn(on: Sql | Tx): Promise<void>;
 }
 
 /**
@@ -46,50 +54,51 @@ export async function openBook(
 
 /**
  * A book over the process's cached rows, when `commands` need nothing else
- * (docs/architecture.md#cached-balances); undefined otherwise. Its write is a transaction of one
- * statement on `sql`: nothing was read before it, so it needs no BEGIN or COMMIT, and the whole
- * batch costs one round trip. Written `on` a pipelined transaction, it can share that round trip
- * with other writes (idempotency keys).
+ * (docs/architecture.md#cached-balances). Written on `sql` alone it is a transaction of one
+ * statement: nothing was read before it, so it needs no BEGIN or COMMIT, and the whole batch costs
+ * one round trip; written in a pipelined transaction, it shares that round trip with other writes
+ * (idempotency keys). `{ busy }` and undefined are `cachedBook`'s: entities another transaction of
+ * this process is writing, or commands the cache cannot serve.
  */
 export function openCachedBook(
-  sql: Sql,
   commands: MoneyCommand[],
   cache: EntityCache,
   subjectOf: (type: string) => string,
-): OpenBook | undefined {
+): CachedOpenBook | { busy: string[] } | undefined {
   const now = new Date();
   const book = cachedBook(commands, cache, now);
+  if (!(book instanceof Book)) return book;
   // One statement outside BEGIN is a transaction of its own; persist only ever runs one statement.
-  return book && writable(sql as unknown as Tx, book, cache, subjectOf, now);
+  return { book, writeOn: (on) => writeBook(on as Tx, book, cache, subjectOf, now) };
 }
 
 function writable(tx: Tx, book: Book, cache: EntityCache, subjectOf: (type: string) => string, now: Date): OpenBook {
-  return {
-    book,
-    write(on = tx) {
-      const effects = book.effects();
-      const outbox = outboxWrite(effects.events.map((e) => ({ id: e.id, subject: subjectOf(e.type), payload: e.payload })));
-      const read = book.rows().flatMap((row) => (row.is_external ? [] : [{ id: row.id, version: row.version }]));
-      return persist(on, effects, outbox, now, read).then((written) => {
-        cache.refreshExternalBalances(written.externals);
-        // Each changed row as this write left it, under the version the write gave it. Cached
-        // before COMMIT is answered: should the transaction roll back, no row ever has that
-        // version, and a write resting on it fails its check.
-        const versions = new Map(written.ordinary.map((v) => [v.id, v.version]));
-        for (const state of effects.changedEntities) {
-          const version = versions.get(state.row.id);
-          if (state.row.is_external || version === undefined) continue;
-          cache.remember(
-            Object.assign({}, state.row, {
-              posted: state.posted,
-              pending_debits: state.pendingDebits,
-              pending_credits: state.pendingCredits,
-              held: state.held,
-              version,
-            }),
-          );
-        }
-      });
-    },
-  };
+  return { book, write: () => writeBook(tx, book, cache, subjectOf, now) };
+}
+
+/** Sends `book`'s effects as one statement on `tx`, and caches the rows as that statement left them. */
+function writeBook(tx: Tx, book: Book, cache: EntityCache, subjectOf: (type: string) => string, now: Date): Promise<void> {
+  const effects = book.effects();
+  const outbox = outboxWrite(effects.events.map((e) => ({ id: e.id, subject: subjectOf(e.type), payload: e.payload })));
+  const read = book.rows().flatMap((row) => (row.is_external ? [] : [{ id: row.id, version: row.version }]));
+  return persist(tx, effects, outbox, now, read).then((written) => {
+    cache.refreshExternalBalances(written.externals);
+    // Each changed row as this write left it, under the version the write gave it. Cached
+    // before COMMIT is answered: should the transaction roll back, no row ever has that
+    // version, and a write resting on it fails its check.
+    const versions = new Map(written.ordinary.map((v) => [v.id, v.version]));
+    for (const state of effects.changedEntities) {
+      const version = versions.get(state.row.id);
+      if (state.row.is_external || version === undefined) continue;
+      cache.remember(
+        Object.assign({}, state.row, {
+          posted: state.posted,
+          pending_debits: state.pendingDebits,
+          pending_credits: state.pendingCredits,
+          held: state.held,
+          version,
+        }),
+      );
+    }
+  });
 }
