@@ -1,7 +1,7 @@
 import { createConnectRouter, type ConnectRouter, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createUniversalHandlerClient } from "@connectrpc/connect/protocol";
 import { createTransport } from "@connectrpc/connect/protocol-connect";
-import { createConnectTransport } from "@connectrpc/connect-node";
+import { createHttp2Transport } from "./http2-transport.js";
 import { createInProcessTransport } from "./unary-fast-path.js";
 
 /**
@@ -66,19 +66,22 @@ export function inProcessService(options: InProcessOptions): InProcessService {
   };
 }
 
-/** A transport to `target`: in memory for a service of this process, else HTTP/2 to its URL, kept alive. */
+/**
+ * The most a caller reads of one answer from a service at a URL: far above any answer a service
+ * gives (its largest, a batch call's, is a few hundred KB), so that only a broken or foreign peer
+ * meets it, and is refused with resource_exhausted instead of being held in memory.
+ */
+export const ANSWER_MAX_BYTES = 64 * 1024 * 1024;
+
+/**
+ * A transport to `target`: in memory for a service of this process, else HTTP/2 to its URL, one
+ * connection kept alive (http2-transport.ts), with binary protobuf and no compression (between our
+ * own services gzip only costs CPU on both ends: a batch call's answer of 100 groups is 0.25-0.3 ms
+ * of gzip in the service, bench/README.md).
+ */
 export function rpcTransport(target: ServiceTarget, interceptors: Interceptor[] = []): Transport {
   if (typeof target !== "string") return target.transport(interceptors);
-  // Not compressed, as in memory: between our own services gzip only costs CPU on both ends (a
-  // batch call's answer of 100 groups is 0.25-0.3 ms of gzip in the service, bench/README.md).
-  return createConnectTransport({
-    baseUrl: target,
-    httpVersion: "2",
-    useBinaryFormat: true,
-    pingIntervalMs: 30_000,
-    interceptors,
-    acceptCompression: [],
-  });
+  return createHttp2Transport({ baseUrl: target, interceptors, pingIntervalMs: 30_000, readMaxBytes: ANSWER_MAX_BYTES });
 }
 
 /**

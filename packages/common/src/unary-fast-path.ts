@@ -164,31 +164,42 @@ export function createInProcessTransport(
 }
 
 /** The signal of a call whose caller gave none. */
-const neverAborted = new AbortController().signal;
+export const neverAborted = new AbortController().signal;
 
-/** `answer`, or the caller's end first: its signal's reason, or deadline_exceeded at its deadline. */
-function withDeadline<T>(answer: Promise<T>, signal: AbortSignal | undefined, timeoutMs: number | undefined): Promise<T> {
+/**
+ * `answer`, or the caller's end first: its signal's reason, or deadline_exceeded at its deadline.
+ * `onEnd` hears that early end, so that whatever still works on the call can stop.
+ */
+export function withDeadline<T>(
+  answer: Promise<T>,
+  signal: AbortSignal | undefined,
+  timeoutMs: number | undefined,
+  onEnd?: (reason: ConnectError) => void,
+): Promise<T> {
   if (!signal && timeoutMs === undefined) return answer;
   return new Promise<T>((resolve, reject) => {
     let timer: NodeJS.Timeout | undefined;
-    const onAbort = () => finish(() => reject(ConnectError.from(signal?.reason, Code.Canceled)));
+    const end = (reason: ConnectError) =>
+      finish(() => {
+        onEnd?.(reason);
+        reject(reason);
+      });
+    const onAbort = () => end(ConnectError.from(signal?.reason, Code.Canceled));
     const finish = (settle: () => void) => {
       if (timer) clearTimeout(timer);
       signal?.removeEventListener("abort", onAbort);
       settle();
     };
-    if (signal?.aborted) return onAbort();
-    signal?.addEventListener("abort", onAbort);
-    if (timeoutMs !== undefined) {
-      timer = setTimeout(
-        () => finish(() => reject(new ConnectError("the operation timed out", Code.DeadlineExceeded))),
-        Math.max(timeoutMs, 0),
-      );
-    }
+    // Observed first: once the call has ended early, the answer's own failure goes nowhere.
     answer.then(
       (value) => finish(() => resolve(value)),
       (err: unknown) => finish(() => reject(err)),
     );
+    if (signal?.aborted) return onAbort();
+    signal?.addEventListener("abort", onAbort);
+    if (timeoutMs !== undefined) {
+      timer = setTimeout(() => end(new ConnectError("the operation timed out", Code.DeadlineExceeded)), Math.max(timeoutMs, 0));
+    }
   });
 }
 
@@ -216,10 +227,11 @@ async function serve(spec: UnarySpec, stream: http2.ServerHttp2Stream, headers: 
     timeout.timeoutMs,
     options.shutdownSignal,
   );
-  // The call's signal also aborts when the client goes away before the answer, as connect-node's does.
-  const onClose = () => {
-    if (!stream.writableEnded) call.abort(new ConnectError("the request stream has closed", Code.Canceled));
-  };
+  // The call's signal also aborts when the client goes away before the answer, as connect-node's
+  // does. This listener goes before the answer is written, so a close it hears is the client's
+  // (a reset stream, a lost connection); node counts a reset stream's writable side as ended, so
+  // `writableEnded` cannot tell.
+  const onClose = () => call.abort(new ConnectError("the request stream has closed", Code.Canceled));
   stream.once("close", onClose);
   let status = 200;
   let body: Uint8Array;

@@ -1,0 +1,347 @@
+import * as http2 from "node:http2";
+import type { AddressInfo } from "node:net";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError, createClient, type ConnectRouter, type Interceptor, type Transport } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { ErrorDetailSchema } from "@ledger/proto/common/v1/common_pb.js";
+import { Health, HealthCheckResponse_ServingStatus } from "@ledger/proto/grpc/health/v1/health_pb.js";
+import { GetEntityResponseSchema, LedgerService, TransactionGroupSchema } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ruleViolation } from "./errors.js";
+import { createHttp2Transport } from "./http2-transport.js";
+import { createLogger } from "./logger.js";
+import { listen, type RunningServer } from "./server.js";
+
+// The gateway and the hold service call services at a URL through `createHttp2Transport`; what a
+// caller sees must be what Connect's own transport gives it: answers, headers, trailers, refusals,
+// deadlines, cancellations, and failures of the connection. Each case goes through both.
+
+const endings: string[] = [];
+
+const routes = (router: ConnectRouter) =>
+  router.service(LedgerService, {
+    createTransaction: (req, ctx) => {
+      ctx.responseHeader.set("x-handler", "yes");
+      ctx.responseTrailer.set("x-trailer", "done");
+      const transfer = req.form.case === "transfer" ? req.form.value : undefined;
+      return {
+        transactionGroup: create(TransactionGroupSchema, {
+          transactionGroupId: `tg_${transfer?.fromEntityId}_${transfer?.amount}`,
+          description: `${ctx.requestHeader.get("x-request-id") ?? ""} ${ctx.requestHeader.get("connect-timeout-ms") ?? "no deadline"}`,
+        }),
+      };
+    },
+    fundEntity: () => {
+      throw ruleViolation("insufficient_funds", "not enough", { available: 3 });
+    },
+    defundEntity: () => {
+      throw new Error("a bug with SQL text in it");
+    },
+    getEntity: () => {
+      throw new ConnectError("gone", Code.NotFound, { "x-error-meta": "m" });
+    },
+    // Waits until its signal ends (the caller's deadline, or the caller going away), records why, and answers.
+    listEntities: async (req, ctx) => {
+      await new Promise<void>((resolve) => {
+        if (ctx.signal.aborted) return resolve();
+        ctx.signal.addEventListener("abort", () => resolve());
+        setTimeout(resolve, 5_000).unref();
+      });
+      endings.push(`${req.programId}: ${ConnectError.from(ctx.signal.reason).code}`);
+      return {};
+    },
+  });
+
+const interceptors: Interceptor[] = [
+  (next) => async (req) => {
+    if (req.header.get("authorization") !== "key") throw new ConnectError("no key", Code.Unauthenticated);
+    return next(req);
+  },
+];
+
+// The caller's own interceptor, as the gateway's tracing is.
+const callerInterceptors: Interceptor[] = [
+  (next) => async (req) => {
+    req.header.set("x-request-id", "from-caller");
+    const res = await next(req);
+    res.header.set("x-seen-by-caller", req.method.name);
+    return res;
+  },
+];
+
+const log = createLogger("test", "silent");
+
+function lean(baseUrl: string, readMaxBytes = 1024 * 1024): Transport {
+  return createHttp2Transport({ baseUrl, interceptors: callerInterceptors, pingIntervalMs: 30_000, readMaxBytes });
+}
+
+function connect(baseUrl: string, readMaxBytes = 1024 * 1024): Transport {
+  return createConnectTransport({
+    baseUrl,
+    httpVersion: "2",
+    useBinaryFormat: true,
+    interceptors: callerInterceptors,
+    acceptCompression: [],
+    readMaxBytes,
+  });
+}
+
+interface Outcome {
+  code?: Code;
+  message?: string;
+  detail?: string | undefined;
+  metadata?: Record<string, string>;
+  answer?: unknown;
+}
+
+/** What a caller sees of a call: its answer, or its refusal's code, message, detail and metadata. */
+async function outcome(call: () => Promise<unknown>): Promise<Outcome> {
+  try {
+    return { answer: await call() };
+  } catch (err) {
+    const e = ConnectError.from(err);
+    const metadata: Record<string, string> = {};
+    for (const [k, v] of e.metadata) if (k !== "date" && k !== "content-length") metadata[k] = v;
+    const [detail] = e.findDetails(ErrorDetailSchema);
+    return { code: e.code, message: e.rawMessage, detail: detail?.code, metadata };
+  }
+}
+
+/** A plain HTTP/2 server that answers every stream with `answer`, for peers that do not speak Connect. */
+async function rawServer(answer: (stream: http2.ServerHttp2Stream) => void): Promise<{ url: string; close(): Promise<void> }> {
+  const server = http2.createServer();
+  const sessions = new Set<http2.ServerHttp2Session>();
+  server.on("session", (s) => sessions.add(s));
+  server.on("stream", (stream) => {
+    stream.on("error", () => {});
+    stream.resume();
+    answer(stream);
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    close: async () => {
+      for (const s of sessions) s.destroy();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+describe("HTTP/2 unary transport", () => {
+  let server: RunningServer;
+  let leanClient: ReturnType<typeof createClient<typeof LedgerService>>;
+  let connectClient: ReturnType<typeof createClient<typeof LedgerService>>;
+  const options = { headers: { authorization: "key" } };
+
+  beforeAll(async () => {
+    server = await listen({ name: "test", host: "127.0.0.1", port: 0, log, routes, interceptors, readiness: {} });
+    leanClient = createClient(LedgerService, lean(server.url));
+    connectClient = createClient(LedgerService, connect(server.url));
+  });
+  afterAll(async () => {
+    await server.close();
+  });
+
+  async function both(call: (client: typeof leanClient) => Promise<unknown>): Promise<[Outcome, Outcome]> {
+    return [await outcome(() => call(leanClient)), await outcome(() => call(connectClient))];
+  }
+
+  it("answers as Connect's transport does, with the handler's headers and trailers and the caller's interceptors", async () => {
+    const seen: Array<Record<string, string | null>> = [];
+    for (const client of [leanClient, connectClient]) {
+      const res = await client.createTransaction(
+        { form: { case: "transfer", value: { fromEntityId: "ent_a", toEntityId: "ent_b", amount: 5n } } },
+        {
+          ...options,
+          timeoutMs: 30_000,
+          onHeader: (h) => seen.push({ handler: h.get("x-handler"), caller: h.get("x-seen-by-caller"), trailer: h.get("trailer-x-trailer") }),
+          onTrailer: (t) => seen.push({ trailer: t.get("x-trailer") }),
+        },
+      );
+      expect(res.transactionGroup?.transactionGroupId).toBe("tg_ent_a_5");
+      expect(res.transactionGroup?.description).toBe("from-caller 30000");
+    }
+    expect(seen[0]).toEqual({ handler: "yes", caller: "CreateTransaction", trailer: null });
+    expect(seen[1]).toEqual({ trailer: "done" });
+    expect(seen.slice(0, 2)).toEqual(seen.slice(2));
+  });
+
+  it("sends no deadline when the caller gives none, or one of zero", async () => {
+    for (const timeoutMs of [undefined, 0]) {
+      const [a, b] = await both((c) =>
+        c.createTransaction({ form: { case: "transfer", value: { fromEntityId: "e", amount: 1n } } }, { ...options, timeoutMs }),
+      );
+      expect((a.answer as { transactionGroup: { description: string } }).transactionGroup.description).toBe("from-caller no deadline");
+      expect(a).toEqual(b);
+    }
+  });
+
+  const refusals: Array<[string, (client: typeof leanClient) => Promise<unknown>]> = [
+    ["a domain refusal with details", (c) => c.fundEntity({ entityId: "ent_a", amount: 1n }, options)],
+    ["an error with metadata", (c) => c.getEntity({ entityId: "ent_x" }, options)],
+    ["a bug in a handler", (c) => c.defundEntity({ entityId: "ent_a", amount: 1n }, options)],
+    ["the service's interceptor refusing", (c) => c.getEntity({ entityId: "ent_x" })],
+    ["a deadline passed while the handler waits", (c) => c.listEntities({ programId: "deadline" }, { ...options, timeoutMs: 50 })],
+    ["a caller's abort", (c) => c.listEntities({ programId: "abort" }, { ...options, signal: AbortSignal.timeout(50) })],
+    ["a signal aborted before the call", (c) => c.listEntities({}, { ...options, signal: AbortSignal.abort("before") })],
+  ];
+  for (const [name, call] of refusals) {
+    it(`refuses as Connect's transport does: ${name}`, async () => {
+      const [leanOutcome, connectOutcome] = await both(call);
+      expect(leanOutcome.code).toBeDefined();
+      expect(leanOutcome).toEqual(connectOutcome);
+    });
+  }
+
+  it("resets the stream when the caller ends the call, so the handler's signal ends too", async () => {
+    endings.length = 0;
+    const aborted = (client: typeof leanClient, programId: string) =>
+      outcome(() => client.listEntities({ programId }, { ...options, signal: AbortSignal.timeout(50) }));
+    expect((await aborted(leanClient, "lean")).code).toBe(Code.Canceled);
+    expect((await aborted(connectClient, "connect")).code).toBe(Code.Canceled);
+    // Well before the handler's own 5 s: the service heard each reset as the client going away.
+    const ours = () => endings.filter((e) => e.startsWith("lean:") || e.startsWith("connect:")).sort();
+    await expect.poll(ours, { timeout: 1_000 }).toEqual([`connect: ${Code.Canceled}`, `lean: ${Code.Canceled}`]);
+  });
+
+  it("carries many calls at once over its connection", async () => {
+    const answers = await Promise.all(
+      Array.from({ length: 300 }, (_, i) =>
+        leanClient.createTransaction({ form: { case: "transfer", value: { fromEntityId: "e", amount: BigInt(i) } } }, options),
+      ),
+    );
+    expect(answers.map((a) => a.transactionGroup?.transactionGroupId)).toEqual(answers.map((_, i) => `tg_e_${i}`));
+  });
+
+  it("passes streaming calls to Connect's transport on the same connection", async () => {
+    const health = createClient(Health, lean(server.url));
+    for await (const status of health.watch({ service: "" }, { ...options, signal: AbortSignal.timeout(2_000) })) {
+      expect(status.status).toBe(HealthCheckResponse_ServingStatus.SERVING);
+      break;
+    }
+  });
+});
+
+describe("HTTP/2 unary transport against peers that fail", () => {
+  const closers: Array<() => Promise<void>> = [];
+  afterAll(async () => {
+    for (const close of closers) await close();
+  });
+
+  async function bothAgainst(answer: (stream: http2.ServerHttp2Stream) => void, readMaxBytes?: number): Promise<[Outcome, Outcome]> {
+    const peer = await rawServer(answer);
+    closers.push(peer.close);
+    const call = (t: Transport) => () => createClient(LedgerService, t).getEntity({ entityId: "ent_a" }, { timeoutMs: 5_000 });
+    return [await outcome(call(lean(peer.url, readMaxBytes))), await outcome(call(connect(peer.url, readMaxBytes)))];
+  }
+
+  const peers: Array<[string, (stream: http2.ServerHttp2Stream) => void, Code]> = [
+    [
+      "a proxy's 502 with a text body",
+      (s) => {
+        s.respond({ ":status": 502, "content-type": "text/plain" });
+        s.end("bad gateway");
+      },
+      Code.Unavailable,
+    ],
+    [
+      "a 503 with a JSON body that is no Connect error",
+      (s) => {
+        s.respond({ ":status": 503, "content-type": "application/json" });
+        s.end('{"oops":true}');
+      },
+      Code.Unavailable,
+    ],
+    [
+      "a 200 of another content type",
+      (s) => {
+        s.respond({ ":status": 200, "content-type": "text/html" });
+        s.end("<html>");
+      },
+      Code.Unknown,
+    ],
+    [
+      "a compressed answer it did not ask for",
+      (s) => {
+        s.respond({ ":status": 200, "content-type": "application/proto", "content-encoding": "gzip" });
+        s.end(Buffer.from([1, 2, 3]));
+      },
+      Code.Internal,
+    ],
+    [
+      "bytes that are not the answer's message",
+      (s) => {
+        s.respond({ ":status": 200, "content-type": "application/proto" });
+        s.end(Buffer.from([0xff, 0xff, 0xff]));
+      },
+      Code.Internal,
+    ],
+    ["a stream reset with an internal error", (s) => s.close(http2.constants.NGHTTP2_INTERNAL_ERROR), Code.Internal],
+  ];
+  for (const [name, answer, code] of peers) {
+    it(`fails as Connect's transport does: ${name}`, async () => {
+      const [leanOutcome, connectOutcome] = await bothAgainst(answer);
+      expect(leanOutcome.code).toBe(code);
+      expect(leanOutcome.code).toBe(connectOutcome.code);
+    });
+  }
+
+  // Connect's own transport says internal here: node emits the stream's error before its close,
+  // and Connect's client maps the error, not the reset code it maps to unavailable on close. A
+  // refused stream was never processed (a service going down, too many streams), so it is worth
+  // another try, which unavailable tells the caller (the gateway answers 503).
+  it("is unavailable when the service refuses the stream (where Connect's transport says internal)", async () => {
+    const [leanOutcome, connectOutcome] = await bothAgainst((s) => s.close(http2.constants.NGHTTP2_REFUSED_STREAM));
+    expect(leanOutcome.code).toBe(Code.Unavailable);
+    expect(connectOutcome.code).toBe(Code.Internal);
+  });
+
+  it("refuses an answer larger than its limit with resource_exhausted, as Connect's transport does", async () => {
+    const big = toBinary(GetEntityResponseSchema, create(GetEntityResponseSchema, { entity: { entityId: "x".repeat(4096) } }));
+    const [leanOutcome, connectOutcome] = await bothAgainst((s) => {
+      s.respond({ ":status": 200, "content-type": "application/proto" });
+      s.end(big);
+    }, 1024);
+    expect(leanOutcome.code).toBe(Code.ResourceExhausted);
+    expect(connectOutcome.code).toBe(Code.ResourceExhausted);
+  });
+
+  it("is unavailable where nothing listens, as Connect's transport is", async () => {
+    const peer = await rawServer(() => {});
+    await peer.close();
+    const call = (t: Transport) => () => createClient(LedgerService, t).getEntity({ entityId: "ent_a" });
+    const [a, b] = [await outcome(call(lean(peer.url))), await outcome(call(connect(peer.url)))];
+    expect(a.code).toBe(Code.Unavailable);
+    expect(b.code).toBe(Code.Unavailable);
+  });
+
+  it("fails the calls in flight when the connection goes, and connects again for the next", async () => {
+    let sessions: http2.ServerHttp2Session[] = [];
+    let hang = true;
+    const server = http2.createServer();
+    server.on("session", (s) => sessions.push(s));
+    server.on("stream", (stream) => {
+      stream.on("error", () => {});
+      stream.resume();
+      if (hang) return;
+      stream.respond({ ":status": 200, "content-type": "application/proto" });
+      stream.end(toBinary(GetEntityResponseSchema, create(GetEntityResponseSchema, { entity: { entityId: "ent_back" } })));
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    closers.push(async () => {
+      for (const s of sessions) s.destroy();
+      await new Promise((resolve) => server.close(() => resolve(undefined)));
+    });
+    const client = createClient(LedgerService, lean(`http://127.0.0.1:${(server.address() as AddressInfo).port}`));
+    const inFlight = outcome(() => client.getEntity({ entityId: "ent_a" }, { timeoutMs: 5_000 }));
+    await expect.poll(() => sessions.length).toBe(1);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    for (const s of sessions) s.destroy();
+    sessions = [];
+    const failed = await inFlight;
+    expect(failed.code).toBe(Code.Unavailable);
+    hang = false;
+    const again = await client.getEntity({ entityId: "ent_a" }, { timeoutMs: 5_000 });
+    expect(again.entity?.entityId).toBe("ent_back");
+  });
+});
