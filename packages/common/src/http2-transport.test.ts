@@ -154,7 +154,8 @@ describe("HTTP/2 unary transport", () => {
         {
           ...options,
           timeoutMs: 30_000,
-          onHeader: (h) => seen.push({ handler: h.get("x-handler"), caller: h.get("x-seen-by-caller"), trailer: h.get("trailer-x-trailer") }),
+          onHeader: (h) =>
+            seen.push({ handler: h.get("x-handler"), caller: h.get("x-seen-by-caller"), trailer: h.get("trailer-x-trailer") }),
           onTrailer: (t) => seen.push({ trailer: t.get("x-trailer") }),
         },
       );
