@@ -1,5 +1,5 @@
 // Unary Connect calls to a service at a URL, over node:http2 without Connect-ES's per-call layers.
-// Why: bench/README.md, "The gateway apart: Connect's HTTP/2 client is most of its cost".
+// Why: bench/README.md, "The gateway apart: Connect's HTTP/2 client was most of its cost".
 import * as http2 from "node:http2";
 import { create, type DescMessage, type DescMethodUnary, type MessageShape } from "@bufbuild/protobuf";
 import {
