@@ -18,9 +18,10 @@ export interface Written {
  * Writes a batch's effects in one statement, sent at once and not awaited here, so a batch costs
  * at most one round trip to write however many commands it holds: ordinary balances (absolute),
  * external balances (deltas), new groups and legs, changed groups, reservations and captures, and
- * one outbox row with all its events. Foreign keys between the parts are checked at the end of the
- * statement, when all are in. The statement text never changes, so Postgres plans it once per
- * connection.
+ * one outbox row with all its events. Every new group's program must be its account's, and every
+ * new leg's entity must exist and its group be one of the statement's new groups: counted once for
+ * the statement, which fails as a whole (23503, `require_references`) otherwise. The statement
+ * text never changes, so Postgres plans it once per connection.
  *
  * `read` is every ordinary entity the rules read, with the version they read. The statement locks
  * those rows in id order and fails as a whole (40001, `require_unchanged_entities`) unless every
@@ -120,17 +121,29 @@ export function persist(
       -- makes Postgres take all of "unchanged" (an init plan) before it locks its first external row.
       where e.id = v.id and (select count(*) from unchanged) >= 0
       returning e.id, e.posted, e.pending_debits, e.pending_credits),
+    group_rows as materialized (
+      select * from json_to_recordset(${groups}::text::json) as r(id text, account_id text, program_id text, status text,
+        description text, metadata jsonb, currency_code text, amount int8, reverses_group_id text, created_at timestamptz)),
+    leg_rows as materialized (
+      select * from json_to_recordset(${legs}::text::json) as r(id text, group_id text, position int, entity_id text,
+        direction text, amount int8, created_at timestamptz)),
     new_groups as (
       insert into transaction_groups (id, account_id, program_id, status, description, metadata, currency_code, amount,
                                       reverses_group_id, created_at, updated_at)
       select id, account_id, program_id, status, description, metadata, currency_code, amount, reverses_group_id, created_at, created_at
-      from json_to_recordset(${groups}::text::json) as r(id text, account_id text, program_id text, status text, description text,
-        metadata jsonb, currency_code text, amount int8, reverses_group_id text, created_at timestamptz)),
+      from group_rows),
     new_legs as (
       insert into legs (id, group_id, position, entity_id, direction, amount, created_at)
       select id, group_id, position, entity_id, direction, amount, created_at
-      from json_to_recordset(${legs}::text::json) as r(id text, group_id text, position int, entity_id text, direction text,
-        amount int8, created_at timestamptz)),
+      from leg_rows),
+    -- What foreign keys would check with a trigger per row, counted once for the statement
+    -- (migrations/0007_reference_checks_per_statement.sql). "offset 0" keeps each look-up an index
+    -- probe per row: without it the planner may hash the whole table for a few dozen rows.
+    dangling as materialized (
+      select (select count(*) from group_rows g
+              where not exists (select 1 from programs p where p.id = g.program_id and p.account_id = g.account_id offset 0))
+           + (select count(*) from leg_rows l where not exists (select 1 from entities e where e.id = l.entity_id offset 0))
+           + (select count(*) from leg_rows l where not exists (select 1 from group_rows g where g.id = l.group_id)) as n),
     changed_groups as (
       update transaction_groups g
       set status = v.status, disputed = v.disputed, reason = v.reason, reversed_by_group_id = v.reversed_by_group_id, updated_at = v.updated_at
@@ -158,7 +171,9 @@ export function persist(
     union all
     select id, null, null, null, version from ordinary_balances
     union all
-    select null, null, null, null, null where not require_unchanged_entities((select count(*) from unchanged), ${read.length}::int)`
+    select null, null, null, null, null where not require_unchanged_entities((select count(*) from unchanged), ${read.length}::int)
+    union all
+    select null, null, null, null, null where not require_references((select n from dangling))`
     .execute()
     .then((rows) => ({
       externals: rows.filter((r) => r.version === null),
