@@ -5,9 +5,9 @@ import { Code, ConnectError, createClient, type ConnectRouter, type Interceptor,
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { ErrorDetailSchema } from "@ledger/proto/common/v1/common_pb.js";
 import { Health, HealthCheckResponse_ServingStatus } from "@ledger/proto/grpc/health/v1/health_pb.js";
-import { GetEntityResponseSchema, LedgerService, TransactionGroupSchema } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import { GetEntityResponseSchema, LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ruleViolation } from "./errors.js";
+import { answeringTransfer, refusingHandlers, untilSignalEnds } from "./rpc-refusals.testing.js";
 import { createHttp2Transport } from "./http2-transport.js";
 import { createLogger } from "./logger.js";
 import { listen, type RunningServer } from "./server.js";
@@ -20,33 +20,13 @@ const endings: string[] = [];
 
 const routes = (router: ConnectRouter) =>
   router.service(LedgerService, {
-    createTransaction: (req, ctx) => {
-      ctx.responseHeader.set("x-handler", "yes");
-      ctx.responseTrailer.set("x-trailer", "done");
-      const transfer = req.form.case === "transfer" ? req.form.value : undefined;
-      return {
-        transactionGroup: create(TransactionGroupSchema, {
-          transactionGroupId: `tg_${transfer?.fromEntityId}_${transfer?.amount}`,
-          description: `${ctx.requestHeader.get("x-request-id") ?? ""} ${ctx.requestHeader.get("connect-timeout-ms") ?? "no deadline"}`,
-        }),
-      };
-    },
-    fundEntity: () => {
-      throw ruleViolation("insufficient_funds", "not enough", { available: 3 });
-    },
-    defundEntity: () => {
-      throw new Error("a bug with SQL text in it");
-    },
-    getEntity: () => {
-      throw new ConnectError("gone", Code.NotFound, { "x-error-meta": "m" });
-    },
+    createTransaction: answeringTransfer(
+      (ctx) => `${ctx.requestHeader.get("x-request-id") ?? ""} ${ctx.requestHeader.get("connect-timeout-ms") ?? "no deadline"}`,
+    ),
+    ...refusingHandlers,
     // Waits until its signal ends (the caller's deadline, or the caller going away), records why, and answers.
     listEntities: async (req, ctx) => {
-      await new Promise<void>((resolve) => {
-        if (ctx.signal.aborted) return resolve();
-        ctx.signal.addEventListener("abort", () => resolve());
-        setTimeout(resolve, 5_000).unref();
-      });
+      await untilSignalEnds(ctx);
       endings.push(`${req.programId}: ${ConnectError.from(ctx.signal.reason).code}`);
       return {};
     },

@@ -3,16 +3,11 @@ import type { AddressInfo } from "node:net";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, createContextValues, type ConnectRouter, type Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
-import {
-  CreateTransactionRequestSchema,
-  CreateTransactionResponseSchema,
-  LedgerService,
-  TransactionGroupSchema,
-} from "@ledger/proto/ledger/v1/ledger_pb.js";
+import { CreateTransactionRequestSchema, CreateTransactionResponseSchema, LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ErrorDetailSchema } from "@ledger/proto/common/v1/common_pb.js";
 import { http2Request } from "@ledger/testing";
-import { ruleViolation } from "./errors.js";
+import { answeringTransfer, refusingHandlers, untilSignalEnds } from "./rpc-refusals.testing.js";
 import { inProcessService } from "./in-process.js";
 import { createUnaryFastPath } from "./unary-fast-path.js";
 
@@ -24,33 +19,13 @@ const DECLINED = 599;
 
 const routes = (router: ConnectRouter) =>
   router.service(LedgerService, {
-    createTransaction: (req, ctx) => {
-      ctx.responseHeader.set("x-handler", "yes");
-      ctx.responseTrailer.set("x-trailer", "done");
-      const transfer = req.form.case === "transfer" ? req.form.value : undefined;
-      return {
-        transactionGroup: create(TransactionGroupSchema, {
-          transactionGroupId: `tg_${transfer?.fromEntityId}_${transfer?.amount}`,
-          description: `${ctx.values.get(peerKey) ? "peer" : "no peer"} ${ctx.requestHeader.get("x-request-id") ?? ""}`,
-        }),
-      };
-    },
-    fundEntity: () => {
-      throw ruleViolation("insufficient_funds", "not enough", { available: 3 });
-    },
-    defundEntity: () => {
-      throw new Error("a bug with SQL text in it");
-    },
-    getEntity: () => {
-      throw new ConnectError("gone", Code.NotFound, { "x-error-meta": "m" });
-    },
+    createTransaction: answeringTransfer(
+      (ctx) => `${ctx.values.get(peerKey) ? "peer" : "no peer"} ${ctx.requestHeader.get("x-request-id") ?? ""}`,
+    ),
+    ...refusingHandlers,
     // Waits for its signal (the deadline) and answers with the signal's reason.
     listEntities: async (_req, ctx) => {
-      await new Promise<void>((resolve) => {
-        if (ctx.signal.aborted) return resolve();
-        ctx.signal.addEventListener("abort", () => resolve());
-        setTimeout(resolve, 5_000).unref();
-      });
+      await untilSignalEnds(ctx);
       throw ctx.signal.reason;
     },
     // Records why its signal ended, which is after the call.
