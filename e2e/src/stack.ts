@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { DEFAULT_RPC_BODY_LIMIT_BYTES, type RateLimitConfig, type TracingConfig } from "@ledger/common";
-import { startGateway, type GatewayConfig, type GatewayHandle } from "@ledger/gateway";
+import { DEFAULT_CALL_TIMEOUT_MS, startGateway, type GatewayConfig, type GatewayHandle } from "@ledger/gateway";
 import { startHold, type HoldConfig, type HoldHandle } from "@ledger/hold-service";
 import {
   createAccount,
@@ -214,6 +214,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       notificationUrl: notification?.server.url ?? "http://127.0.0.1:9",
       bodyLimitBytes: 64 * 1024,
       batchBodyLimitBytes: 4 * 1024 * 1024,
+      callTimeoutMs: DEFAULT_CALL_TIMEOUT_MS,
       logLevel,
       rateLimitPerSecond: 0,
       rateLimitBurst: 1,

@@ -9,6 +9,9 @@ import {
   type TracingConfig,
 } from "@ledger/common";
 
+/** GATEWAY_CALL_TIMEOUT_MS unless set: far above any answer a healthy service gives (a batch of 1,000 takes about a second). */
+export const DEFAULT_CALL_TIMEOUT_MS = 30_000;
+
 /** Configuration of the REST gateway, read once at start. */
 export interface GatewayConfig extends RateLimitConfig {
   host: string;
@@ -29,6 +32,12 @@ export interface GatewayConfig extends RateLimitConfig {
   bodyLimitBytes: number;
   /** Largest body of POST /v1/transaction/batch (1,000 items with room for metadata); larger ones answer 413. */
   batchBodyLimitBytes: number;
+  /**
+   * How long the gateway waits for a service's answer (GATEWAY_CALL_TIMEOUT_MS), sent to the
+   * service as the call's deadline; past it the client gets 503 `unavailable` instead of a request
+   * that hangs while the service does. Unset in tests that build a config by hand: no deadline.
+   */
+  callTimeoutMs?: number | undefined;
   logLevel: string;
   /** OpenTelemetry tracing; undefined (the default) leaves it off. */
   tracing?: TracingConfig | undefined;
@@ -47,6 +56,7 @@ export function readGatewayConfig(env: Record<string, string | undefined> = proc
     notificationUrl: envUrl(env, "NOTIFICATION_URL", "http://127.0.0.1:8083", ["http", "https"]),
     bodyLimitBytes: envInt(env, "GATEWAY_BODY_LIMIT_BYTES", 1024 * 1024, 1024, 64 * 1024 * 1024),
     batchBodyLimitBytes: envInt(env, "GATEWAY_BATCH_BODY_LIMIT_BYTES", 4 * 1024 * 1024, 1024, 64 * 1024 * 1024),
+    callTimeoutMs: envInt(env, "GATEWAY_CALL_TIMEOUT_MS", DEFAULT_CALL_TIMEOUT_MS, 100, 600_000),
     ...readRateLimitConfig(env),
     logLevel: envString(env, "LOG_LEVEL", "info"),
     tracing: readTracingConfig(env),

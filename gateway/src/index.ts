@@ -1,3 +1,3 @@
 // The gateway as a library: for the all-in-one process and for tests.
-export { readGatewayConfig, type GatewayConfig } from "./config.js";
+export { DEFAULT_CALL_TIMEOUT_MS, readGatewayConfig, type GatewayConfig } from "./config.js";
 export { startGateway, type GatewayHandle, type GatewayPeers } from "./start.js";

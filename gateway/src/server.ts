@@ -61,7 +61,15 @@ function header(req: IncomingMessage, name: string): string | undefined {
 export function createRestHandler(
   routes: Route[],
   clients: Clients,
-  options: { bodyLimitBytes: number; batchBodyLimitBytes?: number; log: Logger; rateLimiter?: RateLimiter; tracing?: Tracing | undefined },
+  options: {
+    bodyLimitBytes: number;
+    batchBodyLimitBytes?: number;
+    /** Every RPC's deadline; undefined, none. */
+    callTimeoutMs?: number | undefined;
+    log: Logger;
+    rateLimiter?: RateLimiter;
+    tracing?: Tracing | undefined;
+  },
 ) {
   const table = new Map(routes.map((route) => [`${route.method} ${route.path}`, route]));
   const methodsByPath = new Map<string, string[]>();
@@ -120,6 +128,7 @@ export function createRestHandler(
       let replayed = false;
       const call: CallOptions = {
         headers,
+        timeoutMs: options.callTimeoutMs,
         // Untraced, the caller's W3C trace context passes through untouched, so a tracing setup
         // around the gateway still sees one trace per call.
         ...continueTrace(traced?.link ?? incomingContext, headers),

@@ -69,6 +69,7 @@ export async function startGateway(config: GatewayConfig, peers: GatewayPeers = 
     const handler = createRestHandler(routes, clients, {
       bodyLimitBytes: config.bodyLimitBytes,
       batchBodyLimitBytes: config.batchBodyLimitBytes,
+      callTimeoutMs: config.callTimeoutMs,
       log,
       tracing,
       ...(rateLimiter ? { rateLimiter } : {}),
