@@ -1,6 +1,5 @@
-import * as http2 from "node:http2";
-import type { AddressInfo } from "node:net";
 import { startStack, type Stack } from "@ledger/e2e";
+import { startHttp2Server, type Http2TestServer } from "@ledger/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 // A service that takes a call and never answers (stuck on a lock, a process that hangs) must not
@@ -9,26 +8,19 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 describe("a service that never answers", () => {
   let stack: Stack;
-  let silent: http2.Http2Server;
-  const sessions = new Set<http2.ServerHttp2Session>();
+  let silent: Http2TestServer;
   const deadlines: string[] = [];
 
   beforeAll(async () => {
-    silent = http2.createServer();
-    silent.on("session", (s) => sessions.add(s));
-    silent.on("stream", (stream, headers) => {
-      stream.on("error", () => {});
+    silent = await startHttp2Server((stream, headers) => {
       stream.resume();
       deadlines.push(String(headers["connect-timeout-ms"]));
     });
-    await new Promise<void>((resolve) => silent.listen(0, "127.0.0.1", resolve));
-    const holdUrl = `http://127.0.0.1:${(silent.address() as AddressInfo).port}`;
-    stack = await startStack({ externalHoldUrl: holdUrl, gateway: { callTimeoutMs: 300 } });
+    stack = await startStack({ externalHoldUrl: silent.url, gateway: { callTimeoutMs: 300 } });
   });
   afterAll(async () => {
     await stack?.close();
-    for (const s of sessions) s.destroy();
-    await new Promise((resolve) => silent?.close(resolve));
+    await silent?.close();
   });
 
   it("answers 503 in the envelope once the call's deadline has passed, and told the service that deadline", async () => {

@@ -1,11 +1,11 @@
 import * as http2 from "node:http2";
-import type { AddressInfo } from "node:net";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, type ConnectRouter, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { ErrorDetailSchema } from "@ledger/proto/common/v1/common_pb.js";
 import { Health, HealthCheckResponse_ServingStatus } from "@ledger/proto/grpc/health/v1/health_pb.js";
 import { GetEntityResponseSchema, LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import { startHttp2Server } from "@ledger/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { answeringTransfer, refusingHandlers, untilSignalEnds } from "./rpc-refusals.testing.js";
 import { createHttp2Transport } from "./http2-transport.js";
@@ -87,25 +87,12 @@ async function outcome(call: () => Promise<unknown>): Promise<Outcome> {
   }
 }
 
-/** A plain HTTP/2 server that answers every stream with `answer`, for peers that do not speak Connect. */
-async function rawServer(answer: (stream: http2.ServerHttp2Stream) => void): Promise<{ url: string; close(): Promise<void> }> {
-  const server = http2.createServer();
-  const sessions = new Set<http2.ServerHttp2Session>();
-  server.on("session", (s) => sessions.add(s));
-  server.on("stream", (stream) => {
-    stream.on("error", () => {});
+/** A plain HTTP/2 server that reads each request and answers it with `answer`, for peers that do not speak Connect. */
+const rawServer = (answer: (stream: http2.ServerHttp2Stream) => void) =>
+  startHttp2Server((stream) => {
     stream.resume();
     answer(stream);
   });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    close: async () => {
-      for (const s of sessions) s.destroy();
-      await new Promise((resolve) => server.close(resolve));
-    },
-  };
-}
 
 describe("HTTP/2 unary transport", () => {
   let server: RunningServer;
@@ -297,28 +284,18 @@ describe("HTTP/2 unary transport against peers that fail", () => {
   });
 
   it("fails the calls in flight when the connection goes, and connects again for the next", async () => {
-    let sessions: http2.ServerHttp2Session[] = [];
     let hang = true;
-    const server = http2.createServer();
-    server.on("session", (s) => sessions.push(s));
-    server.on("stream", (stream) => {
-      stream.on("error", () => {});
-      stream.resume();
+    const peer = await rawServer((stream) => {
       if (hang) return;
       stream.respond({ ":status": 200, "content-type": "application/proto" });
       stream.end(toBinary(GetEntityResponseSchema, create(GetEntityResponseSchema, { entity: { entityId: "ent_back" } })));
     });
-    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-    closers.push(async () => {
-      for (const s of sessions) s.destroy();
-      await new Promise((resolve) => server.close(() => resolve(undefined)));
-    });
-    const client = createClient(LedgerService, lean(`http://127.0.0.1:${(server.address() as AddressInfo).port}`));
+    closers.push(peer.close);
+    const client = createClient(LedgerService, lean(peer.url));
     const inFlight = outcome(() => client.getEntity({ entityId: "ent_a" }, { timeoutMs: 5_000 }));
-    await expect.poll(() => sessions.length).toBe(1);
+    await expect.poll(() => peer.sessions.size).toBe(1);
     await new Promise((resolve) => setTimeout(resolve, 50));
-    for (const s of sessions) s.destroy();
-    sessions = [];
+    for (const s of peer.sessions) s.destroy();
     const failed = await inFlight;
     expect(failed.code).toBe(Code.Unavailable);
     hang = false;

@@ -1,22 +1,21 @@
 // Unary Connect calls to a service at a URL, over node:http2 without Connect-ES's per-call layers.
 // Why: bench/README.md, "The gateway apart: Connect's HTTP/2 client was most of its cost".
 import * as http2 from "node:http2";
-import { create, type DescMessage, type DescMethodUnary, type MessageShape } from "@bufbuild/protobuf";
+import type { DescMessage, DescMethodUnary, MessageShape } from "@bufbuild/protobuf";
 import {
   appendHeaders,
   Code,
   ConnectError,
-  createContextValues,
   type Interceptor,
   type Transport,
   type UnaryRequest,
   type UnaryResponse,
 } from "@connectrpc/connect";
 import { createConnectTransport, Http2SessionManager } from "@connectrpc/connect-node";
-import { errorFromJsonBytes, trailerDemux, validateResponseWithCompression } from "@connectrpc/connect/protocol-connect";
+import { errorFromJsonBytes, requestHeader, trailerDemux, validateResponseWithCompression } from "@connectrpc/connect/protocol-connect";
 import { encodeBinary } from "./proto-binary.js";
 import { decodeBinary } from "./proto-binary-decode.js";
-import { neverAborted, withDeadline } from "./unary-fast-path.js";
+import { runCallerUnary } from "./unary-fast-path.js";
 
 /** What `createHttp2Transport` needs. */
 export interface Http2TransportOptions {
@@ -29,8 +28,6 @@ export interface Http2TransportOptions {
   /** An answer larger than this is refused (resource_exhausted) instead of being read whole. */
   readMaxBytes: number;
 }
-
-type UnaryFn = (req: UnaryRequest) => Promise<UnaryResponse>;
 
 /**
  * Connect's unary protocol with binary protobuf over one kept-alive HTTP/2 connection, as
@@ -62,9 +59,8 @@ export function createHttp2Transport(options: Http2TransportOptions): Transport 
     readMaxBytes: options.readMaxBytes,
     sessionManager: sessions,
   });
-  const base = options.baseUrl.replace(/\/+$/, "");
-  const basePath = new URL(base).pathname.replace(/\/+$/, "");
-  const interceptors = options.interceptors;
+  const { origin, pathname } = new URL(options.baseUrl);
+  const basePath = pathname.replace(/\/+$/, "");
 
   return {
     unary(method, signal, timeoutMs, header, input, contextValues) {
@@ -72,32 +68,20 @@ export function createHttp2Transport(options: Http2TransportOptions): Transport 
       const deadline = timeoutMs === undefined || timeoutMs <= 0 ? undefined : timeoutMs;
       const path = `${basePath}/${method.parent.typeName}/${method.name}`;
       const exchange = new Exchange(sessions, method, path, options.readMaxBytes);
-      let next: UnaryFn = (req) => exchange.send(req);
-      for (let i = interceptors.length - 1; i >= 0; i--) next = interceptors[i]!(next as never) as unknown as UnaryFn;
-      const request = {
-        stream: false,
-        service: method.parent,
+      return runCallerUnary(options.interceptors, (req) => exchange.send(req), {
         method,
-        requestMethod: "POST",
-        url: base + path.slice(basePath.length),
-        header: requestHeader(header, deadline),
-        contextValues: contextValues ?? createContextValues(),
-        message: create(method.input, input),
-        signal: signal ?? neverAborted,
-      } as unknown as UnaryRequest;
-      return withDeadline(next(request), signal, deadline, (reason) => exchange.cancel(reason)) as never;
+        url: `${origin}${path}`,
+        // Connect's own request headers: content type, protocol version, connect-timeout-ms.
+        header: requestHeader("unary", true, deadline, header, false),
+        input,
+        contextValues,
+        signal,
+        timeoutMs: deadline,
+        onEnd: (reason) => exchange.cancel(reason),
+      }) as never;
     },
     stream: (...args) => streaming.stream(...args),
   };
-}
-
-/** The headers of a Connect unary request with a binary body, as Connect's `requestHeader` sets them. */
-function requestHeader(header: ConstructorParameters<typeof Headers>[0], timeoutMs: number | undefined): Headers {
-  const result = new Headers(header);
-  if (timeoutMs !== undefined) result.set("connect-timeout-ms", String(timeoutMs));
-  result.set("content-type", "application/proto");
-  result.set("connect-protocol-version", "1");
-  return result;
 }
 
 /** One call's HTTP/2 stream: sent once the interceptors pass the request on, reset if the caller ends the call first. */

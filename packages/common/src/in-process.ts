@@ -71,7 +71,7 @@ export function inProcessService(options: InProcessOptions): InProcessService {
  * gives (its largest, a batch call's, is a few hundred KB), so that only a broken or foreign peer
  * meets it, and is refused with resource_exhausted instead of being held in memory.
  */
-export const ANSWER_MAX_BYTES = 64 * 1024 * 1024;
+const ANSWER_MAX_BYTES = 64 * 1024 * 1024;
 
 /**
  * A transport to `target`: in memory for a service of this process, else HTTP/2 to its URL, one

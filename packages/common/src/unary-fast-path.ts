@@ -3,7 +3,15 @@
 // (`createInProcessTransport`). Both run the service's own interceptors and handlers through
 // `invoke` with a `CallContext`, and answer as Connect would. Why: bench/README.md.
 import type * as http2 from "node:http2";
-import { create, type DescMessage, type DescMethod, type DescService, type Message } from "@bufbuild/protobuf";
+import {
+  create,
+  type DescMessage,
+  type DescMethod,
+  type DescMethodUnary,
+  type DescService,
+  type Message,
+  type MessageInitShape,
+} from "@bufbuild/protobuf";
 import {
   Code,
   ConnectError,
@@ -39,7 +47,8 @@ export interface UnaryFastPathOptions {
 export type UnaryFastPath = (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders) => Promise<void> | undefined;
 
 type UnarySpec = Extract<MethodImplSpec, { kind: "unary" }>;
-type UnaryFn = (req: UnaryRequest) => Promise<UnaryResponse>;
+/** A unary call's next step, as an interceptor sees it. */
+export type UnaryFn = (req: UnaryRequest) => Promise<UnaryResponse>;
 
 const CONTENT_TYPE_PROTO = "application/proto";
 const CONTENT_TYPE_JSON = "application/json";
@@ -144,33 +153,65 @@ export function createInProcessTransport(
           call.abort();
         }
       };
-      let next = send;
-      for (let i = callerInterceptors.length - 1; i >= 0; i--) next = callerInterceptors[i]!(next as never) as unknown as UnaryFn;
-      const request = {
-        stream: false,
-        service,
+      return runCallerUnary(callerInterceptors, send, {
         method,
-        requestMethod: "POST",
         url,
         header: new Headers(header),
-        contextValues: contextValues ?? createContextValues(),
-        message: create(method.input, input),
-        signal: signal ?? neverAborted,
-      } as unknown as UnaryRequest;
-      return withDeadline(next(request), signal, timeoutMs) as never;
+        input,
+        contextValues,
+        signal,
+        timeoutMs,
+      }) as never;
     },
     stream: (...args) => fallback.stream(...args),
   };
 }
 
 /** The signal of a call whose caller gave none. */
-export const neverAborted = new AbortController().signal;
+const neverAborted = new AbortController().signal;
+
+/** A unary call as its caller made it, for `runCallerUnary`. */
+export interface CallerUnary {
+  method: DescMethodUnary<DescMessage, DescMessage>;
+  url: string;
+  /** The request's headers, as the interceptors will see them. */
+  header: Headers;
+  input: MessageInitShape<DescMessage>;
+  contextValues: ContextValues | undefined;
+  signal: AbortSignal | undefined;
+  /** The deadline, in ms from now; undefined for none. */
+  timeoutMs: number | undefined;
+  /** Hears the call ended early by its signal or deadline, so that whatever still works on it can stop. */
+  onEnd?: (reason: ConnectError) => void;
+}
+
+/**
+ * The caller's side of a unary call, as Connect's `runUnaryCall` runs it, for our transports (in
+ * memory, and HTTP/2 at a URL): the request object Connect builds, the caller's interceptors
+ * around `send`, and the answer raced against the caller's signal and deadline.
+ */
+export function runCallerUnary(interceptors: Interceptor[], send: UnaryFn, call: CallerUnary): Promise<UnaryResponse> {
+  let next = send;
+  for (let i = interceptors.length - 1; i >= 0; i--) next = interceptors[i]!(next as never) as unknown as UnaryFn;
+  const request = {
+    stream: false,
+    service: call.method.parent,
+    method: call.method,
+    requestMethod: "POST",
+    url: call.url,
+    header: call.header,
+    contextValues: call.contextValues ?? createContextValues(),
+    message: create(call.method.input, call.input),
+    signal: call.signal ?? neverAborted,
+  } as unknown as UnaryRequest;
+  return withDeadline(next(request), call.signal, call.timeoutMs, call.onEnd);
+}
 
 /**
  * `answer`, or the caller's end first: its signal's reason, or deadline_exceeded at its deadline.
  * `onEnd` hears that early end, so that whatever still works on the call can stop.
  */
-export function withDeadline<T>(
+function withDeadline<T>(
   answer: Promise<T>,
   signal: AbortSignal | undefined,
   timeoutMs: number | undefined,

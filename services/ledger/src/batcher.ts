@@ -182,6 +182,11 @@ export interface BatcherOptions extends GroupCommitSettings {
   entityCacheSize: number;
 }
 
+/** A cached book as `applyUnits` opens books: its commands are the batch's, its write goes on `on`. */
+function openOn(open: CachedOpenBook, on: Sql | Tx): () => Promise<OpenBook> {
+  return () => Promise.resolve({ book: open.book, write: () => open.writeOn(on) });
+}
+
 const keyString = (k: { accountId: string; key: string }) => `${k.accountId}\u0000${k.key}`;
 
 /**
@@ -263,26 +268,30 @@ export function createBatcher(options: BatcherOptions) {
    * then nothing was written, and the caller applies them the usual way, which claims the keys
    * (and replays a known one) and reads the rows under lock.
    */
+  /**
+   * A cached book over `commands`, once no other batch of this process is writing the rows it
+   * names: it waits for such a batch and then writes on the rows it left. Each wait outlasts a
+   * batch in flight, and at most `maxInFlight` are, so that bounds the waits. Undefined when the
+   * cache cannot serve the commands, or they are still busy after that many waits.
+   */
+  async function cachedBookAfterWrites(commands: MoneyCommand[]): Promise<CachedOpenBook | undefined> {
+    for (let waits = 0; ; waits++) {
+      const cached = openCachedBook(commands, cache, options.subjectOf);
+      if (!cached || "book" in cached) return cached;
+      if (waits === options.maxInFlight) return undefined;
+      batchWaits.inc();
+      await cache.whenWritten(cached.busy);
+    }
+  }
+
   async function runCached(units: Unit[]): Promise<UnitResult[] | undefined> {
     const commands = commandsOf(units);
     if (commands.length === 0) return undefined;
     const allKeys = units.flatMap((unit) => unit.keys);
     // A key twice in one batch is answered from the first use: the claiming path handles that.
     if (new Set(allKeys).size !== allKeys.length) return undefined;
-    let open: CachedOpenBook | undefined;
-    // Rows another batch of this process is writing: wait for it and write on what it leaves.
-    // Each wait outlasts a batch in flight, and at most `maxInFlight` are, so that bounds the waits.
-    for (let waits = 0; ; waits++) {
-      const cached = openCachedBook(commands, cache, options.subjectOf);
-      if (!cached) return undefined;
-      if ("book" in cached) {
-        open = cached;
-        break;
-      }
-      if (waits === options.maxInFlight) return undefined;
-      batchWaits.inc();
-      await cache.whenWritten(cached.busy);
-    }
+    const open = await cachedBookAfterWrites(commands);
+    if (!open) return undefined;
     const release = cache.claimWriting(open.book.rows().flatMap((row) => (row.is_external ? [] : [row.id])));
     try {
       // No key is claimed, so every unit is live and applyUnits asks for a book over these same commands.
@@ -290,19 +299,11 @@ export function createBatcher(options: BatcherOptions) {
       if (allKeys.length === 0) {
         // One statement on its own: a transaction with no BEGIN or COMMIT.
         const writes = sentWrites();
-        results = await applyUnits(
-          sql as unknown as Tx,
-          units,
-          writes,
-          () => Promise.resolve({ book: open.book, write: () => open.writeOn(sql) }),
-          "insert",
-        );
+        results = await applyUnits(sql as unknown as Tx, units, writes, openOn(open, sql), "insert");
         await Promise.all(writes);
       } else {
         // The keys' insert and the write, pipelined between BEGIN and COMMIT: still one round trip.
-        results = await pipelinedTransaction(sql, (tx, writes) =>
-          applyUnits(tx, units, writes, () => Promise.resolve({ book: open.book, write: () => open.writeOn(tx) }), "insert"),
-        );
+        results = await pipelinedTransaction(sql, (tx, writes) => applyUnits(tx, units, writes, openOn(open, tx), "insert"));
       }
       batchPaths.inc({ path: "cached" });
       return results;
