@@ -46,6 +46,17 @@ function npmStartNodeOptions(repoRoot: string): string {
 }
 
 /**
+ * The default package.json's start script gives the variable `name` (`NAME=${NAME:-value}`), so the
+ * one-process layout runs with what `npm start` sets.
+ */
+function npmStartDefault(repoRoot: string, name: string): string {
+  const pkg = JSON.parse(readFileSync(join(repoRoot, "package.json"), "utf8")) as { scripts?: Record<string, string> };
+  const value = new RegExp(`\\b${name}=\\$\\{${name}:-([^}]*)\\}`).exec(pkg.scripts?.["start"] ?? "")?.[1];
+  if (value === undefined) throw new Error(`package.json: the start script sets no ${name}=\${${name}:-...}`);
+  return value;
+}
+
+/**
  * The node flags a service's Kubernetes manifest gives it before its entry point (`command:
  * ["node", ...flags, "dist/<name>.js"]` in deploy/base/<name>.yaml), read there so the processes
  * layout runs each service as deployed.
@@ -159,6 +170,10 @@ export async function startSystem(options: SystemOptions): Promise<System> {
     // The processes run as the image and `npm start` run them, both of which cap glibc's malloc
     // arenas at two (Dockerfile, package.json). The bench's own environment wins.
     MALLOC_ARENA_MAX: process.env["MALLOC_ARENA_MAX"] ?? "2",
+    // The one process also maps large blocks on their own, as `npm start` has it (the image does not).
+    ...(options.layout === "one-process" && process.env["MALLOC_MMAP_THRESHOLD_"] === undefined
+      ? { MALLOC_MMAP_THRESHOLD_: npmStartDefault(options.repoRoot, "MALLOC_MMAP_THRESHOLD_") }
+      : {}),
     // Apart, each process has the image's smaller young generation (Dockerfile's NODE_OPTIONS),
     // and its manifest's node flags on the command line (deployedNodeFlags), which win over it;
     // the one process has `npm start`'s NODE_OPTIONS, and the bench's own after them win, as they

@@ -1,22 +1,22 @@
 import { ConfigError } from "./config.js";
-import { applyMemorySettings } from "./memory.js";
+import { applyMemorySettings, type HeapGrowth } from "./memory.js";
 
 /**
  * Runs a process's start function and stops it cleanly on SIGTERM or SIGINT (docs/operations.md#shutdown):
  * stop accepting, drain, close, exit 0. A configuration error ends the start with its message alone.
  * The heap's settings (docs/operations.md#memory) are applied first, before the services allocate;
- * `heapGrowingPercent` is the process's default for HEAP_GROWING_PERCENT; `start` is told what was
- * set (undefined: V8's own rule, or node's own flag).
+ * `heap` is the process's own default growth and old-generation budget (applyMemorySettings); `start`
+ * is told what was set (undefined: V8's own rule, or node's own flag).
  */
 export function runMain(
   name: string,
-  start: (memory: { heapGrowingPercent: number | undefined }) => Promise<{ close(): Promise<void> }>,
-  options: { heapGrowingPercent?: number } = {},
+  start: (memory: { heapGrowth: HeapGrowth | undefined }) => Promise<{ close(): Promise<void> }>,
+  options: { heap?: { percent?: number; budgetMb?: number } } = {},
 ): void {
   Promise.resolve()
     .then(() => {
-      const heapGrowingPercent = applyMemorySettings(process.env, process.execArgv, options.heapGrowingPercent);
-      return start({ heapGrowingPercent });
+      const heapGrowth = applyMemorySettings(process.env, process.execArgv, options.heap);
+      return start({ heapGrowth });
     })
     .then(
       (handle) => {
