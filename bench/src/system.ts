@@ -34,13 +34,18 @@ function imageEnv(repoRoot: string, name: string): string | undefined {
   return new RegExp(`^ENV ${name}=(.*)$`, "m").exec(runtime)?.[1];
 }
 
+/** package.json's start script: what `npm start` runs. */
+function npmStartScript(repoRoot: string): string {
+  const pkg = JSON.parse(readFileSync(join(repoRoot, "package.json"), "utf8")) as { scripts?: Record<string, string> };
+  return pkg.scripts?.["start"] ?? "";
+}
+
 /**
  * The node options `npm start` gives its one process (`NODE_OPTIONS="<these> ${NODE_OPTIONS:-}"` in
  * package.json's start script), read there so the one-process layout runs as `npm start` does.
  */
 function npmStartNodeOptions(repoRoot: string): string {
-  const pkg = JSON.parse(readFileSync(join(repoRoot, "package.json"), "utf8")) as { scripts?: Record<string, string> };
-  const options = /NODE_OPTIONS="([^"$]*)/.exec(pkg.scripts?.["start"] ?? "")?.[1]?.trim();
+  const options = /NODE_OPTIONS="([^"$]*)/.exec(npmStartScript(repoRoot))?.[1]?.trim();
   if (!options) throw new Error('package.json: the start script sets no NODE_OPTIONS="..."');
   return options;
 }
@@ -50,8 +55,7 @@ function npmStartNodeOptions(repoRoot: string): string {
  * one-process layout runs with what `npm start` sets.
  */
 function npmStartDefault(repoRoot: string, name: string): string {
-  const pkg = JSON.parse(readFileSync(join(repoRoot, "package.json"), "utf8")) as { scripts?: Record<string, string> };
-  const value = new RegExp(`\\b${name}=\\$\\{${name}:-([^}]*)\\}`).exec(pkg.scripts?.["start"] ?? "")?.[1];
+  const value = new RegExp(`\\b${name}=\\$\\{${name}:-([^}]*)\\}`).exec(npmStartScript(repoRoot))?.[1];
   if (value === undefined) throw new Error(`package.json: the start script sets no ${name}=\${${name}:-...}`);
   return value;
 }

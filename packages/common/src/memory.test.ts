@@ -1,4 +1,4 @@
-import { getHeapSpaceStatistics, setFlagsFromString } from "node:v8";
+import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
 import { describe, expect, it } from "vitest";
 import { ConfigError } from "./config.js";
@@ -8,6 +8,7 @@ import {
   DEFAULT_HEAP_GROWING_PERCENT,
   growthWithinBudget,
   ONE_PROCESS_HEAP_GROWING_PERCENT,
+  oldGenerationUsed,
   ONE_PROCESS_OLD_GENERATION_BUDGET_MB,
   readHeapGrowingPercent,
 } from "./memory.js";
@@ -73,13 +74,9 @@ describe("the old generation's budget", () => {
     setFlagsFromString("--expose-gc");
     const gc = runInNewContext("gc") as () => void;
     const delivered = () => new Promise((resolve) => setTimeout(resolve, 50));
-    const oldGeneration = () =>
-      getHeapSpaceStatistics()
-        .filter((s) => s.space_name !== "new_space" && s.space_name !== "new_large_object_space")
-        .reduce((sum, s) => sum + s.space_used_size, 0);
     gc();
     // A budget 40 MB above what this worker holds now: the most growth fits.
-    const budgetMb = Math.ceil(oldGeneration() / (1024 * 1024)) + 40;
+    const budgetMb = Math.ceil(oldGenerationUsed() / (1024 * 1024)) + 40;
     const bound = boundHeapGrowth(100, budgetMb, 25);
     try {
       gc();

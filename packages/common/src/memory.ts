@@ -1,6 +1,6 @@
 import { constants, type PerformanceEntry, PerformanceObserver } from "node:perf_hooks";
 import { getHeapSpaceStatistics, setFlagsFromString } from "node:v8";
-import { envInt } from "./config.js";
+import { envInt, envOptional } from "./config.js";
 
 /**
  * How far V8 lets the old generation grow past what survived its last full collection, in percent
@@ -55,8 +55,7 @@ export function applyMemorySettings(
   if (execArgv.some((arg) => /^--heap[-_]growing[-_]percent\b/.test(arg))) return undefined;
   if (percent === 0) return undefined;
   setFlagsFromString(`--heap-growing-percent=${percent}`);
-  const given = (env["HEAP_GROWING_PERCENT"] ?? "") !== "";
-  if (given || defaults.budgetMb === undefined) return { percent };
+  if (envOptional(env, "HEAP_GROWING_PERCENT") !== undefined || defaults.budgetMb === undefined) return { percent };
   boundHeapGrowth(percent, defaults.budgetMb);
   return { percent, budgetMb: defaults.budgetMb };
 }
@@ -80,7 +79,7 @@ export function growthWithinBudget(budget: number, live: number, min: number, ma
  * Bytes in V8's old generation (every space but the young generation's). Read by the observer just
  * after a full collection: what survived it, and what the few milliseconds since have promoted.
  */
-function oldGenerationUsed(): number {
+export function oldGenerationUsed(): number {
   let used = 0;
   for (const space of getHeapSpaceStatistics()) {
     if (space.space_name !== "new_space" && space.space_name !== "new_large_object_space") used += space.space_used_size;

@@ -20,8 +20,8 @@ export const DEFAULT_ENTITY_CACHE_SIZE = 10_000;
 
 /**
  * LEDGER_BATCH_MAX in `npm start`'s one process unless set (1,000 elsewhere). A transaction of 1,000
- * commands writes a statement of about 1.5 MB of parameters, held as strings V8 puts straight into
- * its old generation, which only a full collection frees; at 300 they stay in the young generation,
+ * commands writes a statement of about 1 MB of parameter strings, which V8 puts straight into its
+ * old generation (over 128 KB each), where only a full collection frees them; at 300 they stay young,
  * and 100-item batch calls ran as fast (docs/operations.md#memory).
  */
 export const ONE_PROCESS_BATCH_MAX = 300;
