@@ -559,6 +559,11 @@ describe("Dockerfile", () => {
     expect(runtime).toMatch(/^ENV MALLOC_ARENA_MAX=2$/m);
   });
 
+  it("maps large malloc blocks on their own for every process of the image, as npm start does", () => {
+    expect(runtime).toMatch(/^ENV MALLOC_MMAP_THRESHOLD_=131072$/m);
+    expect(readFileSync(join(ROOT, "package.json"), "utf8")).toContain(`MALLOC_MMAP_THRESHOLD_=\${MALLOC_MMAP_THRESHOLD_:-131072}`);
+  });
+
   it("gives every process of the image a smaller young generation, and nothing else through NODE_OPTIONS", () => {
     expect(runtime.match(/^ENV NODE_OPTIONS=.*$/gm)).toEqual(["ENV NODE_OPTIONS=--max-semi-space-size=8"]);
   });

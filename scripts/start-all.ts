@@ -17,7 +17,7 @@ import {
 } from "@ledger/common";
 import { readGatewayConfig, startGateway } from "@ledger/gateway";
 import { readHoldConfig, startHold } from "@ledger/hold-service";
-import { ONE_PROCESS_BATCH_MAX, readLedgerConfig, startLedger } from "@ledger/ledger-service";
+import { readLedgerConfig, startLedger } from "@ledger/ledger-service";
 import { readNotificationConfig, startNotification } from "@ledger/notification-service";
 import { chooseDatabase } from "./embedded-postgres.js";
 import { ensureLocalNats } from "./local-nats.js";
@@ -44,8 +44,7 @@ async function startAll(memory: { heapGrowth: HeapGrowth | undefined }) {
     // (or at its loopback port with LEDGER_INTERNAL_CALLS=http).
     const local = (variable: string, server: RunningServer) =>
       env[variable] === undefined && internalCalls === "memory" ? server.inProcess : undefined;
-    // Smaller transactions than apart, so a batch's statement stays out of V8's old generation.
-    const ledger = await startLedger(readLedgerConfig(env, { batchMax: ONE_PROCESS_BATCH_MAX }));
+    const ledger = await startLedger(readLedgerConfig(env));
     lifecycle.onClose("ledger", () => ledger.close());
     const ledgerUrl = env["LEDGER_URL"] ?? ledger.server.url;
     const ledgerPeer = local("LEDGER_URL", ledger.server);

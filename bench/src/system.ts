@@ -34,6 +34,12 @@ function imageEnv(repoRoot: string, name: string): string | undefined {
   return new RegExp(`^ENV ${name}=(.*)$`, "m").exec(runtime)?.[1];
 }
 
+function requiredImageEnv(repoRoot: string, name: string): string {
+  const value = imageEnv(repoRoot, name);
+  if (value === undefined) throw new Error(`Dockerfile: the runtime stage sets no ENV ${name}=...`);
+  return value;
+}
+
 /** package.json's start script: what `npm start` runs. */
 function npmStartScript(repoRoot: string): string {
   const pkg = JSON.parse(readFileSync(join(repoRoot, "package.json"), "utf8")) as { scripts?: Record<string, string> };
@@ -174,10 +180,12 @@ export async function startSystem(options: SystemOptions): Promise<System> {
     // The processes run as the image and `npm start` run them, both of which cap glibc's malloc
     // arenas at two (Dockerfile, package.json). The bench's own environment wins.
     MALLOC_ARENA_MAX: process.env["MALLOC_ARENA_MAX"] ?? "2",
-    // The one process also maps large blocks on their own, as `npm start` has it (the image does not).
-    ...(options.layout === "one-process" && process.env["MALLOC_MMAP_THRESHOLD_"] === undefined
-      ? { MALLOC_MMAP_THRESHOLD_: npmStartDefault(options.repoRoot, "MALLOC_MMAP_THRESHOLD_") }
-      : {}),
+    // Large blocks mapped on their own, as the image (processes) and `npm start` (one process) set it.
+    MALLOC_MMAP_THRESHOLD_:
+      process.env["MALLOC_MMAP_THRESHOLD_"] ??
+      (options.layout === "processes"
+        ? requiredImageEnv(options.repoRoot, "MALLOC_MMAP_THRESHOLD_")
+        : npmStartDefault(options.repoRoot, "MALLOC_MMAP_THRESHOLD_")),
     // Apart, each process has the image's smaller young generation (Dockerfile's NODE_OPTIONS),
     // and its manifest's node flags on the command line (deployedNodeFlags), which win over it;
     // the one process has `npm start`'s NODE_OPTIONS, and the bench's own after them win, as they

@@ -1,12 +1,12 @@
 import { describe, expect, it } from "vitest";
-import { ONE_PROCESS_BATCH_MAX, readLedgerConfig } from "./config.js";
+import { DEFAULT_BATCH_MAX, readLedgerConfig } from "./config.js";
 
 describe("ledger configuration", () => {
-  it("takes at most 1,000 commands a transaction unless a process's own default or LEDGER_BATCH_MAX says otherwise", () => {
-    expect(readLedgerConfig({}).batchMax).toBe(1_000);
-    expect(ONE_PROCESS_BATCH_MAX).toBe(300);
-    expect(readLedgerConfig({}, { batchMax: ONE_PROCESS_BATCH_MAX }).batchMax).toBe(300);
-    expect(readLedgerConfig({ LEDGER_BATCH_MAX: "800" }, { batchMax: ONE_PROCESS_BATCH_MAX }).batchMax).toBe(800);
+  it("takes at most 300 commands a transaction unless LEDGER_BATCH_MAX says otherwise, up to 1,000", () => {
+    expect(DEFAULT_BATCH_MAX).toBe(300);
+    expect(readLedgerConfig({}).batchMax).toBe(300);
+    expect(readLedgerConfig({ LEDGER_BATCH_MAX: "800" }).batchMax).toBe(800);
     expect(() => readLedgerConfig({ LEDGER_BATCH_MAX: "1001" })).toThrow(/LEDGER_BATCH_MAX/);
+    expect(() => readLedgerConfig({ LEDGER_BATCH_MAX: "0" })).toThrow(/LEDGER_BATCH_MAX/);
   });
 });

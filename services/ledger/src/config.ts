@@ -19,12 +19,12 @@ export const DEFAULT_KEY_USAGE_FLUSH_MS = 60_000;
 export const DEFAULT_ENTITY_CACHE_SIZE = 10_000;
 
 /**
- * LEDGER_BATCH_MAX in `npm start`'s one process unless set (1,000 elsewhere). A transaction of 1,000
- * commands writes a statement of about 1 MB of parameter strings, which V8 puts straight into its
- * old generation (over 128 KB each), where only a full collection frees them; at 300 they stay young,
- * and 100-item batch calls ran as fast (docs/operations.md#memory).
+ * LEDGER_BATCH_MAX unless set. A transaction of 1,000 commands wrote a statement of about 1 MB of
+ * parameter strings, which V8 puts straight into its old generation (over 128 KB each), where only a
+ * full collection frees them; at 300 they stay young. Three 100-item batch calls still share a
+ * transaction, and they ran as fast, in one process and apart (docs/operations.md#memory).
  */
-export const ONE_PROCESS_BATCH_MAX = 300;
+export const DEFAULT_BATCH_MAX = 300;
 
 /** Configuration of the ledger service, read once at start. */
 export interface LedgerConfig extends InfraConfig {
@@ -36,8 +36,8 @@ export interface LedgerConfig extends InfraConfig {
   databasePoolSize: number;
   /**
    * Group commit: most money commands in one transaction, a batch call's items counted one by one
-   * (LEDGER_BATCH_MAX). As large as the largest batch call, so concurrent batch calls share one
-   * transaction instead of waiting on each other's row locks.
+   * (LEDGER_BATCH_MAX). Large enough that concurrent batch calls share a transaction instead of
+   * waiting on each other's row locks; a call larger than this is never split, and has one to itself.
    */
   batchMax: number;
   /** Group commit: transactions in flight at once (LEDGER_BATCH_CONCURRENCY). */
@@ -55,10 +55,7 @@ export interface LedgerConfig extends InfraConfig {
 }
 
 /** Reads and validates the ledger's configuration. */
-export function readLedgerConfig(
-  env: Record<string, string | undefined> = process.env,
-  defaults: { batchMax?: number } = {},
-): LedgerConfig {
+export function readLedgerConfig(env: Record<string, string | undefined> = process.env): LedgerConfig {
   const devApiKey = envOptional(env, "LEDGER_DEV_API_KEY");
   if (devApiKey !== undefined && !/^[\x21-\x7e]{16,128}$/.test(devApiKey)) {
     throw new ConfigError("LEDGER_DEV_API_KEY", "must be 16 to 128 printable characters without spaces");
@@ -68,7 +65,7 @@ export function readLedgerConfig(
     host: envString(env, "LEDGER_HOST", "127.0.0.1"),
     port: envInt(env, "LEDGER_PORT", 8081, 0, 65535),
     databasePoolSize: envInt(env, "LEDGER_DATABASE_POOL_SIZE", 20, 1, 500),
-    batchMax: envInt(env, "LEDGER_BATCH_MAX", defaults.batchMax ?? 1_000, 1, 1_000),
+    batchMax: envInt(env, "LEDGER_BATCH_MAX", DEFAULT_BATCH_MAX, 1, 1_000),
     batchConcurrency: envInt(env, "LEDGER_BATCH_CONCURRENCY", 4, 1, 64),
     batchLingerMs: envInt(env, "LEDGER_BATCH_LINGER_MS", 2, 0, 100),
     batchHalfAbove: envInt(env, "LEDGER_BATCH_HALF_ABOVE", 32, 0, 1_000),

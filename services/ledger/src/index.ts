@@ -1,5 +1,5 @@
 // The ledger service as a library: for the all-in-one process and for tests.
-export { DEFAULT_ENTITY_CACHE_SIZE, ONE_PROCESS_BATCH_MAX, readLedgerConfig, type LedgerConfig } from "./config.js";
+export { DEFAULT_ENTITY_CACHE_SIZE, readLedgerConfig, type LedgerConfig } from "./config.js";
 export { startLedger, type LedgerHandle } from "./start.js";
 export { createAccount, type NewAccount } from "./identity.js";
 // The RPC handlers alone, for tests that run them in memory without a database (@ledger/e2e's startHandlers).
