@@ -1,11 +1,14 @@
+import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createLogger, metricsRegistry, type Sql } from "@ledger/common";
 import { expectHeldMatches, startStack, type Stack } from "@ledger/e2e";
+import { answerLosingProxy } from "@ledger/testing";
 import { createGroupCommit, type Work } from "./group-commit.js";
 
 // Group commit in the hold service: concurrent intents and completions share transactions, and
 // each step still gets its own answer. A refused step leaves its neighbours alone; a transaction
-// that fails as a whole is retried one step at a time; steps on one hold never share one.
+// that Postgres refused as a whole is retried one step at a time, and one whose answer was lost
+// is not run again; steps on one hold never share one.
 
 let stack: Stack;
 let sql: Sql;
@@ -75,6 +78,63 @@ describe("group commit", () => {
     await blocker2;
     expect(failing.map((r) => r.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);
     expect((await sql<{ id: number }[]>`select id from group_commit_probe order by id`).map((r) => r.id)).toEqual([0, 1, 2, 3, 4, 5]);
+  });
+
+  it("runs no step again when a shared transaction's answer is lost, since it may have committed", async () => {
+    // The group commit reaches Postgres through a proxy that, once armed, passes the marked insert
+    // and the COMMIT sent right behind it, drops every answer from there on and cuts the connection.
+    const proxy = await answerLosingProxy(new URL(stack.holdDatabaseUrl), "group_commit_lost_answer");
+    const direct = postgres(stack.holdDatabaseUrl, { max: 1, onnotice: () => {} });
+    await direct`create table if not exists group_commit_lost_probe (id int)`;
+    await direct`delete from group_commit_lost_probe`;
+    // Armed before the group commit opens any connection, so it knows the marked statement by its text.
+    proxy.arm();
+    const through = postgres(proxy.url, { max: 2, onnotice: () => {} });
+    try {
+      const commits = createGroupCommit({
+        sql: through as unknown as Sql,
+        log: createLogger("test", "fatal"),
+        maxBatch: 64,
+        maxInFlight: 1,
+        lingerMs: 0,
+      });
+      // Steps that read, then send their insert: once the reads are answered (BEGIN's answer with
+      // them), the three inserts and COMMIT go out together, and no answer is awaited before COMMIT.
+      const insert =
+        (id: number, marked = false): Work<number> =>
+        async (tx, writes) => {
+          await tx`select 1`;
+          // No parameters: postgres.js sends a new statement with parameters only once Postgres has
+          // described them, and COMMIT would wait behind that round trip, as it does not once warm.
+          const marker = marked ? "/* group_commit_lost_answer */" : "";
+          writes.push(tx.unsafe(`insert into group_commit_lost_probe ${marker} values (${id})`).execute());
+          return id;
+        };
+      // A transaction of its own first (it starts at the end of this turn), so the three queue
+      // behind it and share the next one, with no read of its own waiting behind the marked insert.
+      const blocker = commits.transaction(["x"], async (tx) => {
+        await tx`select pg_sleep(0.2)`;
+        return 0;
+      });
+      await new Promise((done) => setTimeout(done, 50));
+      const outcomes = await Promise.allSettled([
+        commits.transaction(["a"], insert(1)),
+        commits.transaction(["b"], insert(2)),
+        commits.transaction(["c"], insert(3, true)),
+      ]);
+      await blocker;
+      expect(proxy.fired()).toBe(true);
+      // Nobody is told of a success the service cannot vouch for...
+      expect(outcomes.map((o) => o.status)).toEqual(["rejected", "rejected", "rejected"]);
+      // ...and the transaction did commit, once: running its steps again, one by one, would have
+      // inserted each row a second time through the (no longer armed) proxy.
+      const rows = await direct<{ id: number }[]>`select id from group_commit_lost_probe order by id`;
+      expect(rows.map((r) => r.id)).toEqual([1, 2, 3]);
+    } finally {
+      await through.end({ timeout: 1 });
+      await direct.end();
+      await proxy.close();
+    }
   });
 
   it("starts the steps of a transaction in the code-unit order of what they touch", async () => {

@@ -1,6 +1,6 @@
-import { connect, createServer, type Server, type Socket } from "node:net";
 import { ConnectError } from "@connectrpc/connect";
 import { ledgerViolations, startStack, type Stack } from "@ledger/e2e";
+import { answerLosingProxy, type AnswerLosingProxy } from "@ledger/testing";
 import { afterAll, beforeAll, expect, inject, it } from "vitest";
 
 // A transaction whose answer is lost: Postgres applied (and committed) a batch's write, and the
@@ -10,83 +10,11 @@ import { afterAll, beforeAll, expect, inject, it } from "vitest";
 // write (and the COMMIT behind it) to Postgres, drops whatever Postgres answers, and cuts the
 // connection: a real server, a real commit, a real lost connection.
 
-/** A TCP proxy to Postgres that can lose the answer to the next money write. */
-function answerLosingProxy(target: URL): Promise<{ url: string; arm(): void; fired(): boolean; close(): Promise<void> }> {
-  let armed = false;
-  let fired = false;
-  const sockets = new Set<Socket>();
-  const server: Server = createServer((client) => {
-    const upstream = connect(Number(target.port || 5432), target.hostname);
-    sockets.add(client).add(upstream);
-    // Postgres's answers as whole messages (a type byte, then a length that counts itself), so
-    // the proxy can tell where the write's CommandComplete is.
-    let pending = Buffer.alloc(0);
-    let writeSent = false;
-    let swallowing = false;
-    client.on("data", (chunk) => {
-      // The write statement of a money batch, on either path (docs/architecture.md#cached-balances).
-      if (armed && chunk.includes("unchanged as materialized")) {
-        armed = false;
-        writeSent = true;
-      }
-      upstream.write(chunk);
-    });
-    upstream.on("data", (chunk) => {
-      pending = Buffer.concat([pending, chunk]);
-      while (!swallowing && pending.length >= 5) {
-        const length = 1 + pending.readInt32BE(1);
-        if (pending.length < length) break;
-        const message = pending.subarray(0, length);
-        pending = pending.subarray(length);
-        if (writeSent && message[0] === "C".charCodeAt(0)) {
-          // The write ran. Its answer (and COMMIT's, or the Sync's that commits a lone statement,
-          // both already sent) goes nowhere; the connection dies once Postgres has committed.
-          swallowing = true;
-          fired = true;
-          setTimeout(() => {
-            client.destroy();
-            upstream.destroy();
-          }, 300);
-          break;
-        }
-        client.write(message);
-      }
-    });
-    const end = () => {
-      client.destroy();
-      upstream.destroy();
-    };
-    client.on("error", end).on("close", end);
-    upstream.on("error", end).on("close", end);
-  });
-  return new Promise((resolve) =>
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address() as { port: number };
-      const url = new URL(target);
-      url.hostname = "127.0.0.1";
-      url.port = String(address.port);
-      resolve({
-        url: url.toString(),
-        // Every connection open now is cut first: a statement prepared on one is sent by name, and
-        // the proxy knows the write by its text, which only a fresh connection sends.
-        arm: () => {
-          for (const s of sockets) s.destroy();
-          armed = true;
-        },
-        fired: () => fired,
-        close: async () => {
-          for (const s of sockets) s.destroy();
-          await new Promise((done) => server.close(done));
-        },
-      });
-    }),
-  );
-}
-
 let stack: Stack;
-let proxy: Awaited<ReturnType<typeof answerLosingProxy>>;
+let proxy: AnswerLosingProxy;
 beforeAll(async () => {
-  proxy = await answerLosingProxy(new URL(inject("databaseUrl")));
+  // The write statement of a money batch, on either path (docs/architecture.md#cached-balances).
+  proxy = await answerLosingProxy(new URL(inject("databaseUrl")), "unchanged as materialized");
   stack = await startStack({ ledger: { databaseUrl: proxy.url } });
 });
 afterAll(async () => {
