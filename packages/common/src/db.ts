@@ -107,12 +107,23 @@ export function sqlState(err: unknown): string | undefined {
 }
 
 /**
- * Whether Postgres itself answered `err` (an ErrorResponse, with a SQLSTATE): the transaction it
- * came in is rolled back for sure. Otherwise (the connection lost, a timeout) it may have
- * committed before the answer went missing.
+ * Postgres answered COMMIT with ROLLBACK: a statement of the transaction had failed (a read whose
+ * error its caller caught, say), so nothing of it was kept.
+ */
+export class TransactionRolledBack extends Error {
+  constructor() {
+    super("the transaction did not commit: Postgres rolled it back after one of its statements failed");
+    this.name = "TransactionRolledBack";
+  }
+}
+
+/**
+ * Whether Postgres itself refused the transaction `err` came from: an ErrorResponse, with a
+ * SQLSTATE, or a COMMIT answered with ROLLBACK. Either way it is rolled back for sure. Otherwise
+ * (the connection lost, a timeout) it may have committed before the answer went missing.
  */
 export function refusedByPostgres(err: unknown): boolean {
-  return err instanceof postgres.PostgresError;
+  return err instanceof postgres.PostgresError || err instanceof TransactionRolledBack;
 }
 
 /**
@@ -138,7 +149,7 @@ export function sentWrites(): Promise<unknown>[] {
  * statement behind it fails too, and it is awaited before COMMIT is sent. The statements `work`
  * puts in `writes` are sent (`.execute()`) but not awaited; COMMIT follows them at once, and the
  * transaction counts only if every one of them succeeded (after a failed statement Postgres turns
- * COMMIT into ROLLBACK). Any error rolls back and is thrown.
+ * COMMIT into ROLLBACK, thrown as `TransactionRolledBack`). Any error rolls back and is thrown.
  */
 export async function pipelinedTransaction<T>(sql: Sql, work: (tx: Tx, writes: Promise<unknown>[]) => Promise<T>): Promise<T> {
   const conn = await sql.reserve();
@@ -156,7 +167,7 @@ export async function pipelinedTransaction<T>(sql: Sql, work: (tx: Tx, writes: P
     const failed = outcome.find((o): o is PromiseRejectedResult => o.status === "rejected");
     if (failed) throw failed.reason;
     if ((outcome.at(-1) as PromiseFulfilledResult<{ command: string }>).value.command !== "COMMIT") {
-      throw new Error("the transaction did not commit");
+      throw new TransactionRolledBack();
     }
     return result;
   } catch (err) {

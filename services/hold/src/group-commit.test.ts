@@ -78,6 +78,26 @@ describe("group commit", () => {
     await blocker2;
     expect(failing.map((r) => r.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);
     expect((await sql<{ id: number }[]>`select id from group_commit_probe order by id`).map((r) => r.id)).toEqual([0, 1, 2, 3, 4, 5]);
+
+    // A read that Postgres refuses (a deadlock's victim, here a division by zero) fails its step, and
+    // also the transaction: Postgres answers its COMMIT with ROLLBACK. The others still commit, each alone.
+    const blocker3 = commits.transaction(["x"], async (tx) => {
+      await tx`select pg_sleep(0.2)`;
+      return "blocker";
+    });
+    const failedRead: Work<string> = async (tx) => {
+      await tx`select 1 / (select count(*) from group_commit_probe where id < 0)`;
+      return "unreachable";
+    };
+    const aborted = await Promise.allSettled([
+      commits.transaction(["g"], insert(6)),
+      commits.transaction(["h"], failedRead),
+      commits.transaction(["i"], insert(7)),
+    ]);
+    await blocker3;
+    expect(aborted.map((r) => r.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);
+    expect((aborted[1] as PromiseRejectedResult).reason).toMatchObject({ code: "22012" });
+    expect((await sql<{ id: number }[]>`select id from group_commit_probe order by id`).map((r) => r.id)).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
   });
 
   it("runs no step again when a shared transaction's answer is lost, since it may have committed", async () => {

@@ -50,8 +50,9 @@ interface Job extends Queued {
  * The contract of a step: when its work throws, it has changed nothing that the commit would keep
  * (it refused after reads only, or it pushed into `writes` what undoes its own change). That is how
  * one step's refusal leaves its neighbours alone: the transaction still commits, that step alone
- * answers its error. A transaction that fails as a whole (a database error, a deadlock) is retried
- * one step at a time, so one bad step cannot fail the others.
+ * answers its error. A transaction that Postgres refused as a whole (a failed write, a deadlock, or
+ * any statement that failed even where its step caught the error: Postgres then answers COMMIT with
+ * ROLLBACK) is retried one step at a time, so one bad step cannot fail the others.
  *
  * Steps name the things they touch (`keys`: a hold id, an idempotency key): two steps sharing a key
  * never go in one transaction, so a step never reads a row another step of its own transaction is
