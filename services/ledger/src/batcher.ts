@@ -272,12 +272,18 @@ export function createBatcher(options: BatcherOptions) {
    * A cached book over `commands`, once no other batch of this process is writing the rows it
    * names: it waits for such a batch and then writes on the rows it left. Each wait outlasts a
    * batch in flight, and at most `maxInFlight` are, so that bounds the waits. Undefined when the
-   * cache cannot serve the commands, or they are still busy after that many waits.
+   * cache cannot serve the commands, or they are still busy after that many waits. The rows are
+   * claimed for writing in the same turn as they are found free (`release` gives them back): a
+   * batch started beside this one, in the same turn, then finds them busy and waits, where
+   * otherwise both would write on the same cached version and the second would be refused as stale.
    */
-  async function cachedBookAfterWrites(commands: MoneyCommand[]): Promise<CachedOpenBook | undefined> {
+  async function cachedBookAfterWrites(commands: MoneyCommand[]): Promise<{ open: CachedOpenBook; release: () => void } | undefined> {
     for (let waits = 0; ; waits++) {
       const cached = openCachedBook(commands, cache, options.subjectOf);
-      if (!cached || "book" in cached) return cached;
+      if (!cached) return undefined;
+      if ("book" in cached) {
+        return { open: cached, release: cache.claimWriting(cached.book.rows().flatMap((row) => (row.is_external ? [] : [row.id]))) };
+      }
       if (waits === options.maxInFlight) return undefined;
       batchWaits.inc();
       await cache.whenWritten(cached.busy);
@@ -290,9 +296,9 @@ export function createBatcher(options: BatcherOptions) {
     const allKeys = units.flatMap((unit) => unit.keys);
     // A key twice in one batch is answered from the first use: the claiming path handles that.
     if (new Set(allKeys).size !== allKeys.length) return undefined;
-    const open = await cachedBookAfterWrites(commands);
-    if (!open) return undefined;
-    const release = cache.claimWriting(open.book.rows().flatMap((row) => (row.is_external ? [] : [row.id])));
+    const claimed = await cachedBookAfterWrites(commands);
+    if (!claimed) return undefined;
+    const { open, release } = claimed;
     try {
       // No key is claimed, so every unit is live and applyUnits asks for a book over these same commands.
       let results: UnitResult[];
