@@ -34,12 +34,6 @@ function imageEnv(repoRoot: string, name: string): string | undefined {
   return new RegExp(`^ENV ${name}=(.*)$`, "m").exec(runtime)?.[1];
 }
 
-function requiredImageEnv(repoRoot: string, name: string): string {
-  const value = imageEnv(repoRoot, name);
-  if (value === undefined) throw new Error(`Dockerfile: the runtime stage sets no ENV ${name}=...`);
-  return value;
-}
-
 /** package.json's start script: what `npm start` runs. */
 function npmStartScript(repoRoot: string): string {
   const pkg = JSON.parse(readFileSync(join(repoRoot, "package.json"), "utf8")) as { scripts?: Record<string, string> };
@@ -63,6 +57,17 @@ function npmStartNodeOptions(repoRoot: string): string {
 function npmStartDefault(repoRoot: string, name: string): string {
   const value = new RegExp(`\\b${name}=\\$\\{${name}:-([^}]*)\\}`).exec(npmStartScript(repoRoot))?.[1];
   if (value === undefined) throw new Error(`package.json: the start script sets no ${name}=\${${name}:-...}`);
+  return value;
+}
+
+/**
+ * The value a layout's processes get for the environment variable `name` when the bench's own
+ * environment has none: the image's `ENV` apart, `npm start`'s default in one process.
+ */
+function layoutDefault(repoRoot: string, layout: Layout, name: string): string {
+  if (layout === "one-process") return npmStartDefault(repoRoot, name);
+  const value = imageEnv(repoRoot, name);
+  if (value === undefined) throw new Error(`Dockerfile: the runtime stage sets no ENV ${name}=...`);
   return value;
 }
 
@@ -177,15 +182,11 @@ export async function startSystem(options: SystemOptions): Promise<System> {
     // the services call each other in memory as `npm start` does (LEDGER_INTERNAL_CALLS=http in the
     // bench's environment measures the same process over loopback HTTP/2 instead).
     ...(options.layout === "processes" ? { LEDGER_URL: urls.ledger, HOLD_URL: urls.hold, NOTIFICATION_URL: urls.notification } : {}),
-    // The processes run as the image and `npm start` run them, both of which cap glibc's malloc
-    // arenas at two (Dockerfile, package.json). The bench's own environment wins.
-    MALLOC_ARENA_MAX: process.env["MALLOC_ARENA_MAX"] ?? "2",
-    // Large blocks mapped on their own, as the image (processes) and `npm start` (one process) set it.
+    // glibc's malloc as the image (Dockerfile) and `npm start` (package.json) set it: two arenas, and
+    // large blocks mapped on their own. The bench's own environment wins.
+    MALLOC_ARENA_MAX: process.env["MALLOC_ARENA_MAX"] ?? layoutDefault(options.repoRoot, options.layout, "MALLOC_ARENA_MAX"),
     MALLOC_MMAP_THRESHOLD_:
-      process.env["MALLOC_MMAP_THRESHOLD_"] ??
-      (options.layout === "processes"
-        ? requiredImageEnv(options.repoRoot, "MALLOC_MMAP_THRESHOLD_")
-        : npmStartDefault(options.repoRoot, "MALLOC_MMAP_THRESHOLD_")),
+      process.env["MALLOC_MMAP_THRESHOLD_"] ?? layoutDefault(options.repoRoot, options.layout, "MALLOC_MMAP_THRESHOLD_"),
     // Apart, each process has the image's smaller young generation (Dockerfile's NODE_OPTIONS),
     // and its manifest's node flags on the command line (deployedNodeFlags), which win over it;
     // the one process has `npm start`'s NODE_OPTIONS, and the bench's own after them win, as they

@@ -26,6 +26,17 @@ async function batchStats(): Promise<{ sum: number; count: number }> {
   return { sum: read("hold_batch_steps_sum"), count: read("hold_batch_steps_count") };
 }
 
+/**
+ * Holds the group commit's one transaction in flight for 200 ms (the tests give it `maxInFlight: 1`),
+ * so the steps queued meanwhile go together in the next one.
+ */
+function occupy(commits: ReturnType<typeof createGroupCommit>): Promise<string> {
+  return commits.transaction(["x"], async (tx) => {
+    await tx`select pg_sleep(0.2)`;
+    return "blocker";
+  });
+}
+
 describe("group commit", () => {
   it("answers each step of a shared transaction on its own, and retries one by one when it fails as a whole", async () => {
     await sql`delete from group_commit_probe`;
@@ -43,10 +54,7 @@ describe("group commit", () => {
       await txid(tx);
       throw new Error("refused after reading");
     };
-    const blocker = commits.transaction(["x"], async (tx) => {
-      await tx`select pg_sleep(0.2)`;
-      return "blocker";
-    });
+    const blocker = occupy(commits);
 
     const shared = await Promise.allSettled([
       commits.transaction(["a"], insert(1)),
@@ -66,10 +74,7 @@ describe("group commit", () => {
     expect(ids[2]).not.toBe(ids[0]);
 
     // A duplicate row fails the shared transaction as a whole: the others still commit, each alone.
-    const blocker2 = commits.transaction(["x"], async (tx) => {
-      await tx`select pg_sleep(0.2)`;
-      return "blocker";
-    });
+    const blocker2 = occupy(commits);
     const failing = await Promise.allSettled([
       commits.transaction(["d"], insert(4)),
       commits.transaction(["e"], insert(0)),
@@ -81,10 +86,7 @@ describe("group commit", () => {
 
     // A read that Postgres refuses (a deadlock's victim, here a division by zero) fails its step, and
     // also the transaction: Postgres answers its COMMIT with ROLLBACK. The others still commit, each alone.
-    const blocker3 = commits.transaction(["x"], async (tx) => {
-      await tx`select pg_sleep(0.2)`;
-      return "blocker";
-    });
+    const blocker3 = occupy(commits);
     const failedRead: Work<string> = async (tx) => {
       await tx`select 1 / (select count(*) from group_commit_probe where id < 0)`;
       return "unreachable";
@@ -132,10 +134,7 @@ describe("group commit", () => {
         };
       // A transaction of its own first (it starts at the end of this turn), so the three queue
       // behind it and share the next one, with no read of its own waiting behind the marked insert.
-      const blocker = commits.transaction(["x"], async (tx) => {
-        await tx`select pg_sleep(0.2)`;
-        return 0;
-      });
+      const blocker = occupy(commits);
       await new Promise((done) => setTimeout(done, 50));
       const outcomes = await Promise.allSettled([
         commits.transaction(["a"], insert(1)),
@@ -166,10 +165,7 @@ describe("group commit", () => {
         started.push(key);
         return tx<{ id: string }[]>`select txid_current()::text as id`.then((rows) => rows[0]!.id);
       };
-    const blocker = commits.transaction(["x"], async (tx) => {
-      await tx`select pg_sleep(0.2)`;
-      return "blocker";
-    });
+    const blocker = occupy(commits);
     // Queued behind the blocker, so the three share the next transaction. A locale's collation
     // would put "hld_a" first (it ignores case before anything else); code units put "C" (67)
     // before "a" (97).
