@@ -64,7 +64,8 @@ const batchPaths = new Counter({
   help:
     "Batches by how they read their rows: cached (no read; one round trip), locked (read under lock first), " +
     "stale (written on cached rows that had changed: nothing written, applied again as locked), " +
-    "or known_key (an idempotency key existed: nothing written, applied again as locked, which replays it).",
+    "known_key (an idempotency key existed: nothing written, applied again as locked, which replays it), " +
+    "or keyed_refusal (a command with a key was refused: nothing written, applied again as locked, which claims the key first and replays an earlier success).",
   labelNames: ["path"],
   registers: [metricsRegistry],
 });
@@ -187,6 +188,16 @@ function openOn(open: CachedOpenBook, on: Sql | Tx): () => Promise<OpenBook> {
   return () => Promise.resolve({ book: open.book, write: () => open.writeOn(on) });
 }
 
+/**
+ * A cached batch refused a command whose idempotency key it took as new without looking: the key
+ * may hold an earlier success, which a retry must get back. Thrown before anything is written.
+ */
+class RefusedUnclaimedKey extends Error {
+  constructor() {
+    super("a keyed command was refused on the cached path; its key must be claimed first");
+  }
+}
+
 const keyString = (k: { accountId: string; key: string }) => `${k.accountId}\u0000${k.key}`;
 
 /**
@@ -260,15 +271,6 @@ export function createBatcher(options: BatcherOptions) {
   }
 
   /**
-   * Applies `units` on cached rows, written with no read before it, in one round trip
-   * (docs/architecture.md#cached-balances). Their idempotency keys are taken as new and inserted
-   * with their responses, before the write. Undefined when they need more than the cache holds
-   * (anything but transfers, deposits and withdrawals between cached entities), name a key twice,
-   * were written on rows that had changed since they were cached, or carried a key that exists:
-   * then nothing was written, and the caller applies them the usual way, which claims the keys
-   * (and replays a known one) and reads the rows under lock.
-   */
-  /**
    * A cached book over `commands`, once no other batch of this process is writing the rows it
    * names: it waits for such a batch and then writes on the rows it left. Each wait outlasts a
    * batch in flight, and at most `maxInFlight` are, so that bounds the waits. Undefined when the
@@ -290,6 +292,16 @@ export function createBatcher(options: BatcherOptions) {
     }
   }
 
+  /**
+   * Applies `units` on cached rows, written with no read before it, in one round trip
+   * (docs/architecture.md#cached-balances). Their idempotency keys are taken as new and inserted
+   * with their responses, before the write. Undefined when they need more than the cache holds
+   * (anything but transfers, deposits and withdrawals between cached entities), name a key twice,
+   * were written on rows that had changed since they were cached, carried a key that exists, or
+   * had a keyed command refused (its key may hold an earlier success): then nothing was written,
+   * and the caller applies them the usual way, which claims the keys first (and replays a known
+   * one) and reads the rows under lock.
+   */
   async function runCached(units: Unit[]): Promise<UnitResult[] | undefined> {
     const commands = commandsOf(units);
     if (commands.length === 0) return undefined;
@@ -316,6 +328,7 @@ export function createBatcher(options: BatcherOptions) {
     } catch (err) {
       if (sqlState(err) === "40001") batchPaths.inc({ path: "stale" });
       else if (isKnownKeyError(err)) batchPaths.inc({ path: "known_key" });
+      else if (err instanceof RefusedUnclaimedKey) batchPaths.inc({ path: "keyed_refusal" });
       else throw err;
       return undefined;
     } finally {
@@ -494,6 +507,10 @@ export function createBatcher(options: BatcherOptions) {
       if (state.kind === "answered" && state.fresh) completed.push({ accountId, key, response: state.response });
       else if (state.kind === "free") refused.push({ accountId, key });
     }
+    // A key taken as new whose command was refused may have been used already: its first success
+    // must be replayed, not the rules checked again (docs/api.md#idempotency). Only a claim can
+    // tell, so nothing is written here and the caller applies the units the claiming way.
+    if (keyHandling === "insert" && refused.length > 0) throw new RefusedUnclaimedKey();
     // The keys before the book, as a claim comes before the rows: the same lock order everywhere.
     if (keyHandling === "claim") writes.push(...settleIdempotencyKeys(tx, completed, refused));
     else {
