@@ -6,6 +6,15 @@ import { invalidArgument } from "./errors.js";
  */
 export const MAX_AMOUNT = BigInt(Number.MAX_SAFE_INTEGER);
 
+/**
+ * The bound of every balance of every entity, either way: balances reach clients as JSON numbers
+ * too, so they stay within ±(2^53-1) like amounts (docs/architecture.md#money-rules-and-invariants).
+ * A program's external entity goes down by every deposit, so this also bounds a program's net
+ * deposits in one currency. The ledger's database backs it with a check constraint
+ * (services/ledger/migrations/0008_balances_within_json_integers.sql).
+ */
+export const MAX_BALANCE = MAX_AMOUNT;
+
 /** Checks an amount an RPC was sent: a positive integer in minor units, at most `MAX_AMOUNT`. */
 export function parseAmount(amount: bigint, field = "amount"): bigint {
   if (amount <= 0n) throw invalidArgument(`${field} must be a positive integer in minor units`, { [field]: Number(amount) });

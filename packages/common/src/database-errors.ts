@@ -1,8 +1,12 @@
 // What a client sees of an error that was not raised for it, database errors above all: each
 // Postgres or connection failure mapped to its documented answer (docs/api.md#status-mapping).
 import { Code, ConnectError } from "@connectrpc/connect";
+import { MAX_BALANCE } from "./amounts.js";
 import { sqlState } from "./db.js";
 import { appError } from "./errors.js";
+
+/** The ledger's check that keeps every balance within ±MAX_BALANCE (services/ledger/migrations/0008_balances_within_json_integers.sql). */
+const BALANCE_RANGE_CONSTRAINT = "entity_balances_within_json_integers";
 
 /**
  * What a client may see of an error. Deliberate errors pass through; anything else (a database
@@ -15,20 +19,21 @@ export function clientSafeError(err: unknown): ConnectError {
   if (state === "40001" || state === "40P01") {
     return appError(Code.Aborted, "conflict", "the request conflicted with a concurrent one; retry it", undefined, err);
   }
-  if (state === "23514") {
-    // A balance check constraint caught what the code should have refused first.
-    return appError(Code.FailedPrecondition, "insufficient_funds", "the entity does not have enough available funds", undefined, err);
-  }
-  if (state === "22003") {
-    // A balance left bigint's range: the ledger's own check (money-rules.ts) names the entity first;
-    // this covers what only the database could see, such as another process's writes.
+  if ((state === "23514" && (err as { constraint_name?: string }).constraint_name === BALANCE_RANGE_CONSTRAINT) || state === "22003") {
+    // A balance past its bound (or past bigint's, which lies beyond it): the ledger's own check
+    // (money-rules.ts) names the entity first; this covers what only the database could see, an
+    // external entity's balance moved by another process's writes.
     return appError(
       Code.FailedPrecondition,
       "balance_out_of_range",
-      "a balance would leave the range of a signed 64-bit integer; nothing was changed",
-      undefined,
+      `a balance would go past ±${MAX_BALANCE}, the bound of every balance; nothing was changed`,
+      { limit: Number(MAX_BALANCE) },
       err,
     );
+  }
+  if (state === "23514") {
+    // A balance check constraint caught what the code should have refused first.
+    return appError(Code.FailedPrecondition, "insufficient_funds", "the entity does not have enough available funds", undefined, err);
   }
   if (databaseAway(state)) {
     return appError(Code.Unavailable, "unavailable", "a dependency of the service is unavailable; retry shortly", undefined, err);

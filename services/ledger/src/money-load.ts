@@ -31,8 +31,8 @@ export const BOOK_ENTITY_COLUMNS =
  *
  * External entities never change but for their balance, which the ledger only ever adjusts by
  * deltas; so their rows are cached for the life of the process and never locked. Their cached
- * balances are only a hint for the int64 range check: each write of this process refreshes them,
- * other processes' writes do not.
+ * balances are only a hint for the balance range check, on which the database's check constraint
+ * has the last word: each write of this process refreshes them, other processes' writes do not.
  */
 export class EntityCache {
   private readonly ordinary = new Map<string, BookEntity>();

@@ -2,11 +2,24 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { errorCodeOf } from "@ledger/common";
 import type { EntityRow } from "./entities.js";
-import { Book, entityState, type BookEntity, type MoneyCommand, type Outcome } from "./money-rules.js";
+import type { GroupRow } from "./groups.js";
+import {
+  Book,
+  entityState,
+  type BookEntity,
+  type CaptureRow,
+  type MoneyCommand,
+  type Outcome,
+  type ReservationRow,
+} from "./money-rules.js";
 
 // The pure money rules, with no database: a set of commands applied in one book must come to
 // exactly what applying them one by one (each in a book of its own, as separate transactions
-// would) comes to, and money is conserved whatever mix of them is refused.
+// would) comes to, money is conserved whatever mix of them is refused, and no balance of any
+// entity ever leaves ±(2^53-1), the largest integer a JSON number carries exactly.
+
+/** Number.MAX_SAFE_INTEGER: every balance stays within ±MAX (docs/architecture.md#money-rules-and-invariants). */
+const MAX = 9_007_199_254_740_991n;
 
 const ACCOUNT = "acct_1";
 const PROGRAM = "prog_1";
@@ -38,16 +51,33 @@ function row(id: string, balances: Partial<Pick<EntityRow, "posted" | "pending_d
   };
 }
 
-/** A book over `rows`, as money-load.ts would build it after reading them. */
-function bookOf(rows: TestRow[]): Book {
+/** What a book reads besides entities: stored groups, reservations and captures, by key. */
+interface Stored {
+  groups: Map<string, GroupRow>;
+  reservations: Map<string, ReservationRow>;
+  captures: Map<string, CaptureRow>;
+}
+
+const nothingStored = (): Stored => ({ groups: new Map(), reservations: new Map(), captures: new Map() });
+
+/**
+ * A book over `rows` and `stored`, as money-load.ts would build it after reading them. The book
+ * changes the maps of `stored` in place as it applies commands (and puts them back on a refusal).
+ */
+function bookOf(rows: TestRow[], stored: Stored = nothingStored()): Book {
   return new Book({
     entities: new Map(rows.map((r) => [r.id, entityState(r)])),
-    groups: new Map(),
-    reservations: new Map(),
-    captures: new Map(),
+    ...stored,
     externalIdFor: () => EXTERNAL,
     now: new Date(0),
   });
+}
+
+/** What is stored once `book`'s write commits, given what was stored before (its maps, changed in place). */
+function storedAfter(book: Book, stored: Stored): Stored {
+  const groups = new Map(stored.groups);
+  for (const group of book.effects().newGroups) groups.set(group.id, group);
+  return { groups, reservations: new Map(stored.reservations), captures: new Map(stored.captures) };
 }
 
 /** The rows as the book's write would leave them (external entities receive their deltas). */
@@ -68,9 +98,27 @@ function rowsAfter(book: Book, rows: TestRow[]): TestRow[] {
 const balancesOf = (rows: TestRow[]) => rows.map((r) => [r.id, r.posted, r.pending_debits, r.pending_credits, r.held]);
 const summary = (o: Outcome) => (o.ok ? "ok" : errorCodeOf(o.error).code);
 
+/** Every balance of every row, available included, with where it is. */
+function balanceList(rows: TestRow[]): Array<[string, string, bigint]> {
+  return rows.flatMap((r) => [
+    [r.id, "posted", r.posted],
+    [r.id, "pending_debits", r.pending_debits],
+    [r.id, "pending_credits", r.pending_credits],
+    [r.id, "held", r.held],
+    [r.id, "available", r.posted - r.pending_debits - r.held],
+  ]);
+}
+
+const outOfRange = (rows: TestRow[]) => balanceList(rows).filter(([, , value]) => value > MAX || value < -MAX);
+
+/** Reservations as stored, without the order they were made in. */
+const reservationsOf = (stored: Stored) => [...stored.reservations.entries()].sort(([a], [b]) => a.localeCompare(b));
+
 const base = { accountId: ACCOUNT, programId: PROGRAM, requestId: "req", traceparent: "" };
 const entityId = fc.constantFrom(...ORDINARY, ORDINARY[0]!, EXTERNAL, OTHER_ACCOUNT, "ent_missing");
-const amount = fc.bigInt({ min: 1n, max: 500n });
+/** Mostly small amounts, and some large enough to take a balance near the bound past it. */
+const amount = fc.oneof(fc.bigInt({ min: 1n, max: 500n }), fc.bigInt({ min: MAX - 2000n, max: MAX }));
+const reservationId = fc.constantFrom("r1", "r2");
 const command: fc.Arbitrary<MoneyCommand> = fc.oneof(
   fc.record({ from: entityId, to: entityId, amount, status: fc.constantFrom("posted" as const, "pending" as const) }).map(
     ({ from, to, amount, status }): MoneyCommand => ({
@@ -88,12 +136,40 @@ const command: fc.Arbitrary<MoneyCommand> = fc.oneof(
   fc
     .record({ kind: fc.constantFrom("fund" as const, "defund" as const), entityId: fc.constantFrom(...ORDINARY), amount })
     .map(({ kind, entityId, amount }): MoneyCommand => ({ kind, ...base, entityId, amount, description: kind })),
+  // Holds, through the ledger's reservations.
+  fc
+    .record({ reservationId, entityId, amount })
+    .map(({ reservationId, entityId, amount }): MoneyCommand => ({ kind: "reserve", ...base, reservationId, entityId, amount })),
+  fc.record({ reservationId, captureId: fc.constantFrom("c1", "c2", "c3"), amount, to: entityId }).map(
+    ({ reservationId, captureId, amount, to }): MoneyCommand => ({
+      kind: "capture",
+      ...base,
+      reservationId,
+      captureId,
+      amount,
+      destinationEntityId: to,
+      description: "capture",
+    }),
+  ),
+  reservationId.map((reservationId): MoneyCommand => ({ kind: "release", ...base, reservationId })),
 );
+
+/** A balance far from the bound, or just inside it. */
+const anywhere = (max: bigint) => fc.oneof(fc.bigInt({ min: 0n, max: 1000n }), fc.bigInt({ min: max - 1000n, max }));
+
+/**
+ * Entities whose balances are all within the bound, some of them just inside it: ordinary entities
+ * with posted and pending credits near 0 or near MAX, the external one with posted near 0 or near
+ * -MAX (each deposit takes it down). They need not sum to zero: the rules never look at the sum.
+ */
 const startRows = fc
-  .tuple(...ORDINARY.map(() => fc.bigInt({ min: 0n, max: 1000n })))
-  .map((amounts) => [
-    row(EXTERNAL, { posted: -amounts.reduce((a, b) => a + b, 0n) }),
-    ...ORDINARY.map((id, i) => row(id, { posted: amounts[i]! })),
+  .record({
+    external: anywhere(MAX).map((n) => -n),
+    ordinary: fc.tuple(...ORDINARY.map(() => fc.record({ posted: anywhere(MAX), pendingCredits: anywhere(MAX) }))),
+  })
+  .map(({ external, ordinary }) => [
+    row(EXTERNAL, { posted: external }),
+    ...ORDINARY.map((id, i) => row(id, { posted: ordinary[i]!.posted, pending_credits: ordinary[i]!.pendingCredits })),
     row(OTHER_ACCOUNT),
   ]);
 
@@ -101,23 +177,28 @@ describe("money rules (pure)", () => {
   it("a batch applied in one book equals its items applied one by one: same outcomes, same balances", () => {
     fc.assert(
       fc.property(startRows, fc.array(command, { minLength: 1, maxLength: 40 }), (rows, commands) => {
-        const together = bookOf(rows);
+        const togetherStored = nothingStored();
+        const together = bookOf(rows, togetherStored);
         const outcomes = commands.map((c) => summary(together.apply(c)));
 
         let current = rows;
+        let stored = nothingStored();
+        let groupsAlone = 0;
         const alone = commands.map((c) => {
-          const book = bookOf(current);
+          const book = bookOf(current, stored);
           const outcome = summary(book.apply(c));
           current = rowsAfter(book, current);
+          stored = storedAfter(book, stored);
+          groupsAlone += book.effects().newGroups.length;
           return outcome;
         });
         expect(outcomes).toEqual(alone);
         expect(balancesOf(rowsAfter(together, rows))).toEqual(balancesOf(current));
-        // One group and one event per applied command, nothing for a refused one.
+        expect(reservationsOf(togetherStored)).toEqual(reservationsOf(stored));
+        // The same groups, each with its one event; nothing for a refused command.
         const effects = together.effects();
-        const applied = outcomes.filter((o) => o === "ok").length;
-        expect(effects.newGroups).toHaveLength(applied);
-        expect(effects.events).toHaveLength(applied);
+        expect(effects.newGroups).toHaveLength(groupsAlone);
+        expect(effects.events).toHaveLength(groupsAlone);
       }),
       { numRuns: 300 },
     );
@@ -131,7 +212,10 @@ describe("money rules (pure)", () => {
         const after = rowsAfter(book, rows);
         const total = (rs: TestRow[], pick: (r: TestRow) => bigint) => rs.reduce((sum, r) => sum + pick(r), 0n);
         expect(total(after, (r) => r.posted)).toBe(total(rows, (r) => r.posted));
-        expect(total(after, (r) => r.pending_debits)).toBe(total(after, (r) => r.pending_credits));
+        // Every pending debit has its pending credit (the start rows may hold pending credits of their own).
+        expect(total(after, (r) => r.pending_debits) - total(rows, (r) => r.pending_debits)).toBe(
+          total(after, (r) => r.pending_credits) - total(rows, (r) => r.pending_credits),
+        );
         for (const r of after) if (!r.is_external) expect(r.posted - r.pending_debits - r.held).toBeGreaterThanOrEqual(0n);
       }),
       { numRuns: 300 },
@@ -157,6 +241,91 @@ describe("money rules (pure)", () => {
         },
       ),
       { numRuns: 200 },
+    );
+  });
+
+  it("keeps every balance of every entity within ±(2^53-1): a command that would take one past it is refused and changes nothing", () => {
+    fc.assert(
+      fc.property(startRows, fc.array(command, { minLength: 1, maxLength: 40 }), (rows, commands) => {
+        const book = bookOf(rows);
+        for (const c of commands) {
+          const before = balancesOf(rowsAfter(book, rows));
+          const effects = book.effects();
+          const outcome = book.apply(c);
+          const after = rowsAfter(book, rows);
+          expect(outOfRange(after)).toEqual([]);
+          if (outcome.ok) continue;
+          expect(balancesOf(after)).toEqual(before);
+          expect(book.effects()).toEqual(effects);
+          const { code, details } = errorCodeOf(outcome.error);
+          if (code === "balance_out_of_range") {
+            expect(details).toEqual({ entity_id: expect.any(String), balance: expect.any(String), limit: Number(MAX) });
+          }
+        }
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it("refuses with balance_out_of_range exactly the deposits and transfers that would take a balance past the bound", () => {
+    // One command on entities anywhere within the bound, against a model of what it would do:
+    // a deposit moves the external entity's posted (and available) down and the entity's up; a
+    // posted transfer moves the payer's down and the payee's up; a pending one moves the payer's
+    // pending debits and the payee's pending credits up. Only the external entity and the
+    // receiving side can go past; the book checks the external entity, the first leg, first.
+    const single = fc.oneof(
+      fc.record({ kind: fc.constant("fund" as const), to: fc.constantFrom(...ORDINARY), amount }),
+      fc.record({
+        kind: fc.constantFrom("posted" as const, "pending" as const),
+        from: fc.constantFrom(...ORDINARY),
+        to: fc.constantFrom(...ORDINARY),
+        amount,
+      }),
+    );
+    fc.assert(
+      fc.property(startRows, single, (rows, op) => {
+        const byId = new Map(rows.map((r) => [r.id, r]));
+        const book = bookOf(rows);
+        let outcome: Outcome;
+        let expected: string;
+        if (op.kind === "fund") {
+          outcome = book.apply({ kind: "fund", ...base, entityId: op.to, amount: op.amount, description: "fund" });
+          const external = byId.get(EXTERNAL)!;
+          if (external.posted - op.amount < -MAX) expected = `${EXTERNAL} posted`;
+          else if (byId.get(op.to)!.posted + op.amount > MAX) expected = `${op.to} posted`;
+          else expected = "ok";
+        } else {
+          outcome = book.apply({
+            kind: "create",
+            ...base,
+            description: "t",
+            metadata: null,
+            status: op.kind,
+            legs: [
+              { entityId: op.from, direction: "debit", amount: op.amount },
+              { entityId: op.to, direction: "credit", amount: op.amount },
+            ],
+          });
+          const from = byId.get(op.from)!;
+          const to = byId.get(op.to)!;
+          const after = op.kind === "posted" ? to.posted + op.amount : to.pending_credits + op.amount;
+          if (op.from === op.to) expected = op.kind === "posted" ? "ok" : from.posted < op.amount ? "insufficient_funds" : "ok";
+          else if (from.posted < op.amount) expected = "insufficient_funds";
+          else if (after > MAX) expected = `${op.to} ${op.kind === "posted" ? "posted" : "pending_credits"}`;
+          else expected = "ok";
+          // A pending transfer to itself adds the same amount to its pending credits.
+          if (op.from === op.to && op.kind === "pending" && expected === "ok" && to.pending_credits + op.amount > MAX) {
+            expected = `${op.to} pending_credits`;
+          }
+        }
+        const got = outcome.ok
+          ? "ok"
+          : errorCodeOf(outcome.error).code === "balance_out_of_range"
+            ? `${errorCodeOf(outcome.error).details!["entity_id"]} ${errorCodeOf(outcome.error).details!["balance"]}`
+            : errorCodeOf(outcome.error).code;
+        expect(got).toBe(expected);
+      }),
+      { numRuns: 1000 },
     );
   });
 });

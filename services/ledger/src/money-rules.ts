@@ -2,14 +2,10 @@
 // money-load.ts, writing the result is money-persist.ts, and money.ts puts the three together.
 import type { JsonObject } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { invalidArgument, MAX_AMOUNT, newId, notFound, parseAmount, ruleViolation } from "@ledger/common";
+import { invalidArgument, MAX_AMOUNT, MAX_BALANCE, newId, notFound, parseAmount, ruleViolation } from "@ledger/common";
 import { availableOf, type EntityRow } from "./entities.js";
 import { encodeTransactionEvent, type EncodedEvent } from "./events.js";
 import type { GroupRow, LegDirection, LegRow } from "./groups.js";
-
-/** The range of a balance: Postgres bigint and proto int64. */
-const MIN_BALANCE = -(2n ** 63n);
-const MAX_BALANCE = 2n ** 63n - 1n;
 
 /** One leg as a command asks for it. */
 export interface LegSpec {
@@ -286,11 +282,12 @@ export class Book {
 }
 
 /**
- * Refuses a command that would take any balance of an entity outside int64, before anything is
- * written: left to the database, the overflow would fail the whole batch. External entities are
- * checked against their cached balance plus the batch's deltas; the cache follows this process's
- * own writes, so another process's writes can still surprise it, and then Postgres refuses the
- * write and the same error comes back without the entity's name (`clientSafeError` in packages/common/src/database-errors.ts).
+ * Refuses a command that would take any balance of an entity past ±MAX_BALANCE (2^53-1), before
+ * anything is written: past it, a client reading the balance as a JSON number would get another
+ * number. External entities are checked against their cached balance plus the batch's deltas; the
+ * cache follows this process's own writes, so another process's writes can still surprise it, and
+ * then the database's check constraint refuses the write and the same error comes back without the
+ * entity's name (`clientSafeError` in packages/common/src/database-errors.ts).
  */
 function checkBalanceRange(state: EntityState): void {
   const base = state.row.is_external ? state.row : { posted: 0n, pending_debits: 0n, pending_credits: 0n, held: 0n };
@@ -305,11 +302,11 @@ function checkBalanceRange(state: EntityState): void {
     available: posted - pendingDebits - held,
   };
   for (const [name, value] of Object.entries(balances)) {
-    if (value < MIN_BALANCE || value > MAX_BALANCE) {
+    if (value < -MAX_BALANCE || value > MAX_BALANCE) {
       throw ruleViolation(
         "balance_out_of_range",
-        `the ${name} balance of entity ${state.row.id} would be ${value}, outside the range a balance can hold (${MIN_BALANCE} to ${MAX_BALANCE})`,
-        { entity_id: state.row.id, balance: name },
+        `the ${name} balance of entity ${state.row.id} would be ${value}, past the bound of every balance, ±${MAX_BALANCE}`,
+        { entity_id: state.row.id, balance: name, limit: Number(MAX_BALANCE) },
       );
     }
   }

@@ -1,3 +1,5 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+import { errorCodeOf } from "@ledger/common";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ledgerViolations, startStack, type Api, type Stack } from "@ledger/e2e";
 
@@ -284,12 +286,11 @@ describe("money rules", () => {
   });
 });
 
-// Balances are int64 (Postgres bigint). Seeding them near the edge in SQL stands in for the
-// thousand deposits of 2^53-1 it takes to get there; the seeded accounts are not the stack's, so
-// the invariant checks of the tests above are not disturbed.
-describe("balances at the edge of int64", () => {
-  const MAX_INT64 = 2n ** 63n - 1n;
-  const MIN_INT64 = -(2n ** 63n);
+// Every balance stays within ±(2^53-1), the largest integer a JSON number carries exactly. Each
+// test has an account of its own, so its program's external entity starts at zero: one deposit of
+// the largest amount takes it to the bound.
+describe("balances at the bound, ±(2^53-1)", () => {
+  const MAX = Number.MAX_SAFE_INTEGER;
 
   async function freshAccount() {
     const { account, api: own } = await stack.newAccount();
@@ -299,7 +300,8 @@ describe("balances at the edge of int64", () => {
       return res.body.entity.entity_id as string;
     };
     const externalId = (await own.get("/program")).body.program.external_entity_id as string;
-    return { account, api: own, create, externalId };
+    const balancesOf = async (id: string) => (await own.get("/entity", { entity_id: id })).body.entity.balances;
+    return { account, api: own, create, externalId, balancesOf };
   }
 
   async function stored(accountId: string) {
@@ -312,62 +314,155 @@ describe("balances at the edge of int64", () => {
     return row!.n;
   }
 
-  function expectOutOfRange(res: { status: number; body: { error: { code: string; message: string } } }, entityId: string) {
-    expect(res.status).toBe(422);
+  function expectOutOfRange(
+    res: { status: number; body: { error: { code: string; message: string; details?: unknown } } },
+    entityId: string,
+    balance = "posted",
+  ) {
+    expect(res.status, JSON.stringify(res.body)).toBe(422);
     expect(res.body.error.code).toBe("balance_out_of_range");
+    expect(res.body.error.details).toEqual({ entity_id: entityId, balance, limit: MAX });
     expect(res.body.error.message).toContain(entityId);
   }
 
-  it("refuses a credit that would take an ordinary entity above 2^63-1, by transfer, deposit and posting", async () => {
-    const { account, api: own, create } = await freshAccount();
+  it("takes deposits up to exactly 2^53-1 (the external entity at -(2^53-1)) and refuses one cent more, changing nothing", async () => {
+    const { account, api: own, create, externalId, balancesOf } = await freshAccount();
+    const a = await create("a");
+    const b = await create("b");
+    expect((await own.post("/entity/fund", { entity_id: a, amount: MAX })).status).toBe(200);
+    expect(await balancesOf(a)).toEqual({ posted: MAX, pending_debits: 0, pending_credits: 0, held: 0, available: MAX });
+    expect(await balancesOf(externalId)).toMatchObject({ posted: -MAX, available: -MAX });
+    const before = await stored(account.account_id);
+    const groupsBefore = await groups(account.account_id);
+
+    // The program's deposits are at the bound: one cent more, into any entity, is refused.
+    expectOutOfRange(await own.post("/entity/fund", { entity_id: b, amount: 1 }), externalId);
+    expectOutOfRange(await own.post("/entity/fund", { entity_id: a, amount: 1 }), externalId);
+    // So is a transaction that pays out of the external entity, alone and as a batch item.
+    const fromExternal = {
+      description: "from outside",
+      status: "posted",
+      entries: [
+        { entity_id: externalId, direction: "debit", amount: 1 },
+        { entity_id: b, direction: "credit", amount: 1 },
+      ],
+    };
+    expectOutOfRange(await own.post("/transaction", fromExternal), externalId);
+    const batch = await own.post("/transaction/batch", {
+      transactions: [fromExternal, { description: "fits", status: "posted", amount: 5, account: { from: a, to: b } }],
+    });
+    expect(batch.status).toBe(200);
+    expect(batch.body.results[0]).toEqual({
+      status: "error",
+      error: {
+        code: "balance_out_of_range",
+        message: expect.any(String),
+        details: { entity_id: externalId, balance: "posted", limit: MAX },
+      },
+    });
+    expect(batch.body.results[1].status).toBe("success");
+    const atomic = await own.post("/transaction/batch", {
+      atomic: true,
+      transactions: [{ description: "fits", status: "posted", amount: 5, account: { from: a, to: b } }, fromExternal],
+    });
+    expect(atomic.status).toBe(422);
+    expect(atomic.body.error).toMatchObject({ code: "balance_out_of_range", details: { index: 1, entity_id: externalId, limit: MAX } });
+
+    // Nothing changed but the one batch item that fitted.
+    const after = await stored(account.account_id);
+    expect(after.find((e) => e.id === externalId)).toEqual(before.find((e) => e.id === externalId));
+    expect(await groups(account.account_id)).toBe(groupsBefore + 1);
+    expect([(await balancesOf(a)).posted, (await balancesOf(b)).posted]).toEqual([MAX - 5, 5]);
+
+    // A withdrawal makes room for a deposit of the same size again.
+    expect((await own.post("/entity/defund", { entity_id: a, amount: 1 })).status).toBe(200);
+    expect((await own.post("/entity/fund", { entity_id: b, amount: 1 })).status).toBe(200);
+    expect(await balancesOf(externalId)).toMatchObject({ posted: -MAX });
+    expect(await ledgerViolations(stack.sql, account.account_id)).toEqual([]);
+  });
+
+  it("over RPC: a deposit past the bound is failed_precondition balance_out_of_range, an amount past 2^53-1 invalid_argument", async () => {
+    const { account } = await freshAccount();
+    const client = stack.ledgerClient(account.api_key);
+    const a = (await client.createEntity({ entityName: "rpc", entityType: "wallet" })).entity!.entityId;
+    const refusal = (p: Promise<unknown>) =>
+      p.then(
+        () => undefined,
+        (err: unknown) => ConnectError.from(err),
+      );
+
+    const tooLarge = await refusal(client.fundEntity({ entityId: a, amount: BigInt(MAX) + 1n }));
+    expect(tooLarge?.code).toBe(Code.InvalidArgument);
+    expect(errorCodeOf(tooLarge!).code).toBe("invalid_request");
+
+    await client.fundEntity({ entityId: a, amount: BigInt(MAX) });
+    const past = await refusal(client.fundEntity({ entityId: a, amount: 1n }));
+    expect(past?.code).toBe(Code.FailedPrecondition);
+    expect(errorCodeOf(past!)).toMatchObject({ code: "balance_out_of_range", details: { balance: "posted", limit: MAX } });
+    expect((await client.getEntity({ entityId: a })).entity!.balances!.posted).toBe(BigInt(MAX));
+  });
+
+  it("refuses a transfer, a deposit, a posting and a hold's capture that would take the receiver past 2^53-1", async () => {
+    // A ledger whose deposits are all accounted for cannot get a receiver there (its entities
+    // share the program's deposits); one whose rows were written otherwise still must not pass it.
+    const { account, api: own, create, balancesOf } = await freshAccount();
     const a = await create("a");
     const b = await create("b");
     expect((await own.post("/entity/fund", { entity_id: a, amount: 1_000 })).status).toBe(200);
     const pending = await own.post("/transaction", { description: "later", amount: 100, account: { from: a, to: b } });
     expect(pending.status).toBe(200);
-    await stack.sql`update entities set posted = ${MAX_INT64 - 50n} where id = ${b}`;
+    const hold = await own.post("/hold", { entity_id: a, amount: 100 });
+    expect(hold.status).toBe(200);
+    await stack.sql`update entities set posted = ${MAX - 50} where id = ${b}`;
     const before = await stored(account.account_id);
     const groupsBefore = await groups(account.account_id);
 
-    expectOutOfRange(
-      await own.post("/transaction", { description: "over", amount: 100, status: "posted", account: { from: a, to: b } }),
-      b,
-    );
+    const transfer = { description: "over", amount: 100, status: "posted", account: { from: a, to: b } };
+    expectOutOfRange(await own.post("/transaction", transfer), b);
     expectOutOfRange(await own.post("/entity/fund", { entity_id: b, amount: 100 }), b);
     expectOutOfRange(await own.post("/transaction/post", { transaction_group_id: pending.body.transaction_group_id }), b);
+    expectOutOfRange(await own.post("/hold/capture", { hold_id: hold.body.hold.hold_id, amount: 100, destination_entity_id: b }), b);
+    const item = await own.post("/transaction/batch", { transactions: [transfer] });
+    expect(item.body.results[0].error).toMatchObject({ code: "balance_out_of_range", details: { entity_id: b, balance: "posted" } });
 
     expect(await stored(account.account_id)).toEqual(before);
     expect(await groups(account.account_id)).toBe(groupsBefore);
-    // Within range still works.
-    expect(
-      (await own.post("/transaction", { description: "fits", amount: 50, status: "posted", account: { from: a, to: b } })).status,
-    ).toBe(200);
+    expect((await own.get("/hold", { hold_id: hold.body.hold.hold_id })).body.hold).toMatchObject({ status: "held", captured_amount: 0 });
+    // Up to the bound still works.
+    expect((await own.post("/transaction", { ...transfer, amount: 50 })).status).toBe(200);
+    expect((await balancesOf(b)).posted).toBe(MAX);
   });
 
-  it("refuses a deposit that would take the external entity below -2^63", async () => {
-    const { account, api: own, create, externalId } = await freshAccount();
+  it("holds all of a balance at the bound and captures it", async () => {
+    const { account, api: own, create, balancesOf } = await freshAccount();
     const a = await create("a");
-    await stack.sql`update entities set posted = ${MIN_INT64 + 50n} where id = ${externalId}`;
-    const before = await stored(account.account_id);
-
-    expectOutOfRange(await own.post("/entity/fund", { entity_id: a, amount: 100 }), externalId);
-
-    expect(await stored(account.account_id)).toEqual(before);
-    expect(await groups(account.account_id)).toBe(0);
-    // Exactly -2^63 fits; one more does not, and the ledger knows from its own last write.
-    expect((await own.post("/entity/fund", { entity_id: a, amount: 50 })).status).toBe(200);
-    expectOutOfRange(await own.post("/entity/fund", { entity_id: a, amount: 1 }), externalId);
-    const [external] = await stack.sql<{ posted: bigint }[]>`select posted from entities where id = ${externalId}`;
-    expect(external!.posted).toBe(MIN_INT64);
+    const b = await create("b");
+    expect((await own.post("/entity/fund", { entity_id: a, amount: MAX })).status).toBe(200);
+    const hold = await own.post("/hold", { entity_id: a, amount: MAX });
+    expect(hold.status).toBe(200);
+    expect(await balancesOf(a)).toEqual({ posted: MAX, pending_debits: 0, pending_credits: 0, held: MAX, available: 0 });
+    const capture = await own.post("/hold/capture", { hold_id: hold.body.hold.hold_id, amount: MAX, destination_entity_id: b });
+    expect(capture.status).toBe(200);
+    expect([await balancesOf(a), await balancesOf(b)]).toEqual([
+      { posted: 0, pending_debits: 0, pending_credits: 0, held: 0, available: 0 },
+      { posted: MAX, pending_debits: 0, pending_credits: 0, held: 0, available: MAX },
+    ]);
+    expect(await ledgerViolations(stack.sql, account.account_id)).toEqual([]);
   });
 
-  it("answers 422 even when the database is the one to find the overflow, and fails no other command", async () => {
+  it("answers 422 when another process's deposits took the external entity near the bound, and fails no other command", async () => {
     const { account, api: own, create, externalId } = await freshAccount();
     const a = await create("a");
     const b = await create("b");
-    // The ledger now knows this external entity's balance as 0; it changes behind its back.
+    // This process learns the external entity's balance from its own deposit: -10.
     expect((await own.post("/entity/fund", { entity_id: a, amount: 10 })).status).toBe(200);
-    await stack.sql`update entities set posted = ${MIN_INT64 + 50n} where id = ${externalId}`;
+    // Another ledger process deposits almost all the program may hold; this one does not see it.
+    const replica = await stack.startLedgerReplica();
+    try {
+      await stack.ledgerClient(account.api_key, replica.server.url).fundEntity({ entityId: a, amount: BigInt(MAX - 60) });
+    } finally {
+      await replica.close();
+    }
     const before = await stored(account.account_id);
 
     const [over, transfer] = await Promise.all([
@@ -376,9 +471,13 @@ describe("balances at the edge of int64", () => {
     ]);
     expect(over.status).toBe(422);
     expect(over.body.error.code).toBe("balance_out_of_range");
+    expect(over.body.error.details).toMatchObject({ limit: MAX });
     expect(transfer.status).toBe(200);
 
     const after = await stored(account.account_id);
     expect(after.find((e) => e.id === externalId)).toEqual(before.find((e) => e.id === externalId));
+    // What still fits goes through.
+    expect((await own.post("/entity/fund", { entity_id: b, amount: 50 })).status).toBe(200);
+    expect(await ledgerViolations(stack.sql, account.account_id)).toEqual([]);
   });
 });
