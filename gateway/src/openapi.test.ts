@@ -225,15 +225,22 @@ describe("error details are typed per code", () => {
     });
     afterAll(async () => stack?.close());
 
-    it("insufficient_funds, invalid_request, not_found, unbalanced_entries and method_not_allowed", async () => {
+    it("insufficient_funds, balance_out_of_range, invalid_request, not_found, unbalanced_entries and method_not_allowed", async () => {
       const { api } = stack;
       const a = (await api.post("/entity", { entity_name: "a", entity_type: "w" })).body.entity.entity_id as string;
       const b = (await api.post("/entity", { entity_name: "b", entity_type: "w" })).body.entity.entity_id as string;
       expect((await api.post("/entity/fund", { entity_id: a, amount: 100 })).status).toBe(200);
       const poor = await api.post("/entity/defund", { entity_id: a, amount: 250 });
       expect(poor.body.error).toMatchObject({ code: "insufficient_funds", details: { entity_id: a, available: 100, required: 250 } });
+      // The program's deposits would pass 2^53-1: its external entity is the balance past the bound.
+      const pastBound = await api.post("/entity/fund", { entity_id: b, amount: Number.MAX_SAFE_INTEGER });
+      expect(pastBound.body.error).toMatchObject({
+        code: "balance_out_of_range",
+        details: { balance: "posted", limit: Number.MAX_SAFE_INTEGER },
+      });
       const answers = [
         poor,
+        pastBound,
         await api.post("/entity/fund", { entity_id: a, amount: 0 }),
         await api.post("/entity", { entity_name: "c", entity_type: "w", colour: "red" }),
         await api.get("/entities", { limit: "1000" }),
@@ -253,6 +260,7 @@ describe("error details are typed per code", () => {
       }
       expect(answers.map((r) => r.body.error.code)).toEqual([
         "insufficient_funds",
+        "balance_out_of_range",
         "invalid_request",
         "invalid_request",
         "invalid_request",
