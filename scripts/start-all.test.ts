@@ -2,7 +2,7 @@ import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { builtinModules } from "node:module";
-import { createServer } from "node:net";
+import { connect as connectTcp, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -105,6 +105,24 @@ async function startAll(env: NodeJS.ProcessEnv): Promise<Running> {
   return { child, restUrl: `http://127.0.0.1:${env["PORT"]}/v1`, databaseUrl: databaseUrl!, output: () => output };
 }
 
+/** Opens a connection to `port` that sends nothing; resolves with the ms until the server closed it (Infinity past 5 s). */
+function closedAfterSilence(port: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const socket = connectTcp(port, "127.0.0.1");
+    const started = performance.now();
+    const never = setTimeout(() => {
+      resolve(Number.POSITIVE_INFINITY);
+      socket.destroy();
+    }, 5_000);
+    socket.on("data", () => {});
+    socket.once("error", reject);
+    socket.once("close", () => {
+      clearTimeout(never);
+      resolve(performance.now() - started);
+    });
+  });
+}
+
 async function stop(running: Running): Promise<number | null> {
   const exited = new Promise<number | null>((resolve) => running.child.once("exit", (code) => resolve(code)));
   running.child.kill("SIGTERM");
@@ -179,9 +197,13 @@ it("runs everything on the embedded database, and keeps the data across a restar
   expect(await stop(first)).toBe(0);
   expect(first.output()).not.toMatch(/shutdown failed/);
 
-  // HEAP_GROWING_PERCENT, given, wins over both: a fixed growth.
-  const second = await startAll(await laptopEnv({ LEDGER_EMBEDDED_POSTGRES: "true", HEAP_GROWING_PERCENT: "40" }));
+  // HEAP_GROWING_PERCENT, given, wins over both: a fixed growth. HTTP_HEADER_TIMEOUT_MS reaches
+  // every port of the one process: a connection that sends nothing is closed.
+  const secondEnv = await laptopEnv({ LEDGER_EMBEDDED_POSTGRES: "true", HEAP_GROWING_PERCENT: "40", HTTP_HEADER_TIMEOUT_MS: "500" });
+  const second = await startAll(secondEnv);
   expect(second.output()).toMatch(/; heap growth 40%\)/);
+  for (const port of ["PORT", "GATEWAY_OPS_PORT", "LEDGER_PORT", "HOLD_PORT", "NOTIFICATION_PORT"])
+    expect(await closedAfterSilence(Number(secondEnv[port])), port).toBeLessThan(3_000);
   const again = restClient(second.restUrl, account.api_key);
   expect(await balances(again, alice)).toEqual(expectedAlice);
   expect(await balances(again, bob)).toEqual(expectedBob);

@@ -3,8 +3,10 @@ import {
   envInt,
   envString,
   envUrl,
+  readConnectionTimeouts,
   readRateLimitConfig,
   readTracingConfig,
+  type ConnectionTimeouts,
   type RateLimitConfig,
   type TracingConfig,
 } from "@ledger/common";
@@ -13,7 +15,7 @@ import {
 export const DEFAULT_CALL_TIMEOUT_MS = 30_000;
 
 /** Configuration of the REST gateway, read once at start. */
-export interface GatewayConfig extends RateLimitConfig {
+export interface GatewayConfig extends RateLimitConfig, ConnectionTimeouts {
   host: string;
   /** The public port: the REST API, its docs and /healthz. */
   port: number;
@@ -58,6 +60,7 @@ export function readGatewayConfig(env: Record<string, string | undefined> = proc
     batchBodyLimitBytes: envInt(env, "GATEWAY_BATCH_BODY_LIMIT_BYTES", 4 * 1024 * 1024, 1024, 64 * 1024 * 1024),
     callTimeoutMs: envInt(env, "GATEWAY_CALL_TIMEOUT_MS", DEFAULT_CALL_TIMEOUT_MS, 100, 600_000),
     ...readRateLimitConfig(env),
+    ...readConnectionTimeouts(env),
     logLevel: envString(env, "LOG_LEVEL", "info"),
     tracing: readTracingConfig(env),
     corsOrigins: readCorsOrigins(env),

@@ -84,11 +84,13 @@ export async function startGateway(config: GatewayConfig, peers: GatewayPeers = 
     // ready until the public port listens too: a public port that cannot be had ends the process,
     // which must not have been counted ready in between.
     let publicPortListening = false;
+    const connectionTimeouts = { headerTimeoutMs: config.headerTimeoutMs, idleTimeoutMs: config.idleTimeoutMs };
     const ops = await listen({
       name: "gateway ops",
       host: config.host,
       port: config.opsPort,
       log,
+      ...connectionTimeouts,
       readiness: {
         ledger: targetIsUp(targets.ledger),
         hold: targetIsUp(targets.hold),
@@ -103,6 +105,7 @@ export async function startGateway(config: GatewayConfig, peers: GatewayPeers = 
       host: config.host,
       port: config.port,
       log,
+      ...connectionTimeouts,
       opsEndpoints: "healthz",
       fallback: (req, res) => {
         // Returned, so that listen's last-resort handler sees the request fail if it ever does.

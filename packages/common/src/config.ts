@@ -79,8 +79,39 @@ export function readRateLimitConfig(env: Env = process.env): RateLimitConfig {
   };
 }
 
+/** HTTP_HEADER_TIMEOUT_MS unless set: far more than any client needs to send a request's headers. */
+export const DEFAULT_HEADER_TIMEOUT_MS = 10_000;
+/**
+ * HTTP_IDLE_TIMEOUT_MS unless set: above the 60 s idle timeout of common load balancers, so one in
+ * front of the gateway never reuses a connection the gateway has just closed.
+ */
+export const DEFAULT_IDLE_TIMEOUT_MS = 65_000;
+
+/**
+ * How long every listening port lets a connection hold its socket without using it (server.ts's
+ * `listen`); the gateway and every RPC port read the same variables. Unset in configurations built
+ * by hand (tests): the defaults.
+ */
+export interface ConnectionTimeouts {
+  /** A new connection that has not sent a request's complete headers by then is closed (HTTP_HEADER_TIMEOUT_MS). */
+  headerTimeoutMs?: number | undefined;
+  /**
+   * A connection with no request in progress (an HTTP/2 session with no open stream) and no new one
+   * for this long is closed (HTTP_IDLE_TIMEOUT_MS); PINGs and SETTINGS do not keep it open.
+   */
+  idleTimeoutMs?: number | undefined;
+}
+
+/** Reads the connection timeouts, which are the same for the gateway's ports and every RPC port. */
+export function readConnectionTimeouts(env: Env = process.env): Required<ConnectionTimeouts> {
+  return {
+    headerTimeoutMs: envInt(env, "HTTP_HEADER_TIMEOUT_MS", DEFAULT_HEADER_TIMEOUT_MS, 100, 600_000),
+    idleTimeoutMs: envInt(env, "HTTP_IDLE_TIMEOUT_MS", DEFAULT_IDLE_TIMEOUT_MS, 100, 3_600_000),
+  };
+}
+
 /** Settings every service process shares: where Postgres and NATS are, how events are named, what its RPC port accepts. */
-export interface InfraConfig extends RateLimitConfig {
+export interface InfraConfig extends RateLimitConfig, ConnectionTimeouts {
   /** Largest RPC request body, checked before the caller is authenticated; larger ones are refused resource_exhausted. */
   rpcBodyLimitBytes: number;
   /**
@@ -130,6 +161,7 @@ export function readInfraConfig(env: Env = process.env): InfraConfig {
     rpcBodyLimitBytes: envInt(env, "RPC_BODY_LIMIT_BYTES", DEFAULT_RPC_BODY_LIMIT_BYTES, 1024, 64 * 1024 * 1024),
     rpcUnaryFastPath: envBool(env, "RPC_UNARY_FAST_PATH", true),
     ...readRateLimitConfig(env),
+    ...readConnectionTimeouts(env),
   };
 }
 

@@ -1,5 +1,6 @@
 import * as http from "node:http";
 import * as http2 from "node:http2";
+import * as net from "node:net";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import type { ConnectRouter } from "@connectrpc/connect";
 import { GetProgramRequestSchema, GetProgramResponseSchema, LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
@@ -144,5 +145,52 @@ describe("HTTP/2 on the shared port", () => {
     expect(answer.status).toBe(200);
     expect(fromBinary(GetProgramResponseSchema, answer.body).program?.programId).toBe("prg_after");
     expect(logged).toEqual([]);
+  });
+});
+
+// Deadlines that bytes sent slowly do not push back: a socket's own timeout (node's keep-alive
+// timeout) restarts with every byte, so a client trickling its headers would hold it for ever.
+describe("connection deadlines", () => {
+  /** Writes `first`, then one more byte of an unfinished header every 50 ms; resolves with how long the server took to close. */
+  function trickle(url: string, first: string): Promise<number> {
+    const { port } = new URL(url);
+    return new Promise((resolve) => {
+      const socket = net.connect(Number(port), "127.0.0.1");
+      const started = performance.now();
+      let drip: NodeJS.Timeout | undefined;
+      socket.once("connect", () => {
+        socket.write(first);
+        drip = setInterval(() => socket.write("a"), 50);
+      });
+      socket.on("data", () => {});
+      socket.on("error", () => {});
+      const never = setTimeout(() => socket.destroy(), 5_000);
+      socket.once("close", () => {
+        clearInterval(drip);
+        clearTimeout(never);
+        resolve(performance.now() - started);
+      });
+    });
+  }
+
+  it("closes a connection whose first request's headers trickle in after the header timeout", async () => {
+    server = await listen({
+      name: "test",
+      host: "127.0.0.1",
+      port: 0,
+      log: pino({ level: "silent" }),
+      readiness: {},
+      headerTimeoutMs: 300,
+    });
+    const ms = await trickle(server.url, "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ");
+    expect(ms).toBeGreaterThanOrEqual(250);
+    expect(ms).toBeLessThan(1_500);
+  });
+
+  it("closes a kept-alive connection whose next request's headers trickle in after the idle timeout", async () => {
+    server = await listen({ name: "test", host: "127.0.0.1", port: 0, log: pino({ level: "silent" }), readiness: {}, idleTimeoutMs: 500 });
+    const ms = await trickle(server.url, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ");
+    expect(ms).toBeGreaterThanOrEqual(450);
+    expect(ms).toBeLessThan(2_000);
   });
 });

@@ -5,7 +5,7 @@ import * as net from "node:net";
 import { createContextKey, createContextValues, type ConnectRouter, type ContextValues, type Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import type { Logger } from "pino";
-import { DEFAULT_RPC_BODY_LIMIT_BYTES } from "./config.js";
+import { DEFAULT_HEADER_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS, DEFAULT_RPC_BODY_LIMIT_BYTES } from "./config.js";
 import { addDiscovery } from "./discovery.js";
 import { inProcessService, type InProcessService } from "./in-process.js";
 import { metricsRegistry } from "./metrics.js";
@@ -265,6 +265,14 @@ export interface ServeOptions {
    * (the gateway's GATEWAY_OPS_PORT); there /readyz and /metrics go to `fallback` like any path.
    */
   opsEndpoints?: "all" | "healthz";
+  /**
+   * A new connection that has not sent a request's complete headers by then is closed
+   * (HTTP_HEADER_TIMEOUT_MS); as are an HTTP/1.1 connection whose next request's headers do not
+   * come within `idleTimeoutMs` of its last answer, and an HTTP/2 session with no open stream for
+   * `idleTimeoutMs` (HTTP_IDLE_TIMEOUT_MS), whatever PINGs or SETTINGS it sends meanwhile.
+   */
+  headerTimeoutMs?: number | undefined;
+  idleTimeoutMs?: number | undefined;
 }
 
 /** A listening server; `close` drains it. */
@@ -280,6 +288,23 @@ export interface RunningServer {
 }
 
 const HTTP2_PREFACE = Buffer.from("PRI * HTTP/2.0");
+
+/** One connection's deadline: `set` (re)arms it, `clear` disarms it; when it passes, `expire` runs. */
+function deadline(expire: () => void): { set(ms: number): void; clear(): void } {
+  let timer: NodeJS.Timeout | undefined;
+  return {
+    set(ms) {
+      clearTimeout(timer);
+      timer = setTimeout(expire, ms);
+      // A connection's deadline alone must not keep a process alive: its socket does, while it is open.
+      timer.unref();
+    },
+    clear() {
+      clearTimeout(timer);
+      timer = undefined;
+    },
+  };
+}
 
 /**
  * Serves HTTP/1.1 and cleartext HTTP/2 on one port by looking at the first bytes of each
@@ -325,7 +350,13 @@ export async function listen(options: ServeOptions): Promise<RunningServer> {
     return rpc ? rpc(req, res) : fallback(req, res);
   }, options.log);
 
-  const h1 = http.createServer({ keepAliveTimeout: 65_000 }, handler as http.RequestListener);
+  const headerTimeoutMs = options.headerTimeoutMs ?? DEFAULT_HEADER_TIMEOUT_MS;
+  const idleTimeoutMs = options.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS;
+  // node's own headersTimeout and requestTimeout do nothing here: node checks them only for
+  // connections of a server that listens itself, and h1 is handed its sockets. `deadline`s do it
+  // instead (below). keepAliveTimeout still tells clients, in a Keep-Alive header, how long an idle
+  // connection is kept.
+  const h1 = http.createServer({ keepAliveTimeout: idleTimeoutMs }, handler as http.RequestListener);
   // HTTP/2 streams go to the unary fast path as they are; the rest get node's compatibility
   // request and response, as a server given `handler` would build them.
   const h2 = http2.createServer({});
@@ -342,22 +373,43 @@ export async function listen(options: ServeOptions): Promise<RunningServer> {
     compatRequest(stream, headers, rawHeaders, handler);
   });
   const sessions = new Set<http2.Http2Session>();
-  h2.on("session", (session) => {
+  h2.on("session", (session: http2.ServerHttp2Session) => {
     sessions.add(session);
-    session.once("close", () => sessions.delete(session));
+    // Idle while no stream is open: a session that opens none (only its preface and SETTINGS, or
+    // PINGs) is closed, and so is a client's kept-alive session once its calls are over; callers
+    // of ours open a new one for their next call (http2-transport.ts). An open stream (a long
+    // server stream included) keeps the session, however quiet.
+    const idle = deadline(() => session.close());
+    let open = 0;
+    idle.set(idleTimeoutMs);
+    session.on("stream", (stream: http2.ServerHttp2Stream) => {
+      open++;
+      idle.clear();
+      stream.once("close", () => {
+        if (--open === 0 && !session.closed) idle.set(idleTimeoutMs);
+      });
+    });
+    session.once("close", () => {
+      idle.clear();
+      sessions.delete(session);
+    });
   });
-  // HTTP/1.1 keep-alive sockets and how many requests each is serving, so a drain can close the
-  // idle ones at once and the busy ones as soon as their response is written.
-  const h1Busy = new Map<net.Socket, number>();
+  // HTTP/1.1 keep-alive sockets: how many requests each is serving, so a drain can close the idle
+  // ones at once and the busy ones as soon as their response is written, and each one's deadline:
+  // its first request's headers within the header timeout, each next one's within the idle
+  // timeout of the last answer.
+  const h1Connections = new Map<net.Socket, { busy: number; deadline: ReturnType<typeof deadline> }>();
   let draining = false;
   h1.on("request", (req: http.IncomingMessage, res: http.ServerResponse) => {
-    const socket = req.socket;
-    h1Busy.set(socket, (h1Busy.get(socket) ?? 0) + 1);
+    const connection = h1Connections.get(req.socket);
+    if (!connection) return;
+    connection.busy++;
+    connection.deadline.clear();
     if (draining) res.setHeader("connection", "close");
     res.once("close", () => {
-      const left = (h1Busy.get(socket) ?? 1) - 1;
-      h1Busy.set(socket, left);
-      if (draining && left === 0) socket.destroy();
+      if (--connection.busy > 0) return;
+      if (draining) req.socket.destroy();
+      else connection.deadline.set(idleTimeoutMs);
     });
   });
   const sockets = new Set<net.Socket>();
@@ -366,18 +418,27 @@ export async function listen(options: ServeOptions): Promise<RunningServer> {
   const server = net.createServer({ noDelay: true }, (socket) => {
     socket.setNoDelay(true);
     sockets.add(socket);
-    socket.once("close", () => sockets.delete(socket));
+    // A connection that sends nothing, or not a whole request's headers, is closed: until its
+    // first bytes say which protocol it speaks, then (HTTP/1.1) until its first request arrives.
+    const headers = deadline(() => socket.destroy());
+    headers.set(headerTimeoutMs);
+    socket.once("close", () => {
+      headers.clear();
+      sockets.delete(socket);
+    });
     socket.once("data", (first) => {
       socket.pause();
       socket.unshift(first);
       if (first.subarray(0, HTTP2_PREFACE.length).equals(HTTP2_PREFACE)) {
+        // From here the session's idle deadline applies (the "session" listener above).
+        headers.clear();
         // The HTTP/2 session reads the socket natively and, on its first tick, takes in what is
         // already buffered (the bytes unshifted here). The socket must stay paused: resuming it
         // would emit those bytes to no listener and lose them.
         h2.emit("connection", socket);
       } else {
-        h1Busy.set(socket, 0);
-        socket.once("close", () => h1Busy.delete(socket));
+        h1Connections.set(socket, { busy: 0, deadline: headers });
+        socket.once("close", () => h1Connections.delete(socket));
         h1.emit("connection", socket);
         socket.resume();
       }
@@ -409,7 +470,7 @@ export async function listen(options: ServeOptions): Promise<RunningServer> {
       draining = true;
       stopping.abort();
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-      for (const [socket, busy] of h1Busy) if (busy === 0) socket.destroy();
+      for (const [socket, { busy }] of h1Connections) if (busy === 0) socket.destroy();
       for (const session of sessions) session.close();
       const grace = setTimeout(() => {
         for (const socket of sockets) socket.destroy();

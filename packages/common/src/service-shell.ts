@@ -108,6 +108,8 @@ export async function startService<Config extends ServiceConfig, Extra = Record<
       log,
       rpcBodyLimitBytes: config.rpcBodyLimitBytes,
       unaryFastPath: config.rpcUnaryFastPath ?? true,
+      headerTimeoutMs: config.headerTimeoutMs,
+      idleTimeoutMs: config.idleTimeoutMs,
       routes: parts.routes,
       interceptors: [
         ...tracingInterceptors(tracing),
