@@ -1,4 +1,5 @@
 import * as http2 from "node:http2";
+import * as net from "node:net";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, type ConnectRouter, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
@@ -181,6 +182,30 @@ describe("HTTP/2 unary transport", () => {
     expect(answers.map((a) => a.transactionGroup?.transactionGroupId)).toEqual(answers.map((_, i) => `tg_e_${i}`));
   });
 
+  it("calls again on a new connection after the service closed the idle one", async () => {
+    const idleServer = await listen({
+      name: "idle",
+      host: "127.0.0.1",
+      port: 0,
+      log,
+      routes,
+      interceptors,
+      readiness: {},
+      idleTimeoutMs: 200,
+    });
+    try {
+      for (const transport of [lean(idleServer.url), connect(idleServer.url)]) {
+        const client = createClient(LedgerService, transport);
+        const call = () => client.createTransaction({ form: { case: "transfer", value: { fromEntityId: "e", amount: 7n } } }, options);
+        expect((await call()).transactionGroup?.transactionGroupId).toBe("tg_e_7");
+        await new Promise((resolve) => setTimeout(resolve, 500));
+        expect((await call()).transactionGroup?.transactionGroupId).toBe("tg_e_7");
+      }
+    } finally {
+      await idleServer.close();
+    }
+  });
+
   it("passes streaming calls to Connect's transport on the same connection", async () => {
     const health = createClient(Health, lean(server.url));
     for await (const status of health.watch({ service: "" }, { ...options, signal: AbortSignal.timeout(2_000) })) {
@@ -281,6 +306,60 @@ describe("HTTP/2 unary transport against peers that fail", () => {
     const [a, b] = [await outcome(call(lean(peer.url))), await outcome(call(connect(peer.url)))];
     expect(a.code).toBe(Code.Unavailable);
     expect(b.code).toBe(Code.Unavailable);
+  });
+
+  // A service closes an idle connection (GOAWAY) just as a call sets out on it: the service never
+  // saw the call's stream, which the caller's HTTP/2 ends as refused. The call goes again, on a new
+  // connection, instead of failing unavailable.
+  it("sends a call again on a new connection when the service's idle close crossed it", async () => {
+    const service = await listen({
+      name: "idle",
+      host: "127.0.0.1",
+      port: 0,
+      log,
+      routes,
+      interceptors,
+      readiness: {},
+      idleTimeoutMs: 300,
+    });
+    // Between the caller and the service: once `holding`, what the caller sends waits until the
+    // service sends something (its GOAWAY), so the call reaches the service after its idle close.
+    let holding = false;
+    let connections = 0;
+    const proxy = net.createServer((caller) => {
+      connections++;
+      const upstream = net.connect(service.port, "127.0.0.1");
+      const held: Buffer[] = [];
+      caller.on("data", (chunk: Buffer) => (holding ? held.push(chunk) : upstream.write(chunk)));
+      upstream.on("data", (chunk: Buffer) => {
+        holding = false;
+        for (const chunk of held.splice(0)) upstream.write(chunk);
+        caller.write(chunk);
+      });
+      for (const [a, b] of [
+        [caller, upstream],
+        [upstream, caller],
+      ] as const) {
+        a.on("error", () => {});
+        a.on("close", () => b.destroy());
+      }
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, "127.0.0.1", resolve));
+    closers.push(async () => {
+      proxy.close();
+      await service.close();
+    });
+    const client = createClient(LedgerService, lean(`http://127.0.0.1:${(proxy.address() as net.AddressInfo).port}`));
+    const call = () =>
+      client.createTransaction(
+        { form: { case: "transfer", value: { fromEntityId: "e", amount: 9n } } },
+        { headers: { authorization: "key" } },
+      );
+    expect((await call()).transactionGroup?.transactionGroupId).toBe("tg_e_9");
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    holding = true;
+    expect((await call()).transactionGroup?.transactionGroupId).toBe("tg_e_9");
+    expect(connections).toBe(2);
   });
 
   it("fails the calls in flight when the connection goes, and connects again for the next", async () => {

@@ -109,20 +109,7 @@ class Exchange<I extends DescMessage, O extends DescMessage> {
     req.header.forEach((value, name) => {
       headers[name] = value;
     });
-    // The caller's signal was aborted before the call: nothing goes out.
-    if (this.ended) throw this.ended;
-    let stream: http2.ClientHttp2Stream;
-    try {
-      stream = await this.sessions.request("POST", this.path, headers, {});
-    } catch (e) {
-      throw fromNodeReason(e);
-    }
-    if (this.ended) {
-      stream.close(http2.constants.NGHTTP2_CANCEL);
-      throw this.ended;
-    }
-    this.stream = stream;
-    const { status, raw, bytes } = await this.read(stream, body);
+    const { status, raw, bytes } = await this.exchange(headers, body);
     const { isUnaryError, unaryError } = validateResponseWithCompression("unary", [], true, status, raw);
     const [header, trailer] = trailerDemux(raw);
     if (isUnaryError) throw errorFromJsonBytes(bytes, appendHeaders(header, trailer), unaryError!);
@@ -133,6 +120,38 @@ class Exchange<I extends DescMessage, O extends DescMessage> {
       throw new ConnectError(`parse binary: ${e instanceof Error ? e.message : String(e)}`, Code.Internal);
     }
     return { stream: false, service: this.method.parent, method: this.method, header, trailer, message } as UnaryResponse;
+  }
+
+  /**
+   * Sends the request on a stream and reads its answer. A stream the service refused unprocessed
+   * (REFUSED_STREAM, which HTTP/2 says is safe to send again) goes once more, on the connection the
+   * session manager has by then: that is how a call ends that set out as the service closed its
+   * idle connection (the GOAWAY crossed it), and the manager opens a new connection after a GOAWAY.
+   */
+  private async exchange(
+    headers: http2.OutgoingHttpHeaders,
+    body: Uint8Array,
+  ): Promise<{ status: number; raw: Headers; bytes: Uint8Array }> {
+    for (let attempt = 1; ; attempt++) {
+      // The caller's signal was aborted before the call: nothing goes out.
+      if (this.ended) throw this.ended;
+      let stream: http2.ClientHttp2Stream;
+      try {
+        stream = await this.sessions.request("POST", this.path, headers, {});
+      } catch (e) {
+        throw fromNodeReason(e);
+      }
+      if (this.ended) {
+        stream.close(http2.constants.NGHTTP2_CANCEL);
+        throw this.ended;
+      }
+      this.stream = stream;
+      try {
+        return await this.read(stream, body);
+      } catch (e) {
+        if (attempt > 1 || this.ended || stream.rstCode !== http2.constants.NGHTTP2_REFUSED_STREAM) throw e;
+      }
+    }
   }
 
   /** Writes the body and reads the whole answer: its status, its headers, its bytes up to `readMaxBytes`. */
