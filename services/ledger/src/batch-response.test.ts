@@ -9,13 +9,14 @@ import {
   type CreateTransactionResponse,
   type CreateTransactionsResultSchema,
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
-import { batchResponse } from "./batch-response.js";
+import { batchMessage, batchResponse } from "./batch-response.js";
 import type { ItemAnswer } from "./batcher.js";
 import { anyText, groupRows } from "./group-arbitrary.js";
 import { groupToProto } from "./groups.js";
 
 // A batch call's results are written by hand (batch-response.ts) for speed; the answer must be byte
 // for byte what protobuf-es writes for the same results, and decode to them, whatever the items hold.
+// JSON callers get the message itself (batchMessage), which must be those same results.
 
 /** The answer as protobuf-es builds it, the reference. */
 function reflective(answers: ItemAnswer[]) {
@@ -49,13 +50,14 @@ const answer: fc.Arbitrary<ItemAnswer> = fc.oneof(
 );
 
 describe("batchResponse", () => {
-  it("writes the bytes protobuf-es writes for the same results, and reads back as them", () => {
+  it("writes the bytes protobuf-es writes for the same results, and reads back as them and as the JSON callers' message", () => {
     fc.assert(
       fc.property(fc.array(answer, { minLength: 1, maxLength: 30 }), (answers) => {
         const expected = reflective(answers);
         const bytes = toBinary(CreateTransactionsResponseSchema, batchResponse(answers));
         expect(Buffer.from(bytes).toString("hex")).toBe(Buffer.from(toBinary(CreateTransactionsResponseSchema, expected)).toString("hex"));
         expect(fromBinary(CreateTransactionsResponseSchema, bytes)).toEqual(expected);
+        expect(batchMessage(answers)).toEqual(expected);
       }),
       { numRuns: 300 },
     );

@@ -47,7 +47,7 @@ import {
   UpdateProgramRequestSchema,
   UpdateProgramResponseSchema,
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
-import { batchResponse } from "./batch-response.js";
+import { answersInJson, batchMessage, batchResponse } from "./batch-response.js";
 import { AtomicRefusal, type Applied, type createBatcher, type Submission } from "./batcher.js";
 import { createWritePath, groupOf } from "./write-path.js";
 import { entityToProto, findEntity, insertEntity, listEntities } from "./entities.js";
@@ -263,7 +263,8 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
           atomic: req.atomic,
           ...(wholeKey !== undefined ? { idempotency: { accountId: principal.accountId, key: wholeKey, fingerprint: fingerprint! } } : {}),
           responseSchema: CreateTransactionsResponseSchema,
-          respond: batchResponse,
+          // The hand-written results are unknown fields to protobuf-es, which writes them in binary only.
+          respond: answersInJson(ctx) ? batchMessage : batchResponse,
         });
         if (answer.replayed) ctx.responseHeader.set(IDEMPOTENT_REPLAYED_HEADER, "true");
         return answer.response;
