@@ -45,8 +45,8 @@ export interface Stack {
   holdDatabaseUrl: string;
   /** A client of the hold database, search_path `hold`; made on first use. */
   holdSql(): postgres.Sql<{ bigint: bigint }>;
-  /** Starts one more hold service on the same database and stream (closed with the stack, or by the test). */
-  startHoldReplica(): Promise<HoldHandle>;
+  /** Starts one more hold service on the same database and stream, with `overrides` of its settings (closed with the stack, or by the test). */
+  startHoldReplica(overrides?: Partial<HoldConfig>): Promise<HoldHandle>;
   gateway: GatewayHandle;
   /** The notification service, when the stack was started with `notification`. */
   notification?: NotificationHandle;
@@ -69,6 +69,8 @@ export interface StackOptions {
   externalHoldUrl?: string;
   /** How old unfinished hold work must be before recovery finishes it. */
   recoveryAfterMs?: number;
+  /** How often the hold service looks for due holds (200 ms); a long one keeps expiry from running during a test. */
+  holdExpiryIntervalMs?: number;
   /** Gateway settings to override, for example a low rate limit. */
   gateway?: Partial<GatewayConfig>;
   /**
@@ -158,7 +160,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     port: 0,
     ledgerUrl: ledger.server.url,
     serviceToken: TEST_SERVICE_TOKEN,
-    expiryIntervalMs: 200,
+    expiryIntervalMs: options.holdExpiryIntervalMs ?? 200,
     databasePoolSize: 10,
     recoveryAfterMs: options.recoveryAfterMs ?? 1_000,
     batchMax: 64,
@@ -166,8 +168,8 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     batchLingerMs: 1,
   };
   const holdReplicas: HoldHandle[] = [];
-  const startHoldReplica = async () => {
-    const handle = await startHold(holdConfig, { ledger: ledgerPeer });
+  const startHoldReplica = async (overrides: Partial<HoldConfig> = {}) => {
+    const handle = await startHold(Object.assign({}, holdConfig, overrides), { ledger: ledgerPeer });
     holdReplicas.push(handle);
     return handle;
   };

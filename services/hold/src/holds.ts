@@ -78,6 +78,34 @@ export function visibleStatus(row: HoldRow): string {
   return row.status;
 }
 
+/**
+ * Refuses a capture or release of a hold that cannot take one: captured or released, or past its
+ * `expires_at`. From `expires_at` on, by the database's clock, a hold answers as the expiry leaves
+ * it, released, whether or not the expiry has run yet (docs/architecture.md#hold-intents-and-recovery).
+ * `pastExpiry` says whether the database's clock, read under the hold's lock, has reached `expires_at`.
+ */
+function refuseInactive(hold: HoldRow, pastExpiry: boolean, action: "captured" | "released"): void {
+  const expired = hold.status === "released" ? hold.release_reason === "expired" : pastExpiry && hold.status !== "captured";
+  if (expired) {
+    throw ruleViolation("hold_not_active", `hold ${hold.id} expired at ${hold.expires_at!.toISOString()}; it can no longer be ${action}`, {
+      status: "released",
+    });
+  }
+  if (hold.status === "captured" || hold.status === "released") {
+    throw ruleViolation("hold_not_active", `hold ${hold.id} is ${hold.status}; only held or partially captured holds can be ${action}`, {
+      status: hold.status,
+    });
+  }
+}
+
+/**
+ * Whether the database's clock has reached the hold's `expires_at`, as a column of a statement
+ * that runs after the statement locking the hold: `clock_timestamp()` is the time then, where
+ * `now()` is when the (shared) transaction began, maybe long before the lock was granted.
+ */
+const pastExpiry = (tx: Tx, holdId: string) =>
+  tx`coalesce((select expires_at <= clock_timestamp() from holds where id = ${holdId}), false)`;
+
 const RELEASE_REASON_OF: Record<string, HoldReleaseReason> = {
   requested: HoldReleaseReason.REQUESTED,
   expired: HoldReleaseReason.EXPIRED,
@@ -226,12 +254,6 @@ export function createHolds(deps: HoldDeps) {
       throw notFound("hold", holdId);
     }
     return row;
-  }
-
-  async function lockHold(tx: Tx, accountId: string, holdId: string, programId: string): Promise<HoldRow> {
-    if (!isId("hold", holdId)) throw notFound("hold", holdId);
-    const [row] = await tx<HoldRow[]>`select * from holds where id = ${holdId} for update`;
-    return visibleHold(row, accountId, holdId, programId);
   }
 
   /**
@@ -497,21 +519,22 @@ export function createHolds(deps: HoldDeps) {
         transaction: sharedTransaction(touching(args.holdId, claim)),
         claim,
         start: async (tx, writes) => {
-          // Sent together: the captures are read after the hold's lock is granted, each statement
-          // with a snapshot of its own, so a capture committed while this waited for the lock counts.
+          // Sent together: the captures and the clock are read after the hold's lock is granted,
+          // each statement with a snapshot of its own, so a capture committed while this waited for
+          // the lock counts, and no capture is recorded once expires_at has come.
           const locking = tx<HoldRow[]>`select * from holds where id = ${args.holdId} for update`.execute();
-          const reading = tx<{ total: bigint; n: bigint }[]>`
-            select coalesce(sum(amount) filter (where status = 'pending'), 0)::int8 as total, count(*)::int8 as n
+          const reading = tx<{ total: bigint; n: bigint; past_expiry: boolean }[]>`
+            select coalesce(sum(amount) filter (where status = 'pending'), 0)::int8 as total, count(*)::int8 as n,
+              ${pastExpiry(tx, args.holdId)} as past_expiry
             from captures where hold_id = ${args.holdId}`.execute();
           const [[row], [pending]] = await Promise.all([locking, reading]);
           const hold = visibleHold(row, args.accountId, args.holdId, args.programId);
-          if (hold.status !== "held" && hold.status !== "partially_captured") {
+          refuseInactive(hold, pending!.past_expiry, "captured");
+          if (hold.status === "releasing") {
             throw ruleViolation(
               "hold_not_active",
-              `hold ${hold.id} is ${visibleStatus(hold)}${hold.status === "releasing" ? " and being released" : ""}; only held or partially captured holds can be captured`,
-              {
-                status: visibleStatus(hold),
-              },
+              `hold ${hold.id} is ${visibleStatus(hold)} and being released; only held or partially captured holds can be captured`,
+              { status: visibleStatus(hold) },
             );
           }
           const remaining = hold.amount - hold.captured_amount - pending!.total;
@@ -565,18 +588,21 @@ export function createHolds(deps: HoldDeps) {
         transaction: sharedTransaction(touching(args.holdId, claim)),
         claim,
         start: async (tx) => {
-          const row = await lockHold(tx, args.accountId, args.holdId, args.programId);
-          // A release already in flight (another request's, or expiry's) is joined: its completion answers this key too.
+          if (!isId("hold", args.holdId)) throw notFound("hold", args.holdId);
+          // Sent together, as a capture's intent does: the pending captures and the clock are read
+          // after the hold's lock is granted.
+          const locking = tx<HoldRow[]>`select * from holds where id = ${args.holdId} for update`.execute();
+          const reading = tx<{ capturing: boolean; past_expiry: boolean }[]>`
+            select exists (select 1 from captures where hold_id = ${args.holdId} and status = 'pending') as capturing,
+              ${pastExpiry(tx, args.holdId)} as past_expiry`.execute();
+          const [[found], [state]] = await Promise.all([locking, reading]);
+          const row = visibleHold(found, args.accountId, args.holdId, args.programId);
+          // An expiry that committed first wins: its release is not joined (it is past expires_at).
+          refuseInactive(row, state!.past_expiry, "released");
+          // A requested release already in flight is joined: its completion answers this key too.
           if (row.status === "releasing") return { operation: operations.release(row.id), value: row };
-          if (row.status !== "held" && row.status !== "partially_captured") {
-            throw ruleViolation(
-              "hold_not_active",
-              `hold ${row.id} is ${row.status}; only held or partially captured holds can be released`,
-              { status: row.status },
-            );
-          }
-          const [pending] = await tx`select 1 from captures where hold_id = ${row.id} and status = 'pending' limit 1`;
-          if (pending) throw ruleViolation("hold_not_active", `a capture of hold ${row.id} is in progress; retry the release shortly`);
+          if (state!.capturing)
+            throw ruleViolation("hold_not_active", `a capture of hold ${row.id} is in progress; retry the release shortly`);
           const [updated] = await tx<HoldRow[]>`
             update holds set status = 'releasing', release_reason = 'requested', updated_at = now() where id = ${row.id} returning *`;
           return { operation: operations.release(row.id), value: updated! };
@@ -615,9 +641,14 @@ export function createHolds(deps: HoldDeps) {
             and not exists (select 1 from captures c where c.hold_id = h.id and c.status = 'pending')
           order by expires_at limit 100 for update skip locked`;
         if (rows.length === 0) return [];
+        // Asked again now that the holds are locked: the select's snapshot is older than its locks,
+        // and a capture's intent that committed in between (decided before expires_at) must
+        // complete before the expiry releases the rest in the ledger.
         return tx<HoldRow[]>`
-          update holds set status = 'releasing', release_reason = 'expired', updated_at = now()
-          where id in ${tx(rows.map((r) => r.id))} returning *`;
+          update holds h set status = 'releasing', release_reason = 'expired', updated_at = now()
+          where id in ${tx(rows.map((r) => r.id))}
+            and not exists (select 1 from captures c where c.hold_id = h.id and c.status = 'pending')
+          returning *`;
       });
       for (const hold of due) {
         await finishRelease(hold, background(`expiry-${hold.id}`)).catch((err: unknown) =>
