@@ -103,7 +103,7 @@ function refuseInactive(hold: HoldRow, pastExpiry: boolean, action: "captured" |
  * that runs after the statement locking the hold: `clock_timestamp()` is the time then, where
  * `now()` is when the (shared) transaction began, maybe long before the lock was granted.
  */
-const pastExpiry = (tx: Tx, holdId: string) =>
+const pastExpiryColumn = (tx: Tx, holdId: string) =>
   tx`coalesce((select expires_at <= clock_timestamp() from holds where id = ${holdId}), false)`;
 
 const RELEASE_REASON_OF: Record<string, HoldReleaseReason> = {
@@ -525,7 +525,7 @@ export function createHolds(deps: HoldDeps) {
           const locking = tx<HoldRow[]>`select * from holds where id = ${args.holdId} for update`.execute();
           const reading = tx<{ total: bigint; n: bigint; past_expiry: boolean }[]>`
             select coalesce(sum(amount) filter (where status = 'pending'), 0)::int8 as total, count(*)::int8 as n,
-              ${pastExpiry(tx, args.holdId)} as past_expiry
+              ${pastExpiryColumn(tx, args.holdId)} as past_expiry
             from captures where hold_id = ${args.holdId}`.execute();
           const [[row], [pending]] = await Promise.all([locking, reading]);
           const hold = visibleHold(row, args.accountId, args.holdId, args.programId);
@@ -594,7 +594,7 @@ export function createHolds(deps: HoldDeps) {
           const locking = tx<HoldRow[]>`select * from holds where id = ${args.holdId} for update`.execute();
           const reading = tx<{ capturing: boolean; past_expiry: boolean }[]>`
             select exists (select 1 from captures where hold_id = ${args.holdId} and status = 'pending') as capturing,
-              ${pastExpiry(tx, args.holdId)} as past_expiry`.execute();
+              ${pastExpiryColumn(tx, args.holdId)} as past_expiry`.execute();
           const [[found], [state]] = await Promise.all([locking, reading]);
           const row = visibleHold(found, args.accountId, args.holdId, args.programId);
           // An expiry that committed first wins: its release is not joined (it is past expires_at).
