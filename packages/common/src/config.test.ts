@@ -9,6 +9,16 @@ describe("readInfraConfig", () => {
     expect(() => readInfraConfig({ RPC_BODY_LIMIT_BYTES: "10" })).toThrow(ConfigError);
     expect(() => readInfraConfig({ RPC_BODY_LIMIT_BYTES: "4MB" })).toThrow(/RPC_BODY_LIMIT_BYTES/);
   });
+
+  it("closes connections without headers after 10 s and idle ones after 65 s, unless told otherwise", () => {
+    expect(readInfraConfig({})).toMatchObject({ headerTimeoutMs: 10_000, idleTimeoutMs: 65_000 });
+    expect(readInfraConfig({ HTTP_HEADER_TIMEOUT_MS: "500", HTTP_IDLE_TIMEOUT_MS: "2000" })).toMatchObject({
+      headerTimeoutMs: 500,
+      idleTimeoutMs: 2_000,
+    });
+    expect(() => readInfraConfig({ HTTP_HEADER_TIMEOUT_MS: "0" })).toThrow(/HTTP_HEADER_TIMEOUT_MS/);
+    expect(() => readInfraConfig({ HTTP_IDLE_TIMEOUT_MS: "1m" })).toThrow(/HTTP_IDLE_TIMEOUT_MS/);
+  });
 });
 
 describe("readTracingConfig", () => {
