@@ -9,6 +9,8 @@
  * The stream matters as much: services create it when it is missing with JetStream's default of
  * one replica, which on a three-node NATS cluster would keep every event on one node. Creating it
  * here first (or raising its replicas when a service won the race) makes it survive a node loss.
+ * It is checked to be this installation's too: one whose events belong to other databases fails
+ * the Job (docs/operations.md#one-stream-per-installation).
  */
 import { fileURLToPath } from "node:url";
 import { jetstreamManager } from "@nats-io/jetstream";
@@ -17,6 +19,8 @@ import {
   createLogger,
   ensureEventStream,
   envInt,
+  installationOf,
+  type Installation,
   natsConnectionOptions,
   openDatabase,
   readDatabaseUrl,
@@ -34,6 +38,8 @@ const SERVICES = [
 ] as const;
 
 async function main(): Promise<void> {
+  // Each service's database and its installation id, which the stream records as the owner of its events.
+  const installations: Installation[] = [];
   for (const service of SERVICES) {
     const sql = await openDatabase({
       url: readDatabaseUrl(env, service.variable),
@@ -43,6 +49,7 @@ async function main(): Promise<void> {
       log,
       applicationName: `migrate-${service.schema}`,
     });
+    installations.push(await installationOf(sql));
     await sql.end({ timeout: 5 });
     log.info({ schema: service.schema }, "migrations applied");
   }
@@ -52,7 +59,8 @@ async function main(): Promise<void> {
   const replicas = envInt(env, "NATS_STREAM_REPLICAS", 3, 1, 5);
   const nc = await connect({ ...natsConnectionOptions(infra), timeout: 10_000 });
   try {
-    await ensureEventStream(nc, { name: infra.natsStream, subjectPrefix: infra.natsSubjectPrefix });
+    // Another installation's stream fails the Job, with the message saying what to set.
+    await ensureEventStream(nc, { name: infra.natsStream, subjectPrefix: infra.natsSubjectPrefix }, installations, log);
     const jsm = await jetstreamManager(nc);
     const info = await jsm.streams.info(infra.natsStream);
     if (info.config.num_replicas < replicas) {

@@ -132,7 +132,7 @@ async function stop(running: Running): Promise<number | null> {
 afterAll(async () => {
   for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
   const nc = await connect({ servers: inject("natsUrl") });
-  await (await jetstreamManager(nc)).streams.delete(`TEST_${tag}`).catch(() => {});
+  for (const stream of [`TEST_${tag}`, `TEST_${tag}_traced`]) await (await jetstreamManager(nc)).streams.delete(stream).catch(() => {});
   await nc.close();
   rmSync(dataRoot, { recursive: true, force: true });
 });
@@ -216,7 +216,10 @@ it("traces when configured: the compiled processes load the SDK's chunk and expo
   try {
     const env = await laptopEnv({
       LEDGER_EMBEDDED_POSTGRES: "true",
+      // A database of its own is another installation: it gets a stream of its own too.
       LEDGER_DATA_DIR: mkdtempSync(join(dataRoot, "traced-")),
+      NATS_STREAM: `TEST_${tag}_traced`,
+      NATS_SUBJECT_PREFIX: `test${tag}traced`,
       OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: otlp.tracesUrl,
       OTEL_BSP_SCHEDULE_DELAY: "100",
     });

@@ -89,6 +89,11 @@ export async function migrate(sql: Sql, schema: string, dir: string, log: Logger
     await tx.unsafe(`set local search_path to "${schema}"`);
     await tx`create table if not exists schema_migrations (
       version int primary key, name text not null, applied_at timestamptz not null default now())`;
+    // The schema's installation id (`installationOf`), made once like the migrations table.
+    await tx`create table if not exists installation (
+      id uuid primary key default gen_random_uuid(), created_at timestamptz not null default now(),
+      one_row boolean not null default true unique check (one_row))`;
+    await tx`insert into installation default values on conflict do nothing`;
     const applied = new Set((await tx<{ version: number }[]>`select version from schema_migrations`).map((r) => r.version));
     for (const file of files) {
       const version = Number(file.slice(0, 4));
@@ -99,6 +104,31 @@ export async function migrate(sql: Sql, schema: string, dir: string, log: Logger
       log.info({ schema, migration: file }, "applied migration");
     }
   });
+}
+
+/**
+ * Which installation a service's database belongs to: the random id its schema got once, when it
+ * was first migrated (kept by a backup and its restore), with the database's name and server for
+ * messages. The event stream records it as the owner of that service's events (nats.ts,
+ * `ensureEventStream`), so that the services of another installation, on other databases, are
+ * refused the stream instead of taking part of its events.
+ */
+export interface Installation {
+  /** The service's schema: `ledger`, `hold`, `notification`. */
+  schema: string;
+  id: string;
+  /** The database's name, and its server's address when it has one (not over a socket). */
+  database: string;
+}
+
+/** The installation of `sql`'s schema (the first of its search_path), migrated. */
+export async function installationOf(sql: Sql): Promise<Installation> {
+  const [row] = await sql<{ id: string; schema: string; database: string; host: string | null; port: number | null }[]>`
+    select id::text, current_schema() as schema, current_database() as database,
+      host(inet_server_addr()) as host, inet_server_port() as port
+    from installation`;
+  if (!row) throw new Error("the database has no installation id; its schema was not migrated");
+  return { schema: row.schema, id: row.id, database: row.host ? `${row.database} at ${row.host}:${row.port}` : row.database };
 }
 
 /** SQLSTATE of a Postgres error, for mapping to domain errors. */

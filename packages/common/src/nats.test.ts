@@ -1,12 +1,16 @@
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { connect } from "@nats-io/transport-node";
+import { randomBytes, randomUUID } from "node:crypto";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { ownNats, testCertificate, type OwnNats } from "@ledger/testing";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import pino from "pino";
+import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from "vitest";
 import { ConfigError, readInfraConfig } from "./config.js";
 import { createLogger } from "./logger.js";
-import { connectNats, natsConnectionOptions } from "./nats.js";
+import type { Installation } from "./db.js";
+import { connectNats, ensureEventStream, natsConnectionOptions, StreamOfAnotherInstallation } from "./nats.js";
 
 // NATS with a user, a password and TLS, as deploy/ runs it: every process connects with
 // NATS_USER, NATS_PASSWORD and NATS_TLS_CA, and a client without them is refused.
@@ -63,5 +67,98 @@ describe("NATS settings", () => {
     } catch (err) {
       expect((err as Error).message).not.toContain("do-not-echo-me");
     }
+  });
+});
+
+// The event stream is one installation's: it names, per service, the database whose events it
+// carries, and a process of another installation (other databases, same NATS_STREAM) is refused.
+describe("the event stream's installation", () => {
+  let nc: NatsConnection;
+  const streams: string[] = [];
+  const logged: Array<{ msg: string; schema?: string }> = [];
+  const log = pino({ level: "info" }, { write: (line: string) => void logged.push(JSON.parse(line)) });
+  beforeAll(async () => {
+    nc = await connect({ servers: inject("natsUrl") });
+  });
+  afterEach(async () => {
+    const jsm = await jetstreamManager(nc);
+    for (const stream of streams.splice(0)) await jsm.streams.delete(stream).catch(() => {});
+    logged.length = 0;
+  });
+  afterAll(async () => nc?.close());
+
+  function newStream() {
+    const tag = randomBytes(4).toString("hex");
+    streams.push(`TEST_OWNED_${tag}`);
+    return { name: `TEST_OWNED_${tag}`, subjectPrefix: `owned${tag}` };
+  }
+  const installation = (schema: string, database = "ledger_a at 10.0.0.1:5432"): Installation => ({ schema, id: randomUUID(), database });
+  const description = async (stream: string) => (await (await jetstreamManager(nc)).streams.info(stream)).config.description;
+
+  it("is made naming the caller's database, and used again by the same database (a replica, a restart)", async () => {
+    const stream = newStream();
+    const ledger = installation("ledger");
+    await ensureEventStream(nc, stream, [ledger], log);
+    expect(await description(stream.name)).toContain(`ledger=${ledger.id} (ledger_a at 10.0.0.1:5432)`);
+    await ensureEventStream(nc, stream, [ledger], log);
+    await ensureEventStream(nc, stream, [{ ...ledger }], log);
+  });
+
+  it("refuses another database's process for the same service, saying which stream, whose it is and what to set", async () => {
+    const stream = newStream();
+    const ours = installation("notification", "ledger at 10.0.0.1:5432");
+    await ensureEventStream(nc, stream, [ours], log);
+    const theirs = installation("notification", "ledger at 10.0.0.2:5432");
+    const refusal = await ensureEventStream(nc, stream, [theirs], log).then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    expect(refusal).toBeInstanceOf(StreamOfAnotherInstallation);
+    const message = (refusal as Error).message;
+    expect(message).toContain(`NATS stream ${stream.name} belongs to another installation`);
+    expect(message).toContain(`installation ${ours.id} (database ledger at 10.0.0.1:5432)`);
+    expect(message).toContain(`this notification database is installation ${theirs.id} (database ledger at 10.0.0.2:5432)`);
+    expect(message).toMatch(/set NATS_STREAM and NATS_SUBJECT_PREFIX/);
+    // The stream still names the first.
+    expect(await description(stream.name)).toContain(`notification=${ours.id}`);
+  });
+
+  it("adds the other services of the installation as they first use it, and refuses another installation's each", async () => {
+    const stream = newStream();
+    const [ledger, hold, notification] = [installation("ledger"), installation("hold"), installation("notification")];
+    await ensureEventStream(nc, stream, [ledger], log);
+    await ensureEventStream(nc, stream, [hold], log);
+    await ensureEventStream(nc, stream, [notification], log);
+    const named = await description(stream.name);
+    for (const owner of [ledger, hold, notification]) expect(named).toContain(`${owner.schema}=${owner.id}`);
+    // The migration Job checks all three at once.
+    await ensureEventStream(nc, stream, [ledger, hold, notification], log);
+    await expect(ensureEventStream(nc, stream, [ledger, installation("hold"), notification], log)).rejects.toThrow(
+      /its hold events are those of installation/,
+    );
+  });
+
+  it("adopts a stream an earlier version made, naming no installation, and logs it", async () => {
+    const stream = newStream();
+    const jsm = await jetstreamManager(nc);
+    await jsm.streams.add({ name: stream.name, subjects: [`${stream.subjectPrefix}.events.>`] });
+    const notification = installation("notification");
+    await ensureEventStream(nc, stream, [notification], log);
+    expect(await description(stream.name)).toContain(`notification=${notification.id}`);
+    expect(logged).toContainEqual(
+      expect.objectContaining({
+        schema: "notification",
+        msg: "the event stream named no installation for notification events; it now names this database's",
+      }),
+    );
+    await expect(ensureEventStream(nc, stream, [installation("notification")], log)).rejects.toThrow(StreamOfAnotherInstallation);
+  });
+
+  it("lets only one of two installations that make it at once have it", async () => {
+    const stream = newStream();
+    const results = await Promise.allSettled(
+      [installation("ledger"), installation("ledger")].map((o) => ensureEventStream(nc, stream, [o], log)),
+    );
+    expect(results.map((r) => r.status).sort()).toEqual(["fulfilled", "rejected"]);
   });
 });

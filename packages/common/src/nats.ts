@@ -1,6 +1,7 @@
-import { jetstreamManager, type StreamConfig } from "@nats-io/jetstream";
+import { jetstreamManager } from "@nats-io/jetstream";
 import { connect, createInbox, headers, nanos, type ConnectionOptions, type Msg, type NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "pino";
+import type { Installation } from "./db.js";
 
 /**
  * A NATS connection that is made in the background and kept alive for the life of the process.
@@ -95,27 +96,113 @@ export function eventSubject(prefix: string, type: string): string {
 }
 
 /**
- * Creates the event stream, or brings its subjects up to date. The duplicate window is what makes
- * a relay's re-publish after a crash harmless: JetStream drops a second message with the same id.
+ * A process was about to use an event stream whose events, for its service, belong to another
+ * installation's database: two installations on one stream would each take part of the other's
+ * events. Its message says which stream, whose it is and what to set.
  */
-export async function ensureEventStream(nc: NatsConnection, settings: StreamSettings): Promise<void> {
-  const jsm = await jetstreamManager(nc);
-  const config: Partial<StreamConfig> & { name: string } = {
-    name: settings.name,
-    subjects: [`${settings.subjectPrefix}.events.>`],
-    duplicate_window: nanos(10 * 60 * 1000),
-    max_age: nanos(7 * 24 * 60 * 60 * 1000),
-  };
-  try {
-    const info = await jsm.streams.info(settings.name);
-    const wanted = config.subjects![0]!;
-    if (!info.config.subjects?.includes(wanted)) {
-      await jsm.streams.update(settings.name, Object.assign({}, info.config, { subjects: [...(info.config.subjects ?? []), wanted] }));
-    }
-  } catch (err) {
-    if (!/not found/i.test(String((err as Error).message))) throw err;
-    await jsm.streams.add(config);
+export class StreamOfAnotherInstallation extends Error {
+  constructor(stream: string, owner: Installation, other: { id: string; database: string }) {
+    super(
+      `NATS stream ${stream} belongs to another installation: its ${owner.schema} events are those of ` +
+        `installation ${other.id} (database ${other.database}), and this ${owner.schema} database is installation ` +
+        `${owner.id} (database ${owner.database}). Two installations on one stream would each take part of the ` +
+        "other's events. Give each installation a stream of its own: set NATS_STREAM and NATS_SUBJECT_PREFIX to " +
+        "names no other installation uses (docs/operations.md#one-stream-per-installation).",
+    );
+    this.name = "StreamOfAnotherInstallation";
   }
+}
+
+// The stream's description names, per service schema, the installation whose events it carries:
+// `ledger=<id> (<database>)`. A description, not JetStream's metadata, which NATS 2.9 does not keep.
+const CLAIM = /\b([a-z][a-z0-9_]*)=([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})(?: \(([^()]*)\))?/g;
+
+type Claims = Map<string, { id: string; database: string }>;
+
+function claimsOf(description: string | undefined): Claims {
+  const claims: Claims = new Map();
+  for (const [, schema, id, database] of (description ?? "").matchAll(CLAIM))
+    claims.set(schema!, { id: id!, database: database ?? "unknown" });
+  return claims;
+}
+
+function describeClaims(claims: Claims): string {
+  const named = [...claims].sort(([a], [b]) => a.localeCompare(b));
+  return `Events of one ledger installation; its databases, by service: ${named
+    .map(([schema, { id, database }]) => `${schema}=${id} (${database.replace(/[()]/g, "")})`)
+    .join(", ")}`;
+}
+
+function refuseAnotherInstallation(stream: string, claims: Claims, owners: readonly Installation[]): void {
+  for (const owner of owners) {
+    const claim = claims.get(owner.schema);
+    if (claim && claim.id !== owner.id) throw new StreamOfAnotherInstallation(stream, owner, claim);
+  }
+}
+
+/**
+ * Creates the event stream, or checks that it is this installation's and brings its subjects up
+ * to date: the one function every process that publishes to or consumes the stream calls before
+ * it does (relays, the notification consumer, the service shell at start, the migration Job).
+ * `owners` are the installations of the caller's databases, one per service schema (the Job has
+ * all three); the stream records each in its description when it is made, or, for a schema it
+ * names no installation for (a stream of an earlier version, or another service of the same
+ * installation made it), when first used. A stream that names another installation for one of
+ * them is refused with StreamOfAnotherInstallation.
+ *
+ * The duplicate window is what makes a relay's re-publish after a crash harmless: JetStream drops
+ * a second message with the same id.
+ */
+export async function ensureEventStream(
+  nc: NatsConnection,
+  settings: StreamSettings,
+  owners: readonly Installation[],
+  log: Logger,
+): Promise<void> {
+  const jsm = await jetstreamManager(nc);
+  const subject = `${settings.subjectPrefix}.events.>`;
+  let info = await jsm.streams.info(settings.name).catch((err: unknown) => {
+    if (/not found/i.test(String((err as Error).message))) return undefined;
+    throw err;
+  });
+  if (!info) {
+    try {
+      await jsm.streams.add({
+        name: settings.name,
+        subjects: [subject],
+        duplicate_window: nanos(10 * 60 * 1000),
+        max_age: nanos(7 * 24 * 60 * 60 * 1000),
+        description: describeClaims(new Map(owners.map((o) => [o.schema, { id: o.id, database: o.database }]))),
+      });
+      return;
+    } catch (err) {
+      // Another process made it first, with other claims: they are checked below.
+      if (!/already in use/i.test(String((err as Error).message))) throw err;
+      info = await jsm.streams.info(settings.name);
+    }
+  }
+  const claims = claimsOf(info.config.description);
+  refuseAnotherInstallation(settings.name, claims, owners);
+  const unclaimed = owners.filter((owner) => !claims.has(owner.schema));
+  const subjects = info.config.subjects ?? [];
+  if (unclaimed.length === 0 && subjects.includes(subject)) return;
+  for (const owner of unclaimed) claims.set(owner.schema, { id: owner.id, database: owner.database });
+  await jsm.streams.update(
+    settings.name,
+    Object.assign({}, info.config, {
+      subjects: subjects.includes(subject) ? subjects : [...subjects, subject],
+      description: describeClaims(claims),
+    }),
+  );
+  for (const owner of unclaimed) {
+    log.info(
+      { stream: settings.name, schema: owner.schema, installation: owner.id, database: owner.database },
+      `the event stream named no installation for ${owner.schema} events; it now names this database's`,
+    );
+  }
+  // Two installations that claimed the stream at once: the last update stands, and the other learns it here.
+  if (unclaimed.length > 0)
+    refuseAnotherInstallation(settings.name, claimsOf((await jsm.streams.info(settings.name)).config.description), owners);
 }
 
 /** A message for `publishAcked`: where it goes, its bytes, and the id JetStream deduplicates it by. */

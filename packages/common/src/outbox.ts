@@ -2,7 +2,7 @@ import { EventSchema, type Event } from "@ledger/proto/events/v1/events_pb.js";
 import type { Logger } from "pino";
 import { Counter, Gauge } from "prom-client";
 import { backgroundLoop } from "./background-loop.js";
-import { pipelinedTransaction, type Sql, type Tx } from "./db.js";
+import { installationOf, pipelinedTransaction, type Installation, type Sql, type Tx } from "./db.js";
 import { metricsRegistry } from "./metrics.js";
 import { ensureEventStream, eventSubject, publishAcked, type NatsHandle, type StreamMessage, type StreamSettings } from "./nats.js";
 import { encodeBinary } from "./proto-binary.js";
@@ -131,6 +131,7 @@ export function createOutbox(options: OutboxOptions): Outbox {
   const lanes = options.lanes ?? 2;
   const pollMs = options.pollMs ?? 250;
   let streamReady = false;
+  let installation: Installation | undefined;
 
   function writeOf(events: Event[]): OutboxWrite {
     return outboxWrite(
@@ -146,7 +147,9 @@ export function createOutbox(options: OutboxOptions): Outbox {
     const nc = options.nats.current();
     if (!nc || nc.isClosed()) throw new Error("NATS is not connected");
     if (!streamReady) {
-      await ensureEventStream(nc, options.stream);
+      // Never into another installation's stream: its refusal fails every batch, and the events wait here.
+      installation ??= await installationOf(sql);
+      await ensureEventStream(nc, options.stream, [installation], log);
       streamReady = true;
     }
     // One pipelined transaction: BEGIN goes out with the select, and the delete with COMMIT, so

@@ -1,11 +1,11 @@
 import type { ConnectRouter } from "@connectrpc/connect";
 import type { InfraConfig } from "./config.js";
-import { openDatabase, type Sql } from "./db.js";
+import { installationOf, openDatabase, type Sql } from "./db.js";
 import { startIdempotencySweep } from "./idempotency.js";
 import { openProcess, type Lifecycle } from "./lifecycle.js";
 import type { Logger } from "./logger.js";
 import { metricsInterceptor } from "./metrics.js";
-import { connectNats, type NatsHandle } from "./nats.js";
+import { connectNats, ensureEventStream, type NatsHandle, type StreamSettings } from "./nats.js";
 import { createOutbox, type Outbox } from "./outbox.js";
 import { rateLimitInterceptor } from "./rate-limit.js";
 import { authInterceptor, type AuthOptions } from "./auth.js";
@@ -72,7 +72,8 @@ export interface ServiceHandle {
 
 /**
  * Starts an RPC service (docs/architecture.md#the-services-and-who-owns-what): logger and tracing,
- * its database (created if missing, migrated), NATS, the service's own parts, then its RPC port
+ * its database (created if missing, migrated), NATS and a check that the event stream is this
+ * installation's, the service's own parts, then its RPC port
  * behind the interceptors every service has (tracing, request id, metrics, rate limit,
  * authentication), readiness for the database, NATS and whatever the service adds, and the
  * idempotency-key sweep. `close` undoes it in reverse order; a start that fails half-way closes
@@ -96,6 +97,7 @@ export async function startService<Config extends ServiceConfig, Extra = Record<
     const nats = connectNats(config, name, log);
     lifecycle.onClose("NATS", () => nats.close());
     const stream = { name: config.natsStream, subjectPrefix: config.natsSubjectPrefix };
+    await refuseAnotherInstallationsStream(nats, stream, sql, log);
     let outbox: Outbox | undefined;
     const openOutbox = () => (outbox ??= lifecycle.run("outbox relay", createOutbox({ service: name, sql, nats, stream, log })));
 
@@ -130,4 +132,25 @@ export async function startService<Config extends ServiceConfig, Extra = Record<
 
     return Object.assign({}, parts.extra as Extra, { server, tracing, close: () => lifecycle.close() });
   });
+}
+
+/** How long a start waits for NATS to check the event stream before it goes on without. */
+const STREAM_CHECK_WAIT_MS = 3_000;
+
+/**
+ * Stops the start when the event stream is another installation's (docs/operations.md#one-stream-per-installation),
+ * as soon as NATS answers, within a few seconds. A start does not wait for NATS longer: while it is
+ * away, the outbox relay and the notification consumer make the same check before they publish or
+ * consume, and refuse the stream then.
+ */
+async function refuseAnotherInstallationsStream(nats: NatsHandle, stream: StreamSettings, sql: Sql, log: Logger): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const nc = await Promise.race([
+    nats.connected().catch(() => undefined),
+    new Promise<undefined>((resolve) => {
+      timer = setTimeout(() => resolve(undefined), STREAM_CHECK_WAIT_MS);
+    }),
+  ]);
+  clearTimeout(timer);
+  if (nc) await ensureEventStream(nc, stream, [await installationOf(sql)], log);
 }

@@ -1,4 +1,4 @@
-import { randomBytes } from "node:crypto";
+import { randomBytes, randomUUID } from "node:crypto";
 import { copyFile, mkdtemp, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -12,6 +12,7 @@ import {
   connectNats,
   createLogger,
   createOutbox,
+  ensureEventStream,
   eventSubject,
   metricsRegistry,
   migrate,
@@ -104,6 +105,23 @@ const relayTransactions = async (service: string, found: "events" | "none") =>
   (await metricValue("outbox_relay_transactions_total", { service, found })) ?? 0;
 
 describe("outbox rows of many events", () => {
+  it("publishes nothing to a stream another installation's database owns, and keeps the events", async () => {
+    const { sql, schema } = await schemaFor("ledger");
+    const service = `other-${randomBytes(3).toString("hex")}`;
+    const { outbox, nats, stream, prefix } = relayFor(sql, service);
+    // The stream was made by a relay of the same schema on another database: another installation.
+    const elsewhere = { schema, id: randomUUID(), database: "ledger at 10.9.9.9:5432" };
+    await ensureEventStream(await nats.connected(), { name: stream, subjectPrefix: prefix }, [elsewhere], log);
+    await sql.begin((tx) => outbox.enqueue(tx as never, [event(1), event(2)]));
+    const errors = async () =>
+      (await metricsRegistry.getSingleMetric("outbox_publish_errors_total")!.get()).values.find((v) => v.labels["service"] === service)
+        ?.value ?? 0;
+    outbox.start();
+    await expect.poll(errors, { timeout: 20_000 }).toBeGreaterThanOrEqual(2);
+    expect(await rowsLeft(sql)).toBe(1);
+    expect(await readStream(inject("natsUrl"), stream)).toEqual([]);
+  });
+
   it("wakes one idle lane per commit, so no lane looks for rows another has taken", async () => {
     const { sql } = await schemaFor("ledger");
     const service = `wake-${randomBytes(3).toString("hex")}`;

@@ -3,11 +3,13 @@ import {
   backgroundLoop,
   decodeBinary,
   ensureEventStream,
+  installationOf,
   isId,
   metricsRegistry,
   recordFailure,
   SpanKind,
   startSpan,
+  type Installation,
   type Logger,
   type NatsHandle,
   type Sql,
@@ -82,10 +84,14 @@ export function createEventConsumer(options: ConsumerOptions): EventConsumer {
   const name = consumerName(options.stream.name);
   let messages: ConsumerMessages | undefined;
   let lag: () => Promise<number> = async () => 0;
+  let installation: Installation | undefined;
 
   async function consumeOnce(): Promise<void> {
     const nc = await options.nats.connected();
-    await ensureEventStream(nc, options.stream);
+    // The durable consumer is shared by every process that reads the stream for this database:
+    // another installation's would take part of its events, so its stream is refused.
+    installation ??= await installationOf(sql);
+    await ensureEventStream(nc, options.stream, [installation], log);
     const jsm = await jetstreamManager(nc);
     try {
       const info = await jsm.consumers.info(options.stream.name, name);
