@@ -11,6 +11,7 @@ import { rateLimitInterceptor } from "./rate-limit.js";
 import { authInterceptor, type AuthOptions } from "./auth.js";
 import { requestIdInterceptor } from "./request-id.js";
 import { listen, type ReadinessCheck, type RunningServer } from "./server.js";
+import { nulTextInterceptor } from "./text.js";
 import { tracingInterceptors, type Tracing } from "./tracing.js";
 
 /** What the shell reads from a service's configuration. */
@@ -75,9 +76,9 @@ export interface ServiceHandle {
  * its database (created if missing, migrated), NATS and a check that the event stream is this
  * installation's, the service's own parts, then its RPC port
  * behind the interceptors every service has (tracing, request id, metrics, rate limit,
- * authentication), readiness for the database, NATS and whatever the service adds, and the
- * idempotency-key sweep. `close` undoes it in reverse order; a start that fails half-way closes
- * what it had started.
+ * authentication, no NUL in any string), readiness for the database, NATS and whatever the
+ * service adds, and the idempotency-key sweep. `close` undoes it in reverse order; a start that
+ * fails half-way closes what it had started.
  */
 export async function startService<Config extends ServiceConfig, Extra = Record<never, never>>(
   definition: ServiceDefinition<Config, Extra>,
@@ -120,6 +121,8 @@ export async function startService<Config extends ServiceConfig, Extra = Record<
         // Before authentication: a caller over its budget costs no key look-up.
         rateLimitInterceptor(config),
         authInterceptor(parts.auth),
+        // After authentication: a caller without a key learns nothing about its input.
+        nulTextInterceptor(),
       ],
       readiness: {
         database: async () => (await sql`select 1`).length === 1,
