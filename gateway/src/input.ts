@@ -92,10 +92,15 @@ export function optionalParam(query: Fields, name: string): string {
   return typeof value === "string" ? value : "";
 }
 
-/** Turns a query string into fields; a repeated parameter is refused rather than guessed at. */
+/**
+ * Turns a query string into fields; a repeated parameter is refused rather than guessed at, and so
+ * is a NUL character (`%00`) in a name or value, which Postgres text cannot hold.
+ */
 export function parseQuery(search: URLSearchParams): Fields {
   const fields: Fields = {};
   for (const [name, value] of search) {
+    if (name.includes("\u0000")) throw invalidArgument("query parameter names must not contain NUL characters");
+    if (value.includes("\u0000")) throw invalidArgument(`query parameter ${name} must not contain NUL characters`, { parameter: name });
     if (name in fields) throw invalidArgument(`query parameter ${name} is given more than once`, { parameter: name });
     fields[name] = value;
   }

@@ -17,6 +17,8 @@ import {
   requestUrl,
   SpanKind,
   startSpan,
+  principalOfKey,
+  type Authenticator,
   type Logger,
   type RateLimiter,
   type TraceLink,
@@ -25,7 +27,7 @@ import {
   withActiveSpan,
 } from "@ledger/common";
 import { errorEnvelope } from "./errors.js";
-import { methodNotAllowed, parseJsonBody, readBody } from "./http.js";
+import { createBodyBudget, methodNotAllowed, parseJsonBody, readBody } from "./http.js";
 import { asObject, onlyKnown, parseQuery, type Fields } from "./input.js";
 import { toJson } from "./json.js";
 import type { Clients, Route } from "./routes.js";
@@ -53,9 +55,10 @@ function header(req: IncomingMessage, name: string): string | undefined {
 }
 
 /**
- * The REST handler: finds the route, parses and checks the query and body, forwards the
- * caller's Authorization, program_id, Idempotency-Key and request id to the RPC, and writes the
- * result or the error envelope. It owns no data and no business rule. With `tracing`, each request
+ * The REST handler: finds the route, checks the API key, parses and checks the query, reads the
+ * body within the process's budget and checks it, forwards the caller's Authorization,
+ * program_id, Idempotency-Key and request id to the RPC, and writes the result or the error
+ * envelope. It owns no data and no business rule. With `tracing`, each request
  * is a server span named by its route, and its RPC a client span under it.
  */
 export function createRestHandler(
@@ -64,6 +67,10 @@ export function createRestHandler(
   options: {
     bodyLimitBytes: number;
     batchBodyLimitBytes?: number;
+    /** Bytes of request bodies read at once over all requests (GATEWAY_BODY_BUDGET_BYTES). */
+    bodyBudgetBytes: number;
+    /** Resolves API keys (the ledger's IdentityService, cached), checked before a body is read. */
+    authenticate: Authenticator;
     /** Every RPC's deadline; undefined, none. */
     callTimeoutMs?: number | undefined;
     log: Logger;
@@ -71,6 +78,7 @@ export function createRestHandler(
     tracing?: Tracing | undefined;
   },
 ) {
+  const bodyBudget = createBodyBudget(options.bodyBudgetBytes);
   const table = new Map(routes.map((route) => [`${route.method} ${route.path}`, route]));
   const methodsByPath = new Map<string, string[]>();
   for (const route of routes) methodsByPath.set(route.path, [...(methodsByPath.get(route.path) ?? []), route.method]);
@@ -99,6 +107,7 @@ export function createRestHandler(
     const url = requestUrl(req);
     const path = url?.pathname.startsWith(API_PREFIX + "/") ? url.pathname.slice(API_PREFIX.length).replace(/\/+$/, "") : undefined;
     const method = req.method ?? "GET";
+    const lease = bodyBudget.lease();
     let status = 200;
     try {
       // Budgets are checked before anything else is read: an over-eager client costs almost nothing.
@@ -112,16 +121,20 @@ export function createRestHandler(
         if (allowed) throw methodNotAllowed(method, url.pathname, allowed);
         throw appError(Code.NotFound, "not_found", `no endpoint ${method} ${url.pathname}`);
       }
+      // The key before anything the client sent is looked at, and above all before its body is
+      // read: a request without a valid key costs a look-up (cached) and no memory. The service
+      // checks the key again, as it does for every caller.
+      const authorization = header(req, "authorization");
+      await principalOfKey(authorization, options.authenticate);
       const query = parseQuery(url.searchParams);
       onlyKnown(query, route.query ?? [], "query");
       let body: Fields = {};
       if (method === "POST" || method === "PUT") {
         const limit = route.largeBody ? Math.max(options.bodyLimitBytes, options.batchBodyLimitBytes ?? 0) : options.bodyLimitBytes;
-        body = asObject(parseJsonBody(await readBody(req, limit)));
+        body = asObject(parseJsonBody(await readBody(req, limit, lease)));
         onlyKnown(body, route.body ?? [], "body");
       }
       const headers: Record<string, string> = { [REQUEST_ID_HEADER]: requestId };
-      const authorization = header(req, "authorization");
       if (authorization) headers["authorization"] = authorization;
       const idempotencyKey = header(req, IDEMPOTENCY_KEY_HEADER);
       if (idempotencyKey !== undefined && method !== "GET") headers[IDEMPOTENCY_KEY_HEADER] = idempotencyKey;
@@ -144,8 +157,12 @@ export function createRestHandler(
       const envelope = errorEnvelope(err, requestId);
       status = envelope.status;
       if (status >= 500) options.log.error({ request_id: requestId, err }, "request failed");
-      send(res, envelope.status, envelope.body, { [REQUEST_ID_HEADER]: requestId, ...envelope.headers });
+      // Answered before its body was all read (no key, too large, no budget left): the rest is not
+      // read, so the connection cannot carry another request.
+      const close: Record<string, string> = req.complete ? {} : { connection: "close" };
+      send(res, envelope.status, envelope.body, { [REQUEST_ID_HEADER]: requestId, ...envelope.headers, ...close });
     } finally {
+      lease.release();
       const seconds = (performance.now() - started) / 1000;
       const route = path !== undefined && table.has(`${method} ${path}`) ? path : "unmatched";
       httpDuration.observe({ method, route, status: String(status) }, seconds);

@@ -1,5 +1,7 @@
 import { createClient } from "@connectrpc/connect";
 import {
+  cachedAuthenticator,
+  ledgerAuthenticator,
   listen,
   openProcess,
   rateLimiterOf,
@@ -14,7 +16,7 @@ import { HoldService } from "@ledger/proto/hold/v1/hold_pb.js";
 import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { NotificationService } from "@ledger/proto/notification/v1/notification_pb.js";
 import { createTransactionsCall } from "./batch-answer.js";
-import type { GatewayConfig } from "./config.js";
+import { defaultBodyBudget, type GatewayConfig } from "./config.js";
 import { createConsoleHandler } from "./console.js";
 import { createCors } from "./cors.js";
 import { createDocsHandler } from "./docs.js";
@@ -69,6 +71,9 @@ export async function startGateway(config: GatewayConfig, peers: GatewayPeers = 
     const handler = createRestHandler(routes, clients, {
       bodyLimitBytes: config.bodyLimitBytes,
       batchBodyLimitBytes: config.batchBodyLimitBytes,
+      bodyBudgetBytes: config.bodyBudgetBytes ?? defaultBodyBudget(config),
+      // The ledger owns identity; a key is trusted for AUTH_CACHE_TTL_MS here, as in every service.
+      authenticate: cachedAuthenticator(ledgerAuthenticator(targets.ledger)),
       callTimeoutMs: config.callTimeoutMs,
       log,
       tracing,

@@ -42,6 +42,23 @@ export function isServiceCall(authorization: string | null, token: string): bool
   return given.length === expected.length && timingSafeEqual(given, expected);
 }
 
+/**
+ * The principal of the API key in an Authorization header, or a 401 `unauthenticated` when the
+ * header holds no key or an unknown one: the one check of a key, for RPC calls (`authInterceptor`)
+ * and for the REST gateway, which makes it before it reads a request's body.
+ */
+export async function principalOfKey(authorization: string | null | undefined, authenticate: Authenticator): Promise<Principal> {
+  const apiKey = apiKeyFromAuthorization(authorization ?? null);
+  if (!apiKey) throw appError(Code.Unauthenticated, "unauthenticated", "missing or malformed Authorization header: send your API key");
+  const principal = await authenticate(apiKey);
+  if (!principal) throw invalidKey();
+  return principal;
+}
+
+function invalidKey(): ConnectError {
+  return appError(Code.Unauthenticated, "unauthenticated", "the API key is not valid");
+}
+
 /** Options of `authInterceptor`. */
 export interface AuthOptions {
   authenticate: Authenticator;
@@ -78,13 +95,9 @@ export function authInterceptor(options: AuthOptions): Interceptor {
         asService = true;
       }
     } else {
-      const apiKey = apiKeyFromAuthorization(header);
-      if (!apiKey) {
-        throw appError(Code.Unauthenticated, "unauthenticated", "missing or malformed Authorization header: send your API key");
-      }
-      principal = await options.authenticate(apiKey);
+      principal = await principalOfKey(header, options.authenticate);
     }
-    if (!principal) throw appError(Code.Unauthenticated, "unauthenticated", "the API key is not valid");
+    if (!principal) throw invalidKey();
     if (!asService && internal.has(`${req.service.typeName}/${req.method.name}`)) {
       throw appError(
         Code.PermissionDenied,

@@ -7,13 +7,16 @@ import { IdentityService } from "@ledger/proto/ledger/v1/identity_pb.js";
  * Resolves API keys by asking the ledger (for every service but the ledger itself), which owns identity. An unknown
  * key is null; the ledger being unreachable is an error, which callers see as 503, not 401.
  * With the installation's `serviceToken`, the look-ups are the service's own calls, which the
- * ledger's rate limit leaves alone; without it, they share the budget of this process's address.
+ * ledger's rate limit leaves alone. Without it (the gateway, which holds no token), each look-up
+ * is sent with the key it looks up, so the ledger counts it in that key's budget: a flood of
+ * made-up keys cannot use up a budget that every caller of this process shares.
  */
 export function ledgerAuthenticator(ledger: ServiceTarget, serviceToken?: string): Authenticator {
   const identity = createClient(IdentityService, rpcTransport(ledger));
-  const headers: Record<string, string> = serviceToken ? { authorization: `Service ${serviceToken}` } : {};
+  const service = serviceToken ? `Service ${serviceToken}` : undefined;
   return async (apiKey) => {
     try {
+      const headers = { authorization: service ?? apiKey };
       const res = await identity.authenticate({ apiKey }, { timeoutMs: 5_000, headers });
       return { accountId: res.accountId, defaultProgramId: res.defaultProgramId };
     } catch (err) {
