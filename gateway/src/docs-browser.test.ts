@@ -26,6 +26,12 @@ describe("/docs in headless Chromium", () => {
     const base = handlers.restUrl.replace(/\/v1$/, "");
     const page = await browser.newPage();
     const outside: string[] = [];
+    // Under its Content-Security-Policy: nothing the page does may be refused.
+    const refused: string[] = [];
+    page.on("console", (message) => {
+      if (/content security policy|refused to/i.test(message.text())) refused.push(message.text());
+    });
+    page.on("pageerror", (err) => refused.push(err.message));
     // Every request the page makes must stay on the gateway.
     page.on("request", (req) => {
       if (!req.url().startsWith(base) && !req.url().startsWith("data:")) outside.push(req.url());
@@ -37,6 +43,29 @@ describe("/docs in headless Chromium", () => {
     }
     expect(await page.getByText("Ledger REST API").first().isVisible()).toBe(true);
     expect(outside).toEqual([]);
+    // "Try it out" works under the policy: a call to /v1 from the page (answered 401, with no key).
+    await page.getByText("/programs", { exact: true }).first().click();
+    await page.getByRole("button", { name: "Try it out" }).first().click();
+    await page.getByRole("button", { name: "Execute" }).first().click();
+    await page.locator(".live-responses-table .response-col_status").filter({ hasText: "401" }).first().waitFor({ timeout: 30_000 });
+    expect(refused).toEqual([]);
     await page.close();
   }, 60_000);
+
+  it("is served with a Content-Security-Policy and X-Frame-Options DENY, as are its files", async () => {
+    const base = handlers.restUrl.replace(/\/v1$/, "");
+    for (const path of ["/docs", "/docs/init.js", "/docs/swagger-ui-bundle.js", "/docs/swagger-ui.css"]) {
+      const res = await fetch(base + path);
+      expect(res.status, path).toBe(200);
+      const csp = res.headers.get("content-security-policy") ?? "";
+      expect(csp, path).toContain("default-src 'none'");
+      expect(csp, path).toContain("script-src 'self'");
+      expect(csp, path).not.toMatch(/script-src[^;]*'unsafe-(inline|eval)'/);
+      expect(csp, path).toContain("frame-ancestors 'none'");
+      expect(res.headers.get("x-frame-options"), path).toBe("DENY");
+      expect(res.headers.get("x-content-type-options"), path).toBe("nosniff");
+    }
+    // The page has no inline script for the policy to refuse.
+    expect(await (await fetch(`${base}/docs`)).text()).not.toContain("<script>");
+  });
 });

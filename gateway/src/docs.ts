@@ -24,7 +24,6 @@ export async function openApiJson(): Promise<string> {
 
 const SWAGGER_DIR = dirname(createRequire(import.meta.url).resolve("swagger-ui-dist/package.json"));
 
-// validatorUrl null: Swagger UI would otherwise send the document to an outside validator.
 const PAGE = `<!doctype html>
 <html lang="en">
 <head>
@@ -35,12 +34,39 @@ const PAGE = `<!doctype html>
 <body>
 <div id="swagger-ui"></div>
 <script src="/docs/swagger-ui-bundle.js"></script>
-<script>
-window.ui = SwaggerUIBundle({ url: "/v1/openapi.json", dom_id: "#swagger-ui", validatorUrl: null, deepLinking: true });
-</script>
+<script src="/docs/init.js"></script>
 </body>
 </html>
 `;
+
+// In a file of its own, not inline, so the policy below allows scripts from the gateway only.
+// validatorUrl null: Swagger UI would otherwise send the document to an outside validator.
+const INIT = `window.ui = SwaggerUIBundle({ url: "/v1/openapi.json", dom_id: "#swagger-ui", validatorUrl: null, deepLinking: true });
+`;
+
+/**
+ * Sent with the page and its files. Scripts and styles come from the gateway only (no inline code,
+ * no eval, no CDN), the page may call only its own origin (the document, and "Try it out" on /v1),
+ * and nothing may frame it. Swagger UI's stylesheet draws its icons as data: images.
+ * docs-browser.test.ts renders the page and tries an endpoint under it, with no refusal.
+ */
+export const DOCS_CSP = [
+  "default-src 'none'",
+  "script-src 'self'",
+  "style-src 'self'",
+  "img-src 'self' data:",
+  "connect-src 'self'",
+  "form-action 'none'",
+  "base-uri 'none'",
+  "frame-ancestors 'none'",
+].join("; ");
+
+const HEADERS = {
+  "content-security-policy": DOCS_CSP,
+  "x-content-type-options": "nosniff",
+  "x-frame-options": "DENY",
+  "referrer-policy": "no-referrer",
+};
 
 const ASSETS: Record<string, { file: string; type: string }> = {
   "/docs/swagger-ui.css": { file: "swagger-ui.css", type: "text/css; charset=utf-8" },
@@ -57,6 +83,7 @@ const ASSETS: Record<string, { file: string; type: string }> = {
 export async function createDocsHandler(): Promise<(req: IncomingMessage, res: ServerResponse) => boolean> {
   const spec = Buffer.from(await openApiJson());
   const page = Buffer.from(PAGE);
+  const init = Buffer.from(INIT);
   const assets = new Map(
     Object.entries(ASSETS).map(([path, a]) => {
       const file = join(SWAGGER_DIR, a.file);
@@ -66,7 +93,7 @@ export async function createDocsHandler(): Promise<(req: IncomingMessage, res: S
     }),
   );
   const send = (res: ServerResponse, type: string, body: Buffer, cache: string) => {
-    res.writeHead(200, { "content-type": type, "content-length": body.length, "cache-control": cache });
+    res.writeHead(200, Object.assign({}, HEADERS, { "content-type": type, "content-length": body.length, "cache-control": cache }));
     res.end(body);
   };
   return (req, res) => {
@@ -78,6 +105,11 @@ export async function createDocsHandler(): Promise<(req: IncomingMessage, res: S
     }
     if (path === "/docs" || path === "/docs/") {
       send(res, "text/html; charset=utf-8", page, "no-cache");
+      return true;
+    }
+    if (path === "/docs/init.js") {
+      // no-cache, like the page: a new gateway version's page and script arrive together.
+      send(res, "text/javascript; charset=utf-8", init, "no-cache");
       return true;
     }
     const asset = assets.get(path);

@@ -143,7 +143,8 @@ describe("every documented operation answers", () => {
     expect(await json.json()).toEqual(loadOpenApi());
     const page = await fetch(`${base}/docs`);
     expect(page.status).toBe(200);
-    expect(await page.text()).toContain("/v1/openapi.json");
+    expect(await page.text()).toContain("/docs/init.js");
+    expect(await (await fetch(`${base}/docs/init.js`)).text()).toContain("/v1/openapi.json");
     for (const asset of ["/docs/swagger-ui-bundle.js", "/docs/swagger-ui.css"]) expect((await fetch(`${base}${asset}`)).status).toBe(200);
   });
 });
