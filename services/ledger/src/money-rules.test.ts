@@ -96,7 +96,8 @@ function rowsAfter(book: Book, rows: TestRow[]): TestRow[] {
 }
 
 const balancesOf = (rows: TestRow[]) => rows.map((r) => [r.id, r.posted, r.pending_debits, r.pending_credits, r.held]);
-const summary = (o: Outcome) => (o.ok ? "ok" : errorCodeOf(o.error).code);
+/** An outcome as both ways of applying must agree on it: refused with a code, or applied with or without a group. */
+const summary = (o: Outcome) => (o.ok ? (o.group ? "ok with group" : "ok") : errorCodeOf(o.error).code);
 
 /** Every balance of every row, available included, with where it is. */
 function balanceList(rows: TestRow[]): Array<[string, string, bigint]> {
@@ -220,6 +221,25 @@ describe("money rules (pure)", () => {
       }),
       { numRuns: 300 },
     );
+  });
+
+  it("a capture repeated in the book that made it answers the group it made", () => {
+    const book = bookOf([row("ent_a", { posted: 100n }), row("ent_b"), row(EXTERNAL)]);
+    const capture: MoneyCommand = {
+      kind: "capture",
+      ...base,
+      reservationId: "r1",
+      captureId: "c1",
+      amount: 60n,
+      destinationEntityId: "ent_b",
+      description: "capture",
+    };
+    expect(summary(book.apply({ kind: "reserve", ...base, reservationId: "r1", entityId: "ent_a", amount: 100n }))).toBe("ok");
+    const first = book.apply(capture);
+    const again = book.apply(capture);
+    expect(first.ok && first.group).toBeTruthy();
+    expect(again.ok && again.group?.id).toBe(first.ok && first.group!.id);
+    expect(book.entity("ent_b")!.posted).toBe(60n);
   });
 
   it("a rollback to a checkpoint leaves the book exactly as it was (an atomic batch)", () => {

@@ -223,7 +223,12 @@ export class Book {
     try {
       const result = applyOne(command, ctx);
       for (const id of before.keys()) checkBalanceRange(entities.get(id)!);
-      for (const group of result.created) this.push(this.newGroups, group);
+      for (const group of result.created) {
+        this.push(this.newGroups, group);
+        // Readable like a stored group by later commands of the book: a capture repeated in the
+        // same batch answers the group its first use made.
+        this.change(groups, group.id, group);
+      }
       for (const group of result.changed) {
         this.change(groups, group.id, group);
         if (!this.newGroups.some((g) => g.id === group.id)) this.change(this.changedGroups, group.id, group);
@@ -259,7 +264,8 @@ export class Book {
     const changedEntities = [...this.changedEntityIds].sort().map((id) => this.state.entities.get(id)!);
     return {
       changedEntities,
-      newGroups: [...this.newGroups],
+      // As the book last left each one: a later command of the book may have changed it.
+      newGroups: this.newGroups.map((g) => this.state.groups.get(g.id) ?? g),
       changedGroups: [...this.changedGroups.values()],
       newReservations: [...this.changedReservations].filter(([key]) => this.newReservationKeys.has(key)).map(([, r]) => r),
       changedReservations: [...this.changedReservations].filter(([key]) => !this.newReservationKeys.has(key)).map(([, r]) => r),
