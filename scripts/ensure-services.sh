@@ -14,13 +14,19 @@ best_effort=false
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+# How long a server just started may take to answer: CI waits for it (30 s), while npm start
+# (--best-effort) has a fallback of its own and should reach it in a second or two, not a minute,
+# when a server is installed but cannot run here.
+wait_seconds=30
+$best_effort && wait_seconds=3
+
 wait_for() {
   local port=$1 name=$2
-  for _ in $(seq 1 60); do
+  for _ in $(seq 1 $((wait_seconds * 4))); do
     port_open "$port" && return 0
-    sleep 0.5
+    sleep 0.25
   done
-  echo "ensure-services: $name did not come up on 127.0.0.1:$port" >&2
+  echo "ensure-services: $name did not come up on 127.0.0.1:$port within ${wait_seconds} s" >&2
   return 1
 }
 
@@ -30,8 +36,12 @@ if $best_effort && [[ "${LEDGER_EMBEDDED_POSTGRES:-}" =~ ^(true|1|yes)$ ]]; then
 elif ! port_open 5432; then
   if command -v pg_ctlcluster >/dev/null 2>&1 && [ -d /etc/postgresql ]; then
     echo "ensure-services: starting PostgreSQL" >&2
-    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
-    wait_for 5432 PostgreSQL || status=1
+    if pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start; then
+      wait_for 5432 PostgreSQL || status=1
+    else
+      echo "ensure-services: PostgreSQL is installed but did not start" >&2
+      status=1
+    fi
   else
     echo "ensure-services: PostgreSQL is not running on 127.0.0.1:5432; start it or set DATABASE_URL" >&2
     status=1
