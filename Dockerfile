@@ -18,6 +18,7 @@ COPY package.json pnpm-lock.yaml pnpm-workspace.yaml ./
 COPY patches/ patches/
 COPY proto/package.json proto/
 COPY packages/common/package.json packages/common/
+COPY packages/connect-fast/package.json packages/connect-fast/
 COPY packages/testing/package.json packages/testing/
 COPY packages/webhooks/package.json packages/webhooks/
 COPY packages/client/package.json packages/client/

@@ -2,6 +2,7 @@ import { readdirSync, readFileSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
+import { sourceFiles, specifiers } from "./source-imports.js";
 
 // The layers of the workspace (docs/architecture.md#code-layout): packages/ is shared code the
 // services and the gateway build on, so it must depend on none of them, and neither on e2e/, which
@@ -12,23 +13,6 @@ const PACKAGES = join(ROOT, "packages");
 /** What packages/ must not reach: a service, the gateway, or the end-to-end harness over them. */
 const UPPER = /^@ledger\/(?:[a-z-]+-service|gateway|e2e)(?:\/|$)/;
 const UPPER_DIRS = ["services", "gateway", "e2e"].map((dir) => join(ROOT, dir));
-
-function sourceFiles(dir: string): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
-    if (entry.name === "node_modules" || entry.name === "dist") return [];
-    const path = join(dir, entry.name);
-    if (entry.isDirectory()) return sourceFiles(path);
-    return /\.(?:[cm]?[jt]s|tsx)$/.test(entry.name) && !entry.name.endsWith(".d.ts") ? [path] : [];
-  });
-}
-
-/** Every module specifier of a source file: static and dynamic imports, re-exports, require. */
-function specifiers(source: string): string[] {
-  const found: string[] = [];
-  const pattern = /(?:\bfrom\s*|\bimport\s*\(\s*|\bimport\s+|\brequire\s*\(\s*)["']([^"']+)["']/g;
-  for (const match of source.matchAll(pattern)) found.push(match[1]!);
-  return found;
-}
 
 describe("packages/ depends on no service, no gateway and no e2e", () => {
   const packages = readdirSync(PACKAGES, { withFileTypes: true }).filter((entry) => entry.isDirectory());

@@ -5,8 +5,8 @@ import http2, { type ClientHttp2Session } from "node:http2";
 import { create, type DescMessage, type DescMethod, type DescService, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
 import { ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
-import { errorFromJsonBytes } from "@connectrpc/connect/protocol-connect";
 import { decodeBinary, encodeBinary, errorCodeOf } from "@ledger/common";
+import { connectErrorFromJson } from "@ledger/connect-fast";
 import { HoldService } from "@ledger/proto/hold/v1/hold_pb.js";
 import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { H2CallError, H2Client, type H2Answer, requestHeaderBlock } from "./h2-wire.js";
@@ -265,15 +265,12 @@ function http2Send(baseUrl: string, headers: Record<string, string>): Send {
 
 /**
  * The code a Connect error body is counted under: read back into a `ConnectError` by Connect's own
- * reader, then counted as `errorCode` counts Connect-ES's errors; the HTTP status when the body is
- * no Connect error.
+ * reader (through @ledger/connect-fast), then counted as `errorCode` counts Connect-ES's errors;
+ * the HTTP status when the body is no Connect error.
  */
 function connectErrorCode(status: number, body: Buffer): string {
-  try {
-    return errorCode(errorFromJsonBytes(body, undefined, new ConnectError(`HTTP ${status}`)));
-  } catch {
-    return `http_${status}`;
-  }
+  const error = connectErrorFromJson(body);
+  return error ? errorCode(error) : `http_${status}`;
 }
 
 /** The code a failure is counted under: the domain code (`insufficient_funds`...) when there is one. */

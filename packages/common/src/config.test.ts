@@ -19,6 +19,15 @@ describe("readInfraConfig", () => {
     expect(() => readInfraConfig({ HTTP_HEADER_TIMEOUT_MS: "0" })).toThrow(/HTTP_HEADER_TIMEOUT_MS/);
     expect(() => readInfraConfig({ HTTP_IDLE_TIMEOUT_MS: "1m" })).toThrow(/HTTP_IDLE_TIMEOUT_MS/);
   });
+
+  it("takes the unary fast path unless RPC_UNARY_FAST_PATH says false, and stops on a value that is neither", () => {
+    expect(readInfraConfig({}).rpcUnaryFastPath).toBe(true);
+    expect(readInfraConfig({ RPC_UNARY_FAST_PATH: "false" }).rpcUnaryFastPath).toBe(false);
+    expect(() => readInfraConfig({ RPC_UNARY_FAST_PATH: "off" })).toThrow(ConfigError);
+    expect(() => readInfraConfig({ RPC_UNARY_FAST_PATH: "off" })).toThrow(
+      'configuration: RPC_UNARY_FAST_PATH must be true or false, got "off"',
+    );
+  });
 });
 
 describe("readTracingConfig", () => {

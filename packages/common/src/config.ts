@@ -1,4 +1,5 @@
 import { existsSync } from "node:fs";
+import { UNARY_FAST_PATH_VARIABLE, UnaryFastPathSwitchError, unaryFastPathEnabled } from "@ledger/connect-fast";
 
 /**
  * Reading configuration from the environment, once, at start. A bad value stops the start with a
@@ -115,8 +116,9 @@ export interface InfraConfig extends RateLimitConfig, ConnectionTimeouts {
   /** Largest RPC request body, checked before the caller is authenticated; larger ones are refused resource_exhausted. */
   rpcBodyLimitBytes: number;
   /**
-   * RPC_UNARY_FAST_PATH: unary binary Connect calls over HTTP/2 skip connect-node's universal layer
-   * (unary-fast-path.ts). On by default; false sends every call through connect-node.
+   * RPC_UNARY_FAST_PATH: unary Connect calls take @ledger/connect-fast's fast paths. On by default;
+   * false leaves every call to connect-node and Connect's transports. Read by the package's
+   * `unaryFastPathEnabled`, the one reader of the variable; a bad value stops the start here.
    */
   rpcUnaryFastPath?: boolean | undefined;
   natsUrl: string;
@@ -159,10 +161,20 @@ export function readInfraConfig(env: Env = process.env): InfraConfig {
     logLevel: envString(env, "LOG_LEVEL", "info"),
     tracing: readTracingConfig(env),
     rpcBodyLimitBytes: envInt(env, "RPC_BODY_LIMIT_BYTES", DEFAULT_RPC_BODY_LIMIT_BYTES, 1024, 64 * 1024 * 1024),
-    rpcUnaryFastPath: envBool(env, "RPC_UNARY_FAST_PATH", true),
+    rpcUnaryFastPath: readUnaryFastPath(env),
     ...readRateLimitConfig(env),
     ...readConnectionTimeouts(env),
   };
+}
+
+/** RPC_UNARY_FAST_PATH as @ledger/connect-fast reads it, a bad value a `ConfigError` like any other. */
+function readUnaryFastPath(env: Env): boolean {
+  try {
+    return unaryFastPathEnabled(env);
+  } catch (e) {
+    if (e instanceof UnaryFastPathSwitchError) throw new ConfigError(UNARY_FAST_PATH_VARIABLE, e.problem);
+    throw e;
+  }
 }
 
 /** Where and how a process exports its spans; see `startTracing`. */

@@ -4,12 +4,12 @@ import * as http2 from "node:http2";
 import * as net from "node:net";
 import { createContextKey, createContextValues, type ConnectRouter, type ContextValues, type Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { createUnaryFastPath, inProcessService } from "@ledger/connect-fast";
 import type { Logger } from "pino";
 import { DEFAULT_HEADER_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS, DEFAULT_RPC_BODY_LIMIT_BYTES } from "./config.js";
 import { addDiscovery } from "./discovery.js";
-import { inProcessService, type InProcessService } from "./in-process.js";
+import { protoBinaryCodec, type InProcessService } from "./in-process.js";
 import { metricsRegistry } from "./metrics.js";
-import { createUnaryFastPath } from "./unary-fast-path.js";
 
 /** Checks a dependency for /readyz; resolves true when it is reachable. */
 export type ReadinessCheck = () => Promise<boolean>;
@@ -107,7 +107,7 @@ function validHost(authority: string): boolean {
   }
 }
 
-/** `failRequest` for a request served on node's HTTP/2 stream itself (the unary fast path's). */
+/** `failRequest` for a request served on node's HTTP/2 stream itself (the unary fast path's, @ledger/connect-fast). */
 function failStream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, err: unknown, log: Logger): void {
   failRequest(log, err, headers[":method"], headers[":path"], {
     ended: stream.destroyed || stream.closed,
@@ -252,10 +252,12 @@ export interface ServeOptions {
    */
   rpcBodyLimitBytes?: number;
   /**
-   * Serve unary binary Connect calls over HTTP/2 without connect-node's universal layer
-   * (unary-fast-path.ts); every other request goes to connect-node. Default true.
+   * Serve unary binary Connect calls over HTTP/2 without connect-node's universal layer, and calls
+   * in this process without Connect's router (@ledger/connect-fast); every other request goes to
+   * connect-node. False: every request is connect-node's, and `inProcess` is Connect's router
+   * transport. Unset: RPC_UNARY_FAST_PATH decides (on unless it says false).
    */
-  unaryFastPath?: boolean;
+  unaryFastPath?: boolean | undefined;
   /** Plain HTTP requests that are neither RPC nor ops endpoints. */
   fallback?: NodeHandler;
   readiness: Record<string, ReadinessCheck>;
@@ -322,16 +324,17 @@ export async function listen(options: ServeOptions): Promise<RunningServer> {
   const peerValues = (address: string | undefined) => createContextValues().set(peerAddressKey, address);
   const contextValues = (req: NodeRequest) =>
     peerValues("stream" in req ? req.stream.session?.socket.remoteAddress : req.socket.remoteAddress);
-  const fastPath =
-    routes && options.unaryFastPath !== false
-      ? createUnaryFastPath({
-          routes,
-          interceptors: options.interceptors ?? [],
-          readMaxBytes,
-          contextValues: (stream) => peerValues(stream.session?.socket.remoteAddress),
-          shutdownSignal: stopping.signal,
-        })
-      : undefined;
+  const fastPath = routes
+    ? createUnaryFastPath({
+        routes,
+        interceptors: options.interceptors ?? [],
+        readMaxBytes,
+        contextValues: (stream) => peerValues(stream.session?.socket.remoteAddress),
+        shutdownSignal: stopping.signal,
+        unaryFastPath: options.unaryFastPath,
+        codec: protoBinaryCodec,
+      })
+    : undefined;
   const rpc = routes
     ? connectNodeAdapter({
         routes: (router) => {
@@ -377,7 +380,7 @@ export async function listen(options: ServeOptions): Promise<RunningServer> {
     sessions.add(session);
     // Idle while no stream is open: a session that opens none (only its preface and SETTINGS, or
     // PINGs) is closed, and so is a client's kept-alive session once its calls are over; callers
-    // of ours open a new one for their next call (http2-transport.ts). An open stream (a long
+    // of ours open a new one for their next call (@ledger/connect-fast). An open stream (a long
     // server stream included) keeps the session, however quiet.
     const idle = deadline(() => session.close());
     let open = 0;
@@ -456,7 +459,8 @@ export async function listen(options: ServeOptions): Promise<RunningServer> {
         routes,
         interceptors: options.interceptors ?? [],
         readMaxBytes,
-        unaryFastPath: options.unaryFastPath !== false,
+        unaryFastPath: options.unaryFastPath,
+        codec: protoBinaryCodec,
       })
     : undefined;
   const host = options.host === "0.0.0.0" || options.host === "::" ? "127.0.0.1" : options.host;

@@ -110,7 +110,7 @@ export async function startService<Config extends ServiceConfig, Extra = Record<
       port: config.port,
       log,
       rpcBodyLimitBytes: config.rpcBodyLimitBytes,
-      unaryFastPath: config.rpcUnaryFastPath ?? true,
+      unaryFastPath: config.rpcUnaryFastPath,
       headerTimeoutMs: config.headerTimeoutMs,
       idleTimeoutMs: config.idleTimeoutMs,
       routes: parts.routes,
