@@ -1,9 +1,13 @@
-// A closed-loop load: N workers, each sending its next request as soon as the last one answered,
-// for a warm-up and then a measured window. Throughput and latency are over the window only.
-import { errorCode } from "./clients.js";
+// The RPC cells' closed loop: N workers calling through Connect's client, each sending its next
+// request as soon as the last one answered, for a warm-up and then a measured window. Throughput
+// and latency are over the window only.
+import { errorCode } from "./connect.js";
 
-/** One request of a workload; `worker` lets a workload keep per-worker state. */
-export type Operation = (worker: number) => Promise<void>;
+/**
+ * One call of a workload; `worker` lets a workload keep per-worker state. Answers the units it
+ * completed for the tx/s column: transfers (1, or a batch's items), or hold pairs.
+ */
+export type Operation = (worker: number) => Promise<number>;
 
 export interface LoopOptions {
   concurrency: number;
@@ -15,8 +19,9 @@ export interface LoopOptions {
 }
 
 export interface LoopResult {
-  /** Requests that succeeded within the measured window. */
+  /** Calls that succeeded within the measured window. */
   ok: number;
+  /** Units (transfers, hold pairs) per second over the window. */
   perSecond: number;
   /** Latency percentiles of the window's successful requests, in ms. */
   p50: number;
@@ -35,17 +40,19 @@ export async function runClosedLoop(options: LoopOptions): Promise<LoopResult> {
   const latencies: number[] = [];
   const errors: Record<string, number> = {};
   let ok = 0;
+  let units = 0;
   let failed = 0;
   const progress = options.onProgress ? setInterval(() => options.onProgress!(performance.now() - start, ok, failed), 1_000) : undefined;
   const worker = async (id: number) => {
     while (performance.now() < end) {
       const t0 = performance.now();
       try {
-        await options.operation(id);
+        const done = await options.operation(id);
         const t1 = performance.now();
         // Completions inside the window count, wherever they started: the window's throughput.
         if (t1 >= windowStart && t1 <= end) {
           ok++;
+          units += done;
           latencies.push(t1 - t0);
         }
       } catch (err) {
@@ -63,7 +70,7 @@ export async function runClosedLoop(options: LoopOptions): Promise<LoopResult> {
   latencies.sort((a, b) => a - b);
   return {
     ok,
-    perSecond: ok / (options.durationMs / 1000),
+    perSecond: units / (options.durationMs / 1000),
     p50: percentile(latencies, 0.5),
     p95: percentile(latencies, 0.95),
     p99: percentile(latencies, 0.99),

@@ -1,6 +1,7 @@
 // `pnpm bench`: pgbench as the reference, then, in each layout (four processes, one process), the
-// ledger's workloads through REST and RPC and webhooks; checks the invariants and writes
-// bench/results/{latest,smoke}.{json,md}.
+// ledger's workloads through REST (wrk) and RPC (Connect's client) and webhooks; checks the
+// invariants and writes bench/results/{latest,smoke}.{json,md}.
+import { spawnSync } from "node:child_process";
 import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -10,12 +11,22 @@ import { schemaClient } from "@ledger/e2e";
 import { startWebhookReceiver } from "@ledger/testing";
 import postgres from "postgres";
 import { backlogProbe } from "./backlog.js";
-import { restClient, rpcClients } from "./clients.js";
-import { runClosedLoop } from "./closed-loop.js";
+import { type LoopResult, runClosedLoop } from "./closed-loop.js";
+import { REQUEST_TIMEOUT_MS, rpcClients } from "./connect.js";
 import { deliveryViolations, moneyViolations } from "./invariants.js";
 import { runPgbench, TAIL_CLIENTS, type PgbenchResult } from "./pgbench.js";
 import { cellsTable, machineInfo, toJson, toMarkdown, type Cell, type Report } from "./report.js";
-import { cpuPercent, LAYOUTS, peakRssMb, resetPeakRss, SERVICES, startSystem, type Layout, type ServiceName } from "./system.js";
+import {
+  cpuPercent,
+  type CpuSource,
+  LAYOUTS,
+  peakRssMb,
+  resetPeakRss,
+  SERVICES,
+  startSystem,
+  type Layout,
+  type ServiceName,
+} from "./system.js";
 import {
   drain,
   DeliveryTracker,
@@ -30,11 +41,12 @@ import {
   BATCH_CONCURRENCY,
   BATCH_ITEMS,
   BATCH_WORKLOADS,
-  batchOperation,
   isBatchWorkload,
+  rpcBatchOperation,
   type BatchWorkloadName,
 } from "./batch-workloads.js";
-import { createFixtures, operation, WORKLOADS, type Transport, type WorkloadName } from "./workloads.js";
+import { createFixtures, rpcOperation, WORKLOADS, type Transport, type WorkloadName } from "./workloads.js";
+import { runWrk } from "./wrk.js";
 
 const ALL_WORKLOADS = [...WORKLOADS, ...BATCH_WORKLOADS];
 
@@ -45,7 +57,8 @@ const USAGE = `usage: pnpm bench [--duration S] [--warmup S] [--concurrency 1,16
   --concurrency L    closed-loop workers, comma-separated (default 1,16,64)
   --only LIST        any of pgbench,${ALL_WORKLOADS.join(",")},webhooks (default all)
                      (batch and batch-hot run at concurrency 1,4,16 whatever --concurrency says)
-  --transport L      rest, rpc or both (default rest,rpc)
+  --transport L      rest (wrk through the gateway), rpc (Connect's client straight to the
+                     services) or both (default rest,rpc)
   --layout L         processes (four, as deployed), one-process (as npm start runs it), or both
                      (default processes,one-process; the drains and the webhook targets run in
                      the processes layout only)
@@ -53,8 +66,8 @@ const USAGE = `usage: pnpm bench [--duration S] [--warmup S] [--concurrency 1,16
   --steady S         seconds of each steady webhook run, alone and beside the slow destination (default 20)
   --smoke            everything briefly, for CI: a few seconds in all; numbers mean nothing
 Environment: BENCH_DATABASE_URL (default postgres://root@127.0.0.1:5432/ledger_bench, recreated
-each run), NATS_URL (default nats://127.0.0.1:4222), PGBENCH (default pgbench on PATH),
-BENCH_LOG_LEVEL (the services' LOG_LEVEL, default warn; info logs every delivery attempt).`;
+each run), NATS_URL (default nats://127.0.0.1:4222), PGBENCH and WRK (default pgbench and wrk on
+PATH), BENCH_LOG_LEVEL (the services' LOG_LEVEL, default warn; info logs every delivery attempt).`;
 
 const repoRoot = fileURLToPath(new URL("../../", import.meta.url));
 const resultsDir = fileURLToPath(new URL("../results/", import.meta.url));
@@ -158,8 +171,32 @@ function endProgress(): void {
   if (process.stderr.isTTY) process.stderr.write("\r\x1b[2K");
 }
 
+/** JSON calls of the gateway for one API key, through node's fetch: the webhook destinations' set-up. */
+function gatewayJson(restUrl: string, apiKey: string) {
+  return async <T>(method: string, path: string, body: unknown): Promise<T> => {
+    const res = await fetch(`${restUrl}${path}`, {
+      method,
+      headers: { authorization: apiKey, "content-type": "application/json" },
+      body: JSON.stringify(body),
+      signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+    });
+    const answer = (await res.json()) as T;
+    if (!res.ok) throw new Error(`${method} ${path} answered ${res.status}: ${JSON.stringify(answer)}`);
+    return answer;
+  };
+}
+
+/** Failures of two runs together (a cell's warm-up and its window). */
+function addErrors(into: Record<string, number>, more: Record<string, number>): Record<string, number> {
+  for (const [code, n] of Object.entries(more)) into[code] = (into[code] ?? 0) + n;
+  return into;
+}
+
 async function main(): Promise<number> {
   const settings = readSettings(process.argv.slice(2));
+  const wrk = process.env["WRK"] ?? "wrk";
+  if (settings.workloads.length && settings.transports.includes("rest") && spawnSync(wrk, ["--version"]).error)
+    throw new Error(`the REST cells need wrk (${wrk} did not start): bash scripts/ensure-bench-tools.sh installs it`);
   const databaseUrl = process.env["BENCH_DATABASE_URL"] ?? "postgres://root@127.0.0.1:5432/ledger_bench";
   const natsUrl = process.env["NATS_URL"] ?? "nats://127.0.0.1:4222";
   for (const url of [databaseUrl, natsUrl]) {
@@ -194,6 +231,8 @@ async function main(): Promise<number> {
   // 2. The webhook receiver, shared by every layout; then each layout on a fresh database and stream.
   const receiver = await startWebhookReceiver();
   const caFile = join(repoRoot, "bench", "results", `.receiver-ca-${process.pid}.pem`);
+  // The entities the REST cells' bodies draw from (rest-load.lua), one id a line.
+  const entitiesFile = join(repoRoot, "bench", "results", `.entities-${process.pid}.txt`);
   mkdirSync(resultsDir, { recursive: true });
   writeFileSync(caFile, receiver.ca);
   const cells: Cell[] = [];
@@ -235,13 +274,12 @@ async function main(): Promise<number> {
         const mainAccount = await createAccount(sql as never, "bench");
         const hookAccount = await createAccount(sql as never, "bench webhooks");
         const rpc = rpcClients(system.urls.ledger, system.urls.hold, mainAccount.api_key);
-        const maxConcurrency = Math.max(...settings.concurrency, ...(settings.workloads.some(isBatchWorkload) ? BATCH_CONCURRENCY : []));
-        const rest = restClient(system.restUrl, mainAccount.api_key, maxConcurrency);
 
         // 3. The closed-loop workloads.
         if (settings.workloads.length) {
           progress(`creating and funding ${settings.entities} entities`);
           const fixtures = await createFixtures(rpc, settings.entities);
+          writeFileSync(entitiesFile, `${fixtures.entities.join("\n")}\n`);
           endProgress();
           console.log(`\n${cellsTable([]).split("\n").join("\n")}`);
           for (const workload of settings.workloads) {
@@ -255,23 +293,53 @@ async function main(): Promise<number> {
                 if (settled.waitedMs > 1_000)
                   progress(`${label}: waited ${(settled.waitedMs / 1000).toFixed(1)} s for the previous events to flow out`);
                 for (const s of SERVICES) if (!resetPeakRss(system.pids[s])) perCellPeakRss = false;
-                let windowCpu = system.cpuSnapshot();
-                const cpuTimer = setTimeout(() => (windowCpu = system.cpuSnapshot()), settings.warmupS * 1000);
                 const total = settings.warmupS + settings.durationS;
                 const storedBefore = await probe.storedEvents();
                 const cellStarted = performance.now();
-                const result = await runClosedLoop({
-                  concurrency,
-                  warmupMs: settings.warmupS * 1000,
-                  durationMs: settings.durationS * 1000,
-                  operation: batch
-                    ? batchOperation(workload, transport, { rest, rpc }, fixtures)
-                    : operation(workload, transport, { rest, rpc }, fixtures),
-                  onProgress: (ms, ok, failed) =>
-                    progress(`${label}: ${(ms / 1000).toFixed(0)}/${total} s, ${ok} ok in window, ${failed} errors`),
-                });
-                clearTimeout(cpuTimer);
-                const cpu = cpuPercent(windowCpu, system.cpuSnapshot());
+                let result: LoopResult;
+                let cpu: Record<CpuSource, number>;
+                if (transport === "rest") {
+                  // wrk, twice: the warm-up, then the measured window with the CPU read around it.
+                  const wrkRun = (seconds: number) =>
+                    runWrk({
+                      restUrl: system.restUrl,
+                      apiKey: mainAccount.api_key,
+                      workload,
+                      concurrency,
+                      seconds,
+                      entitiesFile,
+                      hot: fixtures.hot,
+                    });
+                  progress(`${label}: wrk, ${total} s`);
+                  const warmup = await wrkRun(settings.warmupS);
+                  const windowCpu = system.cpuSnapshot();
+                  const run = await wrkRun(settings.durationS);
+                  cpu = cpuPercent(windowCpu, system.cpuSnapshot());
+                  // wrk is the load generator of these cells: its CPU, from its own clock, joins this process's.
+                  cpu.bench += Math.round((run.cpuSeconds / run.seconds) * 100);
+                  result = {
+                    ok: run.ok,
+                    perSecond: run.units / run.seconds,
+                    p50: run.p50,
+                    p95: run.p95,
+                    p99: run.p99,
+                    max: run.max,
+                    errors: addErrors(addErrors({}, warmup.errors), run.errors),
+                  };
+                } else {
+                  let windowCpu = system.cpuSnapshot();
+                  const cpuTimer = setTimeout(() => (windowCpu = system.cpuSnapshot()), settings.warmupS * 1000);
+                  result = await runClosedLoop({
+                    concurrency,
+                    warmupMs: settings.warmupS * 1000,
+                    durationMs: settings.durationS * 1000,
+                    operation: batch ? rpcBatchOperation(workload, rpc, fixtures) : rpcOperation(workload, rpc, fixtures),
+                    onProgress: (ms, ok, failed) =>
+                      progress(`${label}: ${(ms / 1000).toFixed(0)}/${total} s, ${ok} ok in window, ${failed} errors`),
+                  });
+                  clearTimeout(cpuTimer);
+                  cpu = cpuPercent(windowCpu, system.cpuSnapshot());
+                }
                 const left = await probe.read();
                 // Throughput of a batch workload is in transfers (items), latencies are per call.
                 const itemsPerCall = batch ? BATCH_ITEMS : 1;
@@ -286,8 +354,7 @@ async function main(): Promise<number> {
                   concurrency,
                   ...result,
                   itemsPerCall,
-                  perSecond: result.perSecond * itemsPerCall,
-                  ratio: ratioOf(result.perSecond * itemsPerCall),
+                  ratio: ratioOf(result.perSecond),
                   rssMb: notePeaks(),
                   cpu,
                   backlogAfter: left.outbox + left.consumer,
@@ -301,19 +368,18 @@ async function main(): Promise<number> {
               }
             }
           }
-          rest.close();
-          rpc.close();
         }
+        rpc.close();
 
         // 4. Webhooks, in an account of their own so the workloads above queue no deliveries.
         let tracker: DeliveryTracker | undefined;
         let hookEndpoint: string | undefined;
         if (settings.webhooks) {
           tracker = new DeliveryTracker(receiver);
-          const hookApi = restClient(system.restUrl, hookAccount.api_key, 4);
+          const hookApi = gatewayJson(system.restUrl, hookAccount.api_key);
           const hookRpc = rpcClients(system.urls.ledger, system.urls.hold, hookAccount.api_key);
           try {
-            const hook = await hookApi.post<{ endpoint: { endpoint_id: string } }>("/webhooks", {
+            const hook = await hookApi<{ endpoint: { endpoint_id: string } }>("POST", "/webhooks", {
               url: receiver.endpoint(HOOK_PATH),
               name: `bench receiver (${layout})`,
             });
@@ -369,14 +435,14 @@ async function main(): Promise<number> {
                 tracker,
                 receiver,
                 async (url) => {
-                  const created = await hookApi.post<{ endpoint: { endpoint_id: string } }>("/webhooks", {
+                  const created = await hookApi<{ endpoint: { endpoint_id: string } }>("POST", "/webhooks", {
                     url,
                     name: "bench slow receiver",
                     event_types: ["transaction.created"],
                   });
-                  // Disabled, not deleted (the bench client sends bodies, not queries): its backlog ends `endpoint_disabled`.
+                  // Disabled, not deleted: its backlog ends `endpoint_disabled`.
                   return async () =>
-                    void (await hookApi.send("PUT", "/webhooks", { endpoint_id: created.endpoint.endpoint_id, enabled: false }));
+                    void (await hookApi("PUT", "/webhooks", { endpoint_id: created.endpoint.endpoint_id, enabled: false }));
                 },
                 steadyRate,
                 settings.webhookSteadySeconds,
@@ -402,7 +468,6 @@ async function main(): Promise<number> {
               await drainWith(2, "after the steady runs");
             }
           } finally {
-            hookApi.close();
             hookRpc.close();
           }
         }
@@ -455,6 +520,7 @@ async function main(): Promise<number> {
     await receiver.close();
     await admin.end({ timeout: 5 });
     rmSync(caFile, { force: true });
+    rmSync(entitiesFile, { force: true });
   }
 }
 

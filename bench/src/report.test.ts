@@ -28,6 +28,15 @@ function transferCell(transport: "rest" | "rpc", concurrency: number, perSecond:
   };
 }
 
+/** A 100-transfer batch cell of `npm start`'s one process. */
+function batchCell(transport: "rest" | "rpc", concurrency: number, perSecond: number): Cell {
+  return Object.assign(transferCell(transport, concurrency, perSecond, 300), {
+    workload: "batch" as const,
+    itemsPerCall: 100,
+    ok: perSecond / 10,
+  });
+}
+
 function report(cells: Cell[], peaks: Report["peakRssMb"]): Report {
   return {
     date: "2026-11-25T00:00:00.000Z",
@@ -55,35 +64,56 @@ describe("runtimeTargets", () => {
       transferCell("rpc", 64, 3196, 30), // 0.799x: not met
       transferCell("rest", 16, 2000, 24.9),
       transferCell("rpc", 16, 2000, 25),
+      batchCell("rest", 1, 5200),
+      batchCell("rest", 4, 5600), // 1.4x: the best REST cell, met
+      batchCell("rpc", 1, 5596), // 1.399x: the best RPC cell, not met
+      batchCell("rpc", 16, 4000),
     ];
-    const rows = runtimeTargets(report(cells, { processes: apart, "one-process": onePeak(150.004) }));
+    const rows = runtimeTargets(report(cells, { processes: apart, "one-process": onePeak(200.004) }));
     expect(rows.map((r) => [r.target, r.met])).toEqual([
       ["REST at concurrency 64", true],
       ["RPC (Connect, straight to the ledger) at concurrency 64", false],
       ["p99 at concurrency 16", false],
+      ["batches of 100 transfers, the best concurrency of each transport", false],
       ["peak RSS of each process apart, over the run", true],
       ["peak RSS of the one process, over the run", false],
     ]);
     expect(rows[1]!.measured).toBe("3196/s = 0.80x pgbench");
     expect(rows[2]!.measured).toBe("REST 24.9 ms, RPC 25.0 ms");
-    expect(rows[3]!.measured).toContain("119.0 MB (ledger 119.0, hold 107.0, notification 116.0, gateway 103.0)");
+    expect(rows[3]!.measured).toBe("REST 5600/s = 1.40x (c=4), RPC 5596/s = 1.40x (c=1)");
+    expect(rows[4]!.measured).toContain("119.0 MB (ledger 119.0, hold 107.0, notification 116.0, gateway 103.0)");
   });
 
   it("meets the bounds just inside them", () => {
-    const cells = [transferCell("rpc", 64, 3200, 30), transferCell("rpc", 16, 2000, 24.9)];
-    const rows = runtimeTargets(report(cells, { processes: { ...apart, ledger: 119.9 }, "one-process": onePeak(149.9) }));
+    const cells = [
+      transferCell("rpc", 64, 3200, 30),
+      transferCell("rpc", 16, 2000, 24.9),
+      batchCell("rest", 16, 5600),
+      batchCell("rpc", 4, 5600),
+    ];
+    const rows = runtimeTargets(report(cells, { processes: Object.assign({}, apart, { ledger: 150 }), "one-process": onePeak(200) }));
     expect(rows.every((r) => r.met)).toBe(true);
     expect(rows.map((r) => r.target)).toEqual([
       "RPC (Connect, straight to the ledger) at concurrency 64",
       "p99 at concurrency 16",
+      "batches of 100 transfers, the best concurrency of each transport",
       "peak RSS of each process apart, over the run",
       "peak RSS of the one process, over the run",
     ]);
   });
 
-  it("misses the memory bounds when a peak reaches them", () => {
-    const rows = runtimeTargets(report([], { processes: { ...apart, notification: 120 }, "one-process": onePeak(150) }));
+  it("misses the memory bounds when a peak passes them", () => {
+    const rows = runtimeTargets(
+      report([], { processes: Object.assign({}, apart, { notification: 150.01 }), "one-process": onePeak(200.01) }),
+    );
     expect(rows.map((r) => r.met)).toEqual([false, false]);
+  });
+
+  it("does not count batches met with a transport not measured, or a batch cell with errors", () => {
+    const one = runtimeTargets(report([batchCell("rest", 4, 9000)], {}));
+    expect(one).toEqual([expect.objectContaining({ measured: "REST 9000/s = 2.25x (c=4)", met: false })]);
+    const failing = Object.assign(batchCell("rpc", 4, 9000), { errors: { item_insufficient_funds: 1 } });
+    expect(runtimeTargets(report([batchCell("rest", 4, 9000), failing], {}))[0]!.met).toBe(false);
   });
 
   it("does not count a cell with errors as meeting its ratio", () => {

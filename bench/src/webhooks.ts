@@ -3,7 +3,7 @@
 import type { WebhookReceiver } from "@ledger/testing";
 import { TransactionStatus } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import type { BacklogProbe } from "./backlog.js";
-import { errorCode, REQUEST_TIMEOUT_MS, type Rpc } from "./clients.js";
+import { errorCode, REQUEST_TIMEOUT_MS, type Rpc } from "./connect.js";
 import { percentile } from "./closed-loop.js";
 import { cpuPercent, type CpuSnapshot, type CpuSource, type Layout, type System } from "./system.js";
 import type { Fixtures } from "./workloads.js";

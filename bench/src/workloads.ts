@@ -1,8 +1,9 @@
-// The five single-call workloads of bench/README.md, each with a REST form (through the gateway) and an RPC form
-// (straight to the service), doing the same money movement so the two can be compared.
+// The five single-call workloads (bench/README.md), each sent through REST to the gateway
+// (rest-load.lua makes the same bodies for wrk) and through RPC straight to the service (below,
+// through Connect's client), doing the same money movement so the two can be compared.
 import { Direction, TransactionStatus } from "@ledger/proto/ledger/v1/ledger_pb.js";
-import type { Rest, Rpc } from "./clients.js";
 import type { Operation } from "./closed-loop.js";
+import type { Rpc } from "./connect.js";
 
 export const WORKLOADS = ["transfer", "deposit", "hot", "hold", "multileg"] as const;
 export type WorkloadName = (typeof WORKLOADS)[number];
@@ -13,7 +14,7 @@ export const WORKLOAD_DESCRIPTIONS: Record<WorkloadName, string> = {
   transfer: "posted two-party transfer between two random distinct pre-funded entities",
   deposit: "deposit (fund) into a random entity: every request debits the program's one external entity",
   hot: "posted transfer where every other request debits the same hot entity",
-  hold: "hold then capture all of it to another entity (one pair counts once)",
+  hold: "hold, then in a later call capture all of it to another entity (a pair counts once; latency per call)",
   multileg: "posted multi-leg transaction of 10 legs (5 debits, 5 credits, distinct entities)",
 };
 
@@ -59,29 +60,26 @@ function pick(entities: string[], n: number): string[] {
   return [...chosen];
 }
 
-/** The request a workload sends, by transport. */
-export function operation(workload: WorkloadName, transport: Transport, clients: { rest: Rest; rpc: Rpc }, fixtures: Fixtures): Operation {
-  const { rest, rpc } = clients;
+/** One RPC call of a workload. */
+export function rpcOperation(workload: WorkloadName, rpc: Rpc, fixtures: Fixtures): Operation {
   const transfer = (from: string, to: string): Promise<unknown> =>
-    transport === "rest"
-      ? rest.post("/transaction", { description: "bench", status: "posted", amount: 1, account: { from, to } })
-      : rpc.ledger.createTransaction({
-          description: "bench",
-          status: TransactionStatus.POSTED,
-          form: { case: "transfer", value: { fromEntityId: from, toEntityId: to, amount: 1n } },
-        });
+    rpc.ledger.createTransaction({
+      description: "bench",
+      status: TransactionStatus.POSTED,
+      form: { case: "transfer", value: { fromEntityId: from, toEntityId: to, amount: 1n } },
+    });
   switch (workload) {
     case "transfer":
       return async () => {
         const [from, to] = pick(fixtures.entities, 2) as [string, string];
         await transfer(from, to);
+        return 1;
       };
     case "deposit":
       return async () => {
         const [to] = pick(fixtures.entities, 1) as [string];
-        await (transport === "rest"
-          ? rest.post("/entity/fund", { entity_id: to, amount: 1, description: "bench" })
-          : rpc.ledger.fundEntity({ entityId: to, amount: 1n, description: "bench" }));
+        await rpc.ledger.fundEntity({ entityId: to, amount: 1n, description: "bench" });
+        return 1;
       };
     case "hot": {
       // A shared counter, not a coin flip, so exactly every other request debits the hot entity.
@@ -89,43 +87,41 @@ export function operation(workload: WorkloadName, transport: Transport, clients:
       return async () => {
         const [a, b] = pick(fixtures.entities, 2) as [string, string];
         await transfer(n++ % 2 === 0 ? fixtures.hot : a, b);
+        return 1;
       };
     }
-    case "hold":
-      return async () => {
-        const [from, to] = pick(fixtures.entities, 2) as [string, string];
-        if (transport === "rest") {
-          const created = await rest.post<{ hold: { hold_id: string } }>("/hold", { entity_id: from, amount: 2, description: "bench" });
-          await rest.post("/hold/capture", { hold_id: created.hold.hold_id, amount: 2, destination_entity_id: to });
-        } else {
-          const { hold } = await rpc.hold.createHold({ entityId: from, amount: 2n, description: "bench" });
-          await rpc.hold.captureHold({ holdId: hold!.holdId, amount: 2n, destinationEntityId: to });
+    case "hold": {
+      // Each worker alternates: a hold, then its capture; as wrk's connections do through REST.
+      const held = new Map<number, { holdId: string; entityId: string }>();
+      return async (worker) => {
+        const pending = held.get(worker);
+        if (!pending) {
+          const [entityId] = pick(fixtures.entities, 1) as [string];
+          const { hold } = await rpc.hold.createHold({ entityId, amount: 2n, description: "bench" });
+          held.set(worker, { holdId: hold!.holdId, entityId });
+          return 0;
         }
+        held.delete(worker);
+        let to = pending.entityId;
+        while (to === pending.entityId) [to] = pick(fixtures.entities, 1) as [string];
+        await rpc.hold.captureHold({ holdId: pending.holdId, amount: 2n, destinationEntityId: to });
+        return 1;
       };
+    }
     case "multileg":
       return async () => {
         const legs = pick(fixtures.entities, 10);
-        const entries = legs.map((entityId, i) => ({ entityId, direction: i < 5 ? ("debit" as const) : ("credit" as const), amount: 2 }));
-        await (transport === "rest"
-          ? rest.post("/transaction", {
-              description: "bench",
-              status: "posted",
-              entries: entries.map((e) => ({ entity_id: e.entityId, direction: e.direction, amount: e.amount })),
-            })
-          : rpc.ledger.createTransaction({
-              description: "bench",
-              status: TransactionStatus.POSTED,
-              form: {
-                case: "entries",
-                value: {
-                  entries: entries.map((e) => ({
-                    entityId: e.entityId,
-                    direction: e.direction === "debit" ? Direction.DEBIT : Direction.CREDIT,
-                    amount: BigInt(e.amount),
-                  })),
-                },
-              },
-            }));
+        await rpc.ledger.createTransaction({
+          description: "bench",
+          status: TransactionStatus.POSTED,
+          form: {
+            case: "entries",
+            value: {
+              entries: legs.map((entityId, i) => ({ entityId, direction: i < 5 ? Direction.DEBIT : Direction.CREDIT, amount: 2n })),
+            },
+          },
+        });
+        return 1;
       };
   }
 }
