@@ -10,7 +10,7 @@ import {
   type CreateTransactionsResultSchema,
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { batchMessage, batchResponse } from "./batch-response.js";
-import type { ItemAnswer } from "./batcher.js";
+import type { ItemAnswer } from "./batch-units.js";
 import { anyText, groupRows } from "./group-arbitrary.js";
 import { groupToProto } from "./groups.js";
 

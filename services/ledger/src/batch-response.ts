@@ -9,7 +9,7 @@ import {
   type CreateTransactionResponse,
   type TransactionGroup,
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
-import { itemError, type ItemAnswer } from "./batcher.js";
+import { itemError, type ItemAnswer } from "./batch-units.js";
 import { Writer } from "./wire.js";
 
 const RESULTS_FIELD = 3;

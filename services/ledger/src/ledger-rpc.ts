@@ -48,7 +48,8 @@ import {
   UpdateProgramResponseSchema,
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { answersInJson, batchMessage, batchResponse } from "./batch-response.js";
-import { AtomicRefusal, type Applied, type createBatcher, type Submission } from "./batcher.js";
+import { AtomicRefusal, type Applied, type Submission } from "./batch-units.js";
+import type { createBatcher } from "./batcher.js";
 import { createWritePath, groupOf } from "./write-path.js";
 import { entityToProto, findEntity, insertEntity, listEntities } from "./entities.js";
 import { findGroup, findLeg, groupToProto, legToProto, listLegs, statusFromProto } from "./groups.js";

@@ -21,7 +21,8 @@ import {
 import { groupToProto } from "./groups.js";
 import { commandScope, type ProgramResolver } from "./programs.js";
 import type { MoneyCommand, ReservationRow } from "./money.js";
-import { itemError, type Applied, type createBatcher, type ItemAnswer, type Submission } from "./batcher.js";
+import { itemError, type Applied, type ItemAnswer, type Submission } from "./batch-units.js";
+import type { createBatcher } from "./batcher.js";
 import { callIdempotency, createWritePath } from "./write-path.js";
 import type { Outbox } from "@ledger/common";
 

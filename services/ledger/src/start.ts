@@ -4,6 +4,7 @@ import { DEFAULT_KEY_USAGE_FLUSH_MS, type LedgerConfig } from "./config.js";
 import { authenticate, ensureDevAccount, principalOfAccount } from "./identity.js";
 import { createProgramResolver } from "./programs.js";
 import { createBatcher } from "./batcher.js";
+import { postgresBatchStore } from "./batch-store.js";
 import { createKeyUsage } from "./key-usage.js";
 import routes, { INTERNAL_METHODS, PUBLIC_METHODS } from "./routes.js";
 
@@ -39,13 +40,15 @@ export function startLedger(config: LedgerConfig): Promise<LedgerHandle> {
           sql,
           outbox,
           batcher: createBatcher({
-            sql,
+            store: postgresBatchStore({
+              sql,
+              subjectOf: (type) => eventSubject(config.natsSubjectPrefix, type),
+              entityCacheSize: config.entityCacheSize,
+            }),
             outbox,
-            subjectOf: (type) => eventSubject(config.natsSubjectPrefix, type),
             log,
             maxBatch: config.batchMax,
             maxInFlight: config.batchConcurrency,
-            entityCacheSize: config.entityCacheSize,
             lingerMs: config.batchLingerMs,
             halfAbove: config.batchHalfAbove,
           }),

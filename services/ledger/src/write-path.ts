@@ -10,7 +10,8 @@ import {
   type Sql,
   type Tx,
 } from "@ledger/common";
-import type { Applied, createBatcher } from "./batcher.js";
+import type { Applied } from "./batch-units.js";
+import type { createBatcher } from "./batcher.js";
 import type { MoneyCommand } from "./money.js";
 
 /**
