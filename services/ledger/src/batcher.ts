@@ -60,7 +60,7 @@ export function createBatcher(options: BatcherOptions) {
   function enqueue(unit: Omit<Unit, "queuedAt" | "keys" | "size" | "resolve" | "reject">): Promise<UnitResult> {
     return new Promise<UnitResult>((resolve, reject) => {
       // Every field written out, not `{ ...unit, ... }`: V8 makes a new hidden class for each
-      // property after a spread, on every call (docs/decisions/: hidden classes per call).
+      // property after a spread, on every call (docs/decisions/hidden-classes-per-call.md).
       scheduler.enqueue({
         items: unit.items,
         atomic: unit.atomic,
