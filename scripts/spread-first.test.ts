@@ -8,8 +8,8 @@ import { describe, expect, it } from "vitest";
 // (`{ ...row, status: "done" }`). On Node 20's V8 such a literal gets a hidden class of its own on
 // every evaluation, one for each property after the spread: maps and descriptor arrays allocated in
 // the old generation, which made a large part of what fills it per transfer, and so of the full
-// collections behind the tail latency (bench/README.md, "Hidden classes per call"). Write the fields
-// out, put the spread after them, or use `Object.assign({}, row, { status: "done" })`.
+// collections behind the tail latency (docs/decisions/hidden-classes-per-call.md). Write the
+// fields out, put the spread after them, or use `Object.assign({}, row, { status: "done" })`.
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const SOURCE_DIRS = ["packages", "services", "gateway"].map((dir) => join(ROOT, dir));

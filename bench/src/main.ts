@@ -403,8 +403,8 @@ async function main(): Promise<number> {
             // Before each drain and steady run, the notification tables are vacuumed, as pgbench
             // vacuums its own before it runs. A production Postgres has autovacuum; without it (this
             // machine's Postgres runs with autovacuum off) every earlier phase's dead delivery rows
-            // stay in the claim's indexes, and a drain after the steady runs cost Postgres 3-4 times
-            // the CPU per delivery of one on the fresh database (bench/README.md).
+            // stay in the claim's indexes, and a drain after the steady runs cost Postgres several times
+            // the CPU per delivery of one on the fresh database (docs/decisions/deliveries-autovacuum.md).
             const vacuumNotification = async () => {
               await sql.unsafe("vacuum notification.deliveries, notification.events, notification.delivery_attempts");
             };

@@ -1,7 +1,7 @@
 // `pnpm bench:protobuf`: encodeBinary and decodeBinary against protobuf-es's toBinary and
 // fromBinary, in this one process, on the messages the services encode and decode per request.
 // Each pair runs in alternating rounds, and the tables give each one's median time per message and
-// the ratio (see bench/README.md, "Encoding without garbage"). No database or NATS is needed.
+// the ratio (docs/decisions/proto-binary-codec.md). No database or NATS is needed.
 import { create, type DescMessage, fromBinary, type JsonObject, toBinary } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { decodeBinary, encodeBinary } from "@ledger/common";

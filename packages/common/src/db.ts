@@ -33,8 +33,8 @@ export async function openDatabase(options: DatabaseOptions): Promise<Sql> {
     onnotice: () => {},
     // jit off: every statement here is short and indexed, but the planner's estimates for
     // statements over arrays (unnest) and growing backlogs can pass jit_above_cost, and then
-    // compiling the plan took 340-500 ms of CPU for a statement that runs in 16 ms: a delivery
-    // claim beside a destination with a backlog of 20,000 rows did, every turn (bench/README.md).
+    // compiling the plan took far longer than running it: a delivery claim beside a destination
+    // with a large backlog did, every turn (docs/decisions/jit-off.md).
     connection: { application_name: options.applicationName, search_path: options.schema, jit: "off" },
   }) as unknown as Sql;
   await migrate(sql, options.schema, options.migrationsDir, options.log);

@@ -24,7 +24,7 @@ export interface GroupSchedulerOptions<J extends Queued> {
    * transaction takes at most half of what is outstanding, and never less than this; so while one
    * is in the database, the process reads the next one's requests and answers the last one's,
    * instead of every caller waiting in one transaction and the database waiting for all of them
-   * between (bench/README.md, "Two transactions in turn"). Unset or 0: one takes all that is
+   * between (docs/decisions/two-transactions-in-turn.md). Unset or 0: one takes all that is
    * queued, up to `maxBatch`.
    */
   halfAbove?: number;

@@ -27,7 +27,7 @@ export function metricsInterceptor(): Interceptor {
     const service = req.service.name;
     const method = req.method.name;
     // Labels written out, not spread: V8 gives `{ ...labels, code }` a new hidden class on every
-    // call (bench/README.md, "Hidden classes per call").
+    // call (docs/decisions/hidden-classes-per-call.md).
     try {
       const res = await next(req);
       rpcDuration.observe({ service, method, code: "ok" }, (performance.now() - started) / 1000);

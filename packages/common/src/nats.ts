@@ -217,7 +217,7 @@ export interface StreamMessage {
  * every one of them; rejects at the first refusal, or when some are not acknowledged within
  * `timeoutMs`. One reply subscription and one timer serve the whole set: `js.publish` makes a
  * request per message, each with its own timer and error objects, which was the largest part of
- * the relay's CPU (bench/README.md).
+ * the relay's CPU (docs/decisions/relay-batched-publish.md).
  */
 export function publishAcked(nc: NatsConnection, messages: readonly StreamMessage[], timeoutMs: number): Promise<void> {
   if (messages.length === 0) return Promise.resolve();

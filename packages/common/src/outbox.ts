@@ -125,8 +125,8 @@ export interface Outbox {
 export function createOutbox(options: OutboxOptions): Outbox {
   const { sql, log } = options;
   // 1,000 events with all their publishes in flight, in two lanes: one lane selects and deletes
-  // while the other waits for JetStream's acks. Measured in bench/README.md (256 in one lane
-  // published a burst of 20,000 about three times slower).
+  // while the other waits for JetStream's acks; smaller batches in one lane published a burst
+  // several times slower (docs/decisions/relay-batched-publish.md).
   const batchSize = options.batchSize ?? 1_000;
   const lanes = options.lanes ?? 2;
   const pollMs = options.pollMs ?? 250;
@@ -154,7 +154,7 @@ export function createOutbox(options: OutboxOptions): Outbox {
     }
     // One pipelined transaction: BEGIN goes out with the select, and the delete with COMMIT, so
     // a batch waits on Postgres twice (an empty look too) instead of four times, and sends as
-    // many writes (bench/README.md, "Round trips of the relay and the event ingest").
+    // many writes (docs/decisions/pipelined-transactions.md).
     const count = await pipelinedTransaction(sql, async (tx, writes) => {
       // SKIP LOCKED lets lanes and replicas relay side by side without publishing a row twice at
       // once. A row holds the events of one write; the limit takes the rows, in order, whose events
@@ -165,7 +165,7 @@ export function createOutbox(options: OutboxOptions): Outbox {
       // which JetStream's duplicate window drops for those that did land.
       // The events come back one per result row (unnest keeps their order): postgres.js reads a
       // `bytea` column natively but a `bytea[]` one character at a time, which cost the ledger more
-      // than the rows saved (bench/README.md).
+      // than the rows saved (docs/decisions/outbox-one-row-per-write.md).
       const events = await tx<{ seq: bigint; event_id: string; subject: string; payload: Uint8Array }[]>`
         with taken as (
           select seq, event_ids, subjects, payloads from outbox_writes order by seq

@@ -1,5 +1,5 @@
 // protobuf-es's binary decoding without its per-field reflection objects. Why and what it was
-// measured against: bench/README.md, "Encoding without garbage".
+// measured against: docs/decisions/proto-binary-codec.md.
 import { isUtf8 } from "node:buffer";
 import { create, type DescField, type DescMessage, fromBinary, type MessageShape, protoInt64, ScalarType } from "@bufbuild/protobuf";
 import { type FieldPlan, type Plan, planOf } from "./proto-binary.js";

@@ -1,5 +1,5 @@
 // protobuf-es's binary encoding without its per-field garbage. Why and what it was measured
-// against: bench/README.md, "Encoding without garbage".
+// against: docs/decisions/proto-binary-codec.md.
 import { protoInt64, ScalarType, toBinary, type DescField, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
 import { isWrapperDesc } from "@bufbuild/protobuf/wkt";
 

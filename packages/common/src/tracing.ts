@@ -48,7 +48,7 @@ export interface Tracing {
  * process, each with its own `service.name`, and every span here is started from an explicit
  * parent context, so no global context manager is needed either. The SDK and the exporter are
  * loaded only here, when tracing is configured; compiled, they are chunks of their own that a
- * process which does not trace never reads (bench/README.md, "Memory").
+ * process which does not trace never reads (docs/decisions/lean-bundles.md).
  */
 export async function startTracing(config: TracingConfig | undefined, processName: string): Promise<Tracing | undefined> {
   if (!config) return undefined;

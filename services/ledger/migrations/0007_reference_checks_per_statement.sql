@@ -1,9 +1,9 @@
 -- A transaction group names its account and program, and a leg its group and entity. These were
 -- foreign keys, which Postgres checks with a trigger per inserted row: a query of its own and a
 -- FOR KEY SHARE lock on the referenced row, every account's groups sharing one account row and one
--- program row. For a batch of 31 transfers (31 groups, 62 legs) those triggers were 1.5 of the
--- write statement's 4 ms: most of a transfer's cost in Postgres that was not the data itself
--- (bench/README.md, "References checked once per statement").
+-- program row. For a batch of transfers those triggers were most of the write statement's time:
+-- most of a transfer's cost in Postgres that was not the data itself
+-- (docs/decisions/references-checked-per-statement.md).
 --
 -- The only writer of groups and legs is the ledger's write statement (money-persist.ts). It now
 -- counts, in one pass over the rows it inserts, the groups whose program is not one of their

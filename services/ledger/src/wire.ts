@@ -1,7 +1,8 @@
 /**
  * A protobuf writer for the few wire types our hand-written encoders use (events.ts,
  * batch-response.ts), into one buffer that each owner reuses for every message: protobuf-es's
- * reflective encoder was the largest part of a batch call's CPU (bench/README.md).
+ * reflective encoder was the largest part of a batch call's CPU
+ * (docs/decisions/hand-written-batch-answers.md, docs/decisions/hand-written-event-encoder.md).
  */
 export class Writer {
   private buf = Buffer.allocUnsafe(4096);

@@ -43,9 +43,9 @@ interface Waiter {
  * default), and each open HTTPS connection costs this process about 115 KB and the receiver a
  * TLS handshake (docs/operations.md#memory). Against a receiver that answers in a millisecond,
  * most of those attempts wait for this process's own event loop, and 128 connections carry
- * little more than a handful do (bench/README.md, "Webhook connections"). So a new connection opens only while fewer are open than the answers a
- * second times the fastest answer time of late would keep busy (with headroom, and at least
- * four): what the receiver itself needs, not what this process's backlog asks for. Against a
+ * little more than a handful do (docs/decisions/webhook-connection-policy.md). So a new
+ * connection opens only while fewer are open than the answers a second times the fastest answer
+ * time of late would keep busy (with headroom, and at least four): what the receiver itself needs, not what this process's backlog asks for. Against a
  * slow receiver that number is above what is open (each answer takes long), so waiting attempts
  * get a connection at once; while nothing at all is answered (a receiver slower than anything
  * measured yet) one more opens every 10 ms; and no attempt waits longer than a second.

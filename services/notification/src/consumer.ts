@@ -36,9 +36,9 @@ new Gauge({
 
 // Events pulled and stored per transaction: one insert of many rows, then every ack at once.
 // JetStream lets MAX_ACK_PENDING be out unacked, so one batch is stored while the next arrives.
-// Every unacked message sits in this process with its decoded event until its batch commits: at
-// 1,000 and 4,000 a backlog's drain held up to 3,000 of them, about a quarter of the live heap,
-// and 250 drains as fast (bench/README.md, "The notification service's peak").
+// Every unacked message sits in this process with its decoded event until its batch commits: with
+// larger batches a backlog's drain held thousands of them, a large part of the live heap, and 250
+// drains as fast (docs/decisions/event-consumer-batches.md).
 const STORE_BATCH = 250;
 export const MAX_ACK_PENDING = 4 * STORE_BATCH;
 

@@ -49,8 +49,8 @@ const COLUMNS = [
 /**
  * Attempts in flight to one destination at once when its creator did not say
  * (docs/webhooks.md#retries-and-delivery-states). A destination that answers at once gets as many
- * deliveries a second as this many attempts cover round trips; 32 held one process to about half
- * of what 128 reaches on the same machine (bench/README.md).
+ * deliveries a second as this many attempts cover round trips; 32 held one process well below
+ * what 128 reaches on the same machine (docs/decisions/webhook-delivery-turns.md).
  */
 export const DEFAULT_MAX_CONCURRENCY = 128;
 /** The most a destination may ask for: past it one destination could take a whole process. */

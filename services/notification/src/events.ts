@@ -35,11 +35,11 @@ export async function ingestEvents(
   }));
   // One pipelined transaction that waits on Postgres twice at most: BEGIN goes out with the
   // statement that stores the events and matches them to destinations, and the deliveries'
-  // insert with COMMIT (bench/README.md, "Round trips of the relay and the event ingest").
+  // insert with COMMIT (docs/decisions/pipelined-transactions.md).
   return pipelinedTransaction(sql, async (tx, writes) => {
     // The rows as one JSON parameter: binding a parameter per column of every row was most of
-    // this service's socket writes under batch load (bench/README.md). A redelivered event
-    // conflicts, is not returned, and so queues nothing again.
+    // this service's socket writes under batch load (docs/decisions/event-consumer-batches.md).
+    // A redelivered event conflicts, is not returned, and so queues nothing again.
     const matches = await tx<{ event_id: string; account_id: string; endpoint_id: string }[]>`
       with inserted as (
         insert into events (id, account_id, type, body, request_id, traceparent, created_at)

@@ -7,7 +7,8 @@ import { readStream, startStack, type Stack } from "@ledger/e2e";
 
 // Events keep pace with commits: a burst of committed outbox rows, relayed by the ledger and by a
 // second relay side by side, reaches JetStream once per event id and the event log once per event.
-// Timing is logged, never asserted (the machine is shared); the figures are in bench/README.md.
+// Timing is logged, never asserted (the machine is shared); what it showed is in
+// docs/decisions/relay-batched-publish.md.
 
 let stack: Stack;
 let extra: Outbox | undefined;

@@ -71,7 +71,8 @@ function poolFor(isHttps: boolean, target: ResolvedTarget, url: URL, extraCa: st
   }
   // Idle sockets are kept up to the most a destination may have in flight (max_concurrency, at
   // most 256): fewer closed a socket after most attempts and opened a new one, TLS handshake and
-  // all, for the next (bench/README.md). How many are opened is the gate's decision.
+  // all, for the next (docs/decisions/webhook-connection-policy.md). How many are opened is the
+  // gate's decision.
   const settings = { keepAlive: true, keepAliveMsecs: 10_000, maxFreeSockets: 256, scheduling: "lifo" as const };
   pool = { agent: isHttps ? new https.Agent(settings) : new http.Agent(settings), gate: new ConnectionGate() };
   pools.set(key, pool);
