@@ -26,8 +26,7 @@ const ANSWER_MAX_BYTES = 64 * 1024 * 1024;
 /**
  * A transport to `target`: in memory for a service of this process, else HTTP/2 to its URL, one
  * connection kept alive, with binary protobuf and no compression (between our own services gzip
- * only costs CPU on both ends: a batch call's answer of 100 groups is 0.25-0.3 ms of gzip in the
- * service, bench/README.md). Unary calls go the lean way of @ledger/connect-fast unless
+ * only costs CPU on both ends: docs/decisions/no-gzip-between-services.md). Unary calls go the lean way of @ledger/connect-fast unless
  * RPC_UNARY_FAST_PATH=false, which leaves every call to Connect's own transports.
  */
 export function rpcTransport(target: ServiceTarget, interceptors: Interceptor[] = []): Transport {

@@ -1,5 +1,5 @@
 // Unary Connect calls to a service at a URL, over node:http2 without Connect-ES's per-call layers.
-// Why: bench/README.md, "The gateway apart: Connect's HTTP/2 client was most of its cost".
+// Why: docs/decisions/lean-http2-client.md.
 import * as http2 from "node:http2";
 import type { DescMessage, DescMethodUnary, MessageShape } from "@bufbuild/protobuf";
 import {
@@ -38,7 +38,7 @@ export interface Http2TransportOptions {
  * `createConnectTransport` speaks it, without its per-call layers: a deadline signal and a second
  * abort controller linked to it, the request body as an async iterable, the answer read through
  * another, and the headers converted twice. Those were most of the gateway's CPU per call when the
- * services run apart (bench/README.md).
+ * services run apart (docs/decisions/lean-http2-client.md).
  *
  * Everything a caller sees stays Connect's: the same request headers (`connect-timeout-ms` for a
  * deadline), the caller's interceptors around each call with the same request and response
@@ -61,7 +61,8 @@ export function createHttp2Transport(options: Http2TransportOptions): Transport 
     httpVersion: "2",
     useBinaryFormat: true,
     interceptors: options.interceptors,
-    // Not compressed: between our own services gzip only costs CPU on both ends (bench/README.md).
+    // Not compressed: between our own services gzip only costs CPU on both ends
+    // (docs/decisions/no-gzip-between-services.md).
     acceptCompression: [],
     readMaxBytes: options.readMaxBytes,
     sessionManager: sessions,

@@ -1,7 +1,7 @@
 // Unary Connect calls without Connect's per-call layers, on a service's port: HTTP/2 with a
 // binary body (`createUnaryFastPath`). The pieces that run a call (`unaryMethods`, `CallContext`,
-// `invoke`, `parseRequest`) also serve calls in one process (in-process.ts). Why: bench/README.md,
-// "The unary fast path in the services"; what the package is: its README.md.
+// `invoke`, `parseRequest`) also serve calls in one process (in-process.ts). Why:
+// docs/decisions/unary-fast-path.md; what the package is: its README.md.
 import type * as http2 from "node:http2";
 import { create, type DescMethod, type DescService, type Message, type DescMessage } from "@bufbuild/protobuf";
 import {
@@ -51,7 +51,7 @@ const CONTENT_TYPE_JSON = "application/json";
  * Connect's unary protocol with a binary body over HTTP/2, the one shape our own services' clients
  * send, served without connect-node's universal request and response layer: that layer (async
  * iterables over a one-message body, a second abort controller per call, header objects converted
- * twice) cost about 0.3 ms of CPU per call, more than the ledger's money path (bench/README.md).
+ * twice) cost more CPU per call than the ledger's money path (docs/decisions/unary-fast-path.md).
  *
  * Everything else stays Connect's: the same method implementations and interceptors, run as
  * Connect's `invokeUnaryImplementation` runs them; a handler context with what Connect's
@@ -106,8 +106,7 @@ export function unaryMethods(routes: (router: ConnectRouter) => void): Map<strin
 
 // The stream's own API, not node's compatibility request and response: those two objects (a
 // Readable the body is copied through, a response with its own state, a dozen listeners on the
-// stream) cost about 5 us of CPU per call (bench/README.md, "Node's HTTP/2 streams without the
-// compatibility layer").
+// stream) cost CPU on every call for nothing the fast path needs (docs/decisions/unary-fast-path.md).
 async function serve(
   spec: UnarySpec,
   stream: http2.ServerHttp2Stream,
@@ -298,7 +297,7 @@ export async function invoke(spec: UnarySpec, call: CallContext, input: Message,
 // The request the interceptors see and the context the handler gets are classes, not object
 // literals, because a literal with a getter (the signal, read only on demand) is built by V8 as a
 // dictionary-mode object on every call: a property dictionary allocated each time, and slow
-// property reads (bench/README.md, "Hidden classes per call").
+// property reads (docs/decisions/hidden-classes-per-call.md).
 
 /** The request as the interceptors see it, as Connect's `invokeUnaryImplementation` builds it. */
 class InvokeRequest {
