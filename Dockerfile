@@ -48,19 +48,19 @@ RUN pnpm install --frozen-lockfile --prod --filter "@ledger/gateway..." --filter
 FROM node:20-slim AS runtime
 ENV NODE_ENV=production
 # At most two glibc malloc arenas instead of one per thread (up to 8 per core): node's helper
-# threads each grew one under load. 3-13 MB less peak RSS per service in the bench, the same
-# throughput (bench/README.md, "Memory"; docs/operations.md#memory). Every process of the image
+# threads each grew one under load. Less peak RSS per service in the bench, the same throughput
+# (docs/decisions/malloc-arena-max.md; docs/operations.md#memory). Every process of the image
 # gets it, whatever starts it; a pod's env may override it.
 ENV MALLOC_ARENA_MAX=2
 # Every malloc block of 128 KiB or more mapped on its own and returned to the system when freed.
 # glibc otherwise raises this threshold after each large free, and later large buffers (socket
-# reads, postgres.js messages, NATS batches) stay resident in its arenas: 3-5 MB less peak RSS for
-# the ledger and the gateway under 100-item batch calls, the same throughput (bench/README.md,
-# "Large blocks mapped apart"; docs/operations.md#memory). A pod's env may override it.
+# reads, postgres.js messages, NATS batches) stay resident in its arenas: less peak RSS for the
+# ledger and the gateway under 100-item batch calls, the same throughput
+# (docs/decisions/malloc-mmap-threshold.md; docs/operations.md#memory). A pod's env may override it.
 ENV MALLOC_MMAP_THRESHOLD_=131072
-# Young generation of 8 MB semi-spaces instead of 16: 15-25 MB less peak RSS per service process,
-# which keeps each under 120 MB, at the same throughput apart, where no process is CPU-bound
-# (bench/README.md, "The young generation apart"; docs/operations.md#memory). `npm start` gives
+# Young generation of 8 MB semi-spaces instead of 16: less peak RSS per service process, at the
+# same throughput apart, where no process is CPU-bound
+# (docs/decisions/young-generation-size.md; docs/operations.md#memory). `npm start` gives
 # its one process 4 MB, with a larger old generation. A pod's env may override it, and a flag on
 # node's command line wins over it (the ledger's and the notification service's manifests give
 # them 4 MB; deploy/base/ledger.yaml, deploy/base/notification.yaml).

@@ -46,11 +46,11 @@ export function batchMessage(answers: ItemAnswer[]): MessageShape<typeof CreateT
  * `batchMessage`, with its results written ahead.
  *
  * The results are written by hand straight from each item's `TransactionGroup` (protobuf-es's
- * reflective encoder took about 2.4 ms of a 100-item answer, more than the rules and the database
- * write together; bench/README.md) and handed to Connect as the message's unknown fields: each is
- * field 3 with the bytes protobuf-es would write for that result, in order, and protobuf-es writes
- * unknown fields after the known ones, so the whole answer is byte for byte the one
- * `toBinary(CreateTransactionsResponseSchema, ...)` writes for the same results
+ * reflective encoder took more of a 100-item answer than the rules and the database write
+ * together; docs/decisions/hand-written-batch-answers.md) and handed to Connect as the message's
+ * unknown fields: each is field 3 with the bytes protobuf-es would write for that result, in
+ * order, and protobuf-es writes unknown fields after the known ones, so the whole answer is byte
+ * for byte the one `toBinary(CreateTransactionsResponseSchema, ...)` writes for the same results
  * (batch-response.test.ts checks it on random groups). A reader decodes them as `results`; a JSON
  * writer drops them, hence `batchMessage`. An error, and a group with metadata (a `Struct`), are
  * built as messages and written by `encodeBinary`.
