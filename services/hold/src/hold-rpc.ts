@@ -22,7 +22,9 @@ import {
   type HoldService,
 } from "@ledger/proto/hold/v1/hold_pb.js";
 import type { DescMessage, MessageShape } from "@bufbuild/protobuf";
-import { HOLD_STATUS_OF, holdToProto, parseExpiry, type Answer, type createHolds, type Idempotency } from "./holds.js";
+import type { Idempotency } from "./hold-intents.js";
+import { HOLD_STATUS_OF, holdToProto } from "./hold-rows.js";
+import { parseExpiry, type Answer, type createHolds } from "./holds.js";
 import type { LedgerClients } from "./ledger-client.js";
 
 function idempotencyOf<I extends DescMessage>(ctx: HandlerContext, schema: I, request: MessageShape<I>): Idempotency | undefined {
