@@ -27,3 +27,17 @@ export async function readStream(natsUrl: string, stream: string): Promise<Store
     await nc.close();
   }
 }
+
+/**
+ * Deletes a stream a test made, and its consumers with it, so runs against a shared NATS leave
+ * nothing behind. A stream already gone, or a NATS that went away, is left as it is.
+ */
+export async function deleteStream(natsUrl: string, stream: string): Promise<void> {
+  const nc = await connect({ servers: natsUrl, reconnect: false, timeout: 2_000 }).catch(() => undefined);
+  if (!nc) return;
+  try {
+    await (await jetstreamManager(nc)).streams.delete(stream).catch(() => false);
+  } finally {
+    await nc.close();
+  }
+}

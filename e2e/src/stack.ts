@@ -16,6 +16,7 @@ import { startNotification, type NotificationConfig, type NotificationHandle } f
 import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import postgres from "postgres";
 import { inject } from "vitest";
+import { deleteStream } from "./events.js";
 import { restClient, type Api } from "./rest-client.js";
 
 /** The SERVICE_TOKEN every service of a test stack shares. */
@@ -291,6 +292,8 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       for (const replica of ledgerReplicas) await replica.close().catch(() => {});
       await ledger.close();
       await sql.end({ timeout: 2 });
+      // The stream is the stack's own: a shared NATS would otherwise keep one per test file.
+      await deleteStream(natsUrl, stream);
     },
   };
 }
