@@ -6,4 +6,3 @@ export type { BinaryCodec } from "./codec.js";
 export { createUnaryFastPath, type UnaryFastPath, type UnaryFastPathOptions } from "./unary-fast-path.js";
 export { inProcessService, type InProcessOptions, type InProcessService } from "./in-process.js";
 export { createHttp2Transport, type Http2TransportOptions } from "./http2-transport.js";
-export { connectErrorFromJson } from "./error-json.js";
