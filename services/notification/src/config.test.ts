@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { parseRetrySchedule, readNotificationConfig } from "./config.js";
 import { decryptSecret, encryptSecret, generateSecret } from "./secrets.js";
 import { signatureHeader } from "./webhook-signer.js";
-import { retryDelayMs } from "./worker.js";
+import { retryDelayMs } from "./delivery-attempt.js";
 
 describe("configuration", () => {
   it("parses retry schedules and names the variable on a bad one", () => {
