@@ -1,3 +1,5 @@
+// The hold lifecycle as the RPC handlers use it: a client's create, capture and release, each
+// its steps in order, reads, and the background work of expiry and recovery.
 import type { DescMessage, MessageShape } from "@bufbuild/protobuf";
 import { decodeBinary, invalidArgument, isId, newId, notFound } from "@ledger/common";
 import { CaptureHoldResponseSchema, CreateHoldResponseSchema, ReleaseHoldResponseSchema } from "@ledger/proto/hold/v1/hold_pb.js";

@@ -1,3 +1,4 @@
+// Group commit: the queue money commands wait in, and what their callers get back.
 import type { DescMessage, MessageInitShape, MessageShape } from "@bufbuild/protobuf";
 import { ConnectError } from "@connectrpc/connect";
 import { createGroupScheduler, decodeBinary, type GroupCommitSettings, type Logger, type Outbox } from "@ledger/common";

@@ -1,3 +1,5 @@
+// The delivery loop of a notification process: turns, the pause before a destination another
+// process holds, the wake from other processes that freed slots, and a stop that drains.
 import { randomUUID } from "node:crypto";
 import { backgroundLoop, type Sql } from "@ledger/common";
 import { attempt, type AttemptOptions } from "./delivery-attempt.js";
