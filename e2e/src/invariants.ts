@@ -4,8 +4,9 @@ import type { Stack } from "./stack.js";
 
 /**
  * Every ledger invariant that can be checked from the tables, for the given account:
- * posted balances sum to zero per program and currency; no ordinary entity has negative
- * available; and every stored balance equals what its legs say it must be.
+ * posted balances sum to zero per program and currency; no ordinary entity has available below
+ * minus its overdraft limit (a test that lowers a limit below what is used checks that case itself);
+ * and every stored balance equals what its legs say it must be.
  * Returns the violations, named; an empty list means all hold.
  */
 export async function ledgerViolations(sql: postgres.Sql<{ bigint: bigint }>, accountId: string): Promise<string[]> {
@@ -14,10 +15,10 @@ export async function ledgerViolations(sql: postgres.Sql<{ bigint: bigint }>, ac
     select program_id, currency_code, sum(posted)::int8 as total from entities
     where account_id = ${accountId} group by program_id, currency_code having sum(posted) <> 0`;
   for (const s of sums) violations.push(`program ${s.program_id} ${s.currency_code}: posted balances sum to ${s.total}, not 0`);
-  const negative = await sql<{ id: string; available: bigint }[]>`
-    select id, posted - pending_debits - held as available from entities
-    where account_id = ${accountId} and not is_external and posted - pending_debits - held < 0`;
-  for (const n of negative) violations.push(`entity ${n.id}: available is ${n.available}`);
+  const overdrawn = await sql<{ id: string; available: bigint; overdraft_limit: bigint }[]>`
+    select id, posted - pending_debits - held as available, overdraft_limit from entities
+    where account_id = ${accountId} and not is_external and posted - pending_debits - held < -overdraft_limit`;
+  for (const n of overdrawn) violations.push(`entity ${n.id}: available is ${n.available}, overdraft limit ${n.overdraft_limit}`);
   const drift = await sql<
     { id: string; posted: bigint; from_legs: bigint; pending_debits: bigint; pd_legs: bigint; pending_credits: bigint; pc_legs: bigint }[]
   >`

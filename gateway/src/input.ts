@@ -40,6 +40,20 @@ export function amountField(fields: Fields, name: string): bigint {
   return amount;
 }
 
+/**
+ * An overdraft limit: a JSON integer in minor units, 0 to MAX_AMOUNT (2^53-1); undefined when absent
+ * or null, so that an update can leave the limit as it is.
+ */
+export function overdraftLimitField(fields: Fields, name = "overdraft_limit"): bigint | undefined {
+  const value = fields[name];
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== "number" || !Number.isInteger(value))
+    throw invalidArgument(`${name} must be an integer number of minor units`, { field: name });
+  if (value < 0) throw invalidArgument(`${name} must be zero or more`, { field: name });
+  if (!Number.isSafeInteger(value)) throw invalidArgument(`${name} must be at most ${MAX_AMOUNT}`, { field: name });
+  return BigInt(value);
+}
+
 /** The `metadata` field, within the limits every edge enforces (checked before any protobuf is built). */
 export function metadataField(fields: Fields): JsonObject | undefined {
   return parseMetadata(fields["metadata"], "metadata");

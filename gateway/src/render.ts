@@ -58,6 +58,7 @@ export function renderEntity(entity: Entity) {
     metadata: entity.metadata ?? {},
     program_id: entity.programId,
     is_external: entity.isExternal,
+    overdraft_limit: entity.overdraftLimit,
     created_at: iso(entity.createdAt),
     balances: {
       posted: b?.posted ?? 0n,

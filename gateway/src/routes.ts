@@ -15,6 +15,7 @@ import {
   onlyKnown,
   metadataField,
   objectField,
+  overdraftLimitField,
   optionalParam,
   requiredParam,
   stringField,
@@ -169,9 +170,10 @@ export const ledgerRoutes: Route[] = [
   {
     method: "POST",
     path: "/entity",
-    body: ["entity_name", "entity_type", "metadata", "currency_code"],
+    body: ["entity_name", "entity_type", "metadata", "currency_code", "overdraft_limit"],
     async handle({ body, programId, call }, { ledger }) {
       const metadata = metadataField(body);
+      const overdraftLimit = overdraftLimitField(body);
       const res = await ledger.createEntity(
         {
           programId,
@@ -179,6 +181,7 @@ export const ledgerRoutes: Route[] = [
           entityType: stringField(body, "entity_type"),
           currencyCode: stringField(body, "currency_code"),
           ...(metadata ? { metadata } : {}),
+          ...(overdraftLimit !== undefined ? { overdraftLimit } : {}),
         },
         call,
       );

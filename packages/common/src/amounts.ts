@@ -22,6 +22,13 @@ export function parseAmount(amount: bigint, field = "amount"): bigint {
   return amount;
 }
 
+/** Checks an overdraft limit: an amount that may be zero, 0 to `MAX_AMOUNT` (docs/api.md#entities). */
+export function parseOverdraftLimit(limit: bigint, field = "overdraft_limit"): bigint {
+  if (limit < 0n) throw invalidArgument(`${field} must be zero or a positive integer in minor units`, { field });
+  if (limit > MAX_AMOUNT) throw invalidArgument(`${field} must be at most ${MAX_AMOUNT}`, { field });
+  return limit;
+}
+
 /** An amount as a JSON number; one beyond `MAX_AMOUNT` either way would lose digits, so it throws. */
 export function amountToJson(amount: bigint): number {
   if (amount > MAX_AMOUNT || amount < -MAX_AMOUNT) throw new Error(`amount ${amount} does not fit a JSON integer`);

@@ -85,7 +85,11 @@ describe("POST /v1/transaction/batch", () => {
     expect(r1.status).toBe("success");
     expect(r2).toEqual({
       status: "error",
-      error: { code: "insufficient_funds", message: expect.any(String), details: { entity_id: a, available: 20, required: 30 } },
+      error: {
+        code: "insufficient_funds",
+        message: expect.any(String),
+        details: { entity_id: a, available: 20, required: 30, overdraft_limit: 0 },
+      },
     });
     expect(r3.status).toBe("success");
     expect([await posted(a), await posted(b), await posted(c), await posted(d)]).toEqual([20, 50, 20, 10]);

@@ -14,6 +14,8 @@ export interface EntityRow {
   currency_code: string;
   metadata: JsonObject | null;
   is_external: boolean;
+  /** How far below zero `available` may go: a debit needs available - amount >= -overdraft_limit. */
+  overdraft_limit: bigint;
   posted: bigint;
   pending_debits: bigint;
   pending_credits: bigint;
@@ -29,12 +31,20 @@ export function availableOf(row: Pick<EntityRow, "posted" | "pending_debits" | "
 /** Inserts a new active entity. */
 export async function insertEntity(
   tx: Tx,
-  args: { accountId: string; programId: string; name: string; type: string; currencyCode: string; metadata: JsonObject | null },
+  args: {
+    accountId: string;
+    programId: string;
+    name: string;
+    type: string;
+    currencyCode: string;
+    metadata: JsonObject | null;
+    overdraftLimit: bigint;
+  },
 ): Promise<EntityRow> {
   const [row] = await tx<EntityRow[]>`
-    insert into entities (id, account_id, program_id, name, type, currency_code, metadata)
+    insert into entities (id, account_id, program_id, name, type, currency_code, metadata, overdraft_limit)
     values (${newId("entity")}, ${args.accountId}, ${args.programId}, ${args.name}, ${args.type}, ${args.currencyCode},
-            ${args.metadata === null ? null : tx.json(args.metadata)})
+            ${args.metadata === null ? null : tx.json(args.metadata)}, ${args.overdraftLimit})
     returning *`;
   return row!;
 }
@@ -73,6 +83,7 @@ export function entityToProto(row: EntityRow): MessageInitShape<typeof EntitySch
     currencyCode: row.currency_code,
     ...(row.metadata ? { metadata: storedMetadata(row.metadata) } : {}),
     isExternal: row.is_external,
+    overdraftLimit: row.overdraft_limit,
     createdAt: timestampFromDate(row.created_at),
     balances: {
       posted: row.posted,

@@ -9,6 +9,7 @@ import {
   invalidArgument,
   parseAmount,
   parseMetadata,
+  parseOverdraftLimit,
   parseText,
   isId,
   parsePageRequest,
@@ -146,11 +147,12 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
       const type = parseName(req.entityType, "entity_type");
       const metadata = parseMetadata(req.metadata) ?? null;
       const requestedCurrency = req.currencyCode === "" ? undefined : parseCurrencyCode(req.currencyCode);
+      const overdraftLimit = parseOverdraftLimit(req.overdraftLimit);
       return mutate(ctx, CreateEntityRequestSchema, req, CreateEntityResponseSchema, async (tx) => {
         const program = await findProgram(tx, accountId, programId);
         const currencyCode = requestedCurrency ?? program.currency_code;
         if (currencyCode !== program.currency_code) await ensureExternalEntity(tx, accountId, programId, currencyCode);
-        const row = await insertEntity(tx, { accountId, programId, name, type, currencyCode, metadata });
+        const row = await insertEntity(tx, { accountId, programId, name, type, currencyCode, metadata, overdraftLimit });
         return { entity: entityToProto(row) };
       });
     },

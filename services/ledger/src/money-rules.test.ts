@@ -30,7 +30,10 @@ const OTHER_ACCOUNT = "ent_theirs";
 /** An entity row as the book reads it, with the entity's other columns. */
 type TestRow = EntityRow & BookEntity;
 
-function row(id: string, balances: Partial<Pick<EntityRow, "posted" | "pending_debits" | "pending_credits" | "held">> = {}): TestRow {
+function row(
+  id: string,
+  balances: Partial<Pick<EntityRow, "posted" | "pending_debits" | "pending_credits" | "held" | "overdraft_limit">> = {},
+): TestRow {
   return {
     id,
     version: "1",
@@ -42,6 +45,7 @@ function row(id: string, balances: Partial<Pick<EntityRow, "posted" | "pending_d
     currency_code: "USD",
     metadata: null,
     is_external: id === EXTERNAL,
+    overdraft_limit: 0n,
     posted: 0n,
     pending_debits: 0n,
     pending_credits: 0n,
@@ -158,19 +162,34 @@ const command: fc.Arbitrary<MoneyCommand> = fc.oneof(
 /** A balance far from the bound, or just inside it. */
 const anywhere = (max: bigint) => fc.oneof(fc.bigInt({ min: 0n, max: 1000n }), fc.bigInt({ min: max - 1000n, max }));
 
+/** An overdraft limit: none (most entities), a small one, or one near the largest allowed. */
+const overdraftLimit = fc.oneof(fc.constant(0n), fc.bigInt({ min: 1n, max: 1000n }), fc.bigInt({ min: MAX - 1000n, max: MAX }));
+
 /**
  * Entities whose balances are all within the bound, some of them just inside it: ordinary entities
  * with posted and pending credits near 0 or near MAX, the external one with posted near 0 or near
  * -MAX (each deposit takes it down). They need not sum to zero: the rules never look at the sum.
+ * Ordinary entities have overdraft limits, and some are already overdrawn, past their limit too
+ * when it was lowered after they spent.
  */
 const startRows = fc
   .record({
     external: anywhere(MAX).map((n) => -n),
-    ordinary: fc.tuple(...ORDINARY.map(() => fc.record({ posted: anywhere(MAX), pendingCredits: anywhere(MAX) }))),
+    ordinary: fc.tuple(
+      ...ORDINARY.map(() =>
+        fc.record({
+          posted: fc.oneof(anywhere(MAX), fc.bigInt({ min: -1000n, max: -1n })),
+          pendingCredits: anywhere(MAX),
+          overdraftLimit,
+        }),
+      ),
+    ),
   })
   .map(({ external, ordinary }) => [
     row(EXTERNAL, { posted: external }),
-    ...ORDINARY.map((id, i) => row(id, { posted: ordinary[i]!.posted, pending_credits: ordinary[i]!.pendingCredits })),
+    ...ORDINARY.map((id, i) =>
+      row(id, { posted: ordinary[i]!.posted, pending_credits: ordinary[i]!.pendingCredits, overdraft_limit: ordinary[i]!.overdraftLimit }),
+    ),
     row(OTHER_ACCOUNT),
   ]);
 
@@ -205,11 +224,21 @@ describe("money rules (pure)", () => {
     );
   });
 
-  it("conserves money and keeps available at zero or more, whatever is refused", () => {
+  it("conserves money and keeps available at minus the overdraft limit or above, whatever is refused", () => {
     fc.assert(
       fc.property(startRows, fc.array(command, { minLength: 1, maxLength: 40 }), (rows, commands) => {
         const book = bookOf(rows);
-        for (const c of commands) book.apply(c);
+        for (const c of commands) {
+          const before = rowsAfter(book, rows);
+          book.apply(c);
+          // An entity below its limit (the limit was lowered) may stay there, but go no lower.
+          rowsAfter(book, rows).forEach((r, i) => {
+            if (r.is_external) return;
+            const available = r.posted - r.pending_debits - r.held;
+            const was = before[i]!.posted - before[i]!.pending_debits - before[i]!.held;
+            if (available < was) expect(available).toBeGreaterThanOrEqual(-r.overdraft_limit);
+          });
+        }
         const after = rowsAfter(book, rows);
         const total = (rs: TestRow[], pick: (r: TestRow) => bigint) => rs.reduce((sum, r) => sum + pick(r), 0n);
         expect(total(after, (r) => r.posted)).toBe(total(rows, (r) => r.posted));
@@ -217,10 +246,39 @@ describe("money rules (pure)", () => {
         expect(total(after, (r) => r.pending_debits) - total(rows, (r) => r.pending_debits)).toBe(
           total(after, (r) => r.pending_credits) - total(rows, (r) => r.pending_credits),
         );
-        for (const r of after) if (!r.is_external) expect(r.posted - r.pending_debits - r.held).toBeGreaterThanOrEqual(0n);
       }),
       { numRuns: 300 },
     );
+  });
+
+  it("lets a debit take an entity down to exactly minus its overdraft limit, and not one unit more", () => {
+    for (const spend of ["create", "reserve"] as const) {
+      const book = bookOf([row("ent_a", { posted: 30n, overdraft_limit: 50n }), row("ent_b"), row(EXTERNAL)]);
+      const debit = (amount: bigint, id: string): MoneyCommand =>
+        spend === "create"
+          ? {
+              kind: "create",
+              ...base,
+              description: "t",
+              metadata: null,
+              status: "pending",
+              legs: [
+                { entityId: "ent_a", direction: "debit", amount },
+                { entityId: "ent_b", direction: "credit", amount },
+              ],
+            }
+          : { kind: "reserve", ...base, reservationId: id, entityId: "ent_a", amount };
+      const refused = book.apply(debit(81n, "r1"));
+      expect(refused.ok).toBe(false);
+      expect(errorCodeOf((refused as { error: Error }).error as never)).toMatchObject({
+        code: "insufficient_funds",
+        details: { entity_id: "ent_a", available: 30, required: 81, overdraft_limit: 50 },
+      });
+      expect(summary(book.apply(debit(80n, "r2")))).not.toBe("insufficient_funds");
+      const a = book.entity("ent_a")!;
+      expect(a.posted - a.pendingDebits - a.held).toBe(-50n);
+      expect(summary(book.apply(debit(1n, "r3")))).toBe("insufficient_funds");
+    }
   });
 
   it("a capture repeated in the book that made it answers the group it made", () => {
@@ -329,8 +387,9 @@ describe("money rules (pure)", () => {
           const from = byId.get(op.from)!;
           const to = byId.get(op.to)!;
           const after = op.kind === "posted" ? to.posted + op.amount : to.pending_credits + op.amount;
-          if (op.from === op.to) expected = op.kind === "posted" ? "ok" : from.posted < op.amount ? "insufficient_funds" : "ok";
-          else if (from.posted < op.amount) expected = "insufficient_funds";
+          const overdrawn = from.posted - op.amount < -from.overdraft_limit;
+          if (op.from === op.to) expected = op.kind === "posted" ? "ok" : overdrawn ? "insufficient_funds" : "ok";
+          else if (overdrawn) expected = "insufficient_funds";
           else if (after > MAX) expected = `${op.to} ${op.kind === "posted" ? "posted" : "pending_credits"}`;
           else expected = "ok";
           // A pending transfer to itself adds the same amount to its pending credits.

@@ -106,12 +106,22 @@ export function parseLegs(legs: LegSpec[]): LegSpec[] {
 }
 
 /**
- * What the rules read of an entity: who owns it, its currency, whether it is external, and its
- * balances, with `version`, the Postgres row version (xmin) those balances are of.
+ * What the rules read of an entity: who owns it, its currency, whether it is external, how far
+ * below zero it may go, and its balances, with `version`, the Postgres row version (xmin) those
+ * are of.
  */
 export type BookEntity = Pick<
   EntityRow,
-  "id" | "account_id" | "program_id" | "currency_code" | "is_external" | "posted" | "pending_debits" | "pending_credits" | "held"
+  | "id"
+  | "account_id"
+  | "program_id"
+  | "currency_code"
+  | "is_external"
+  | "overdraft_limit"
+  | "posted"
+  | "pending_debits"
+  | "pending_credits"
+  | "held"
 > & { version: string };
 
 /** Working state of one entity while commands are applied. */
@@ -450,14 +460,7 @@ function applyOne(command: MoneyCommand, ctx: ApplyContext): Effects {
       const before = ctx.before(entity.id);
       const state = ctx.stage(entity.id);
       state.held += command.amount;
-      if (state.posted - state.pendingDebits - state.held < 0n) {
-        const available = before.posted - before.pendingDebits - before.held;
-        throw ruleViolation("insufficient_funds", `entity ${entity.id} has ${available} available; ${command.amount} is required`, {
-          entity_id: entity.id,
-          available: Number(available),
-          required: Number(command.amount),
-        });
-      }
+      checkOverdraft(before, state, command.amount);
       const reservation: ReservationRow = {
         id: command.reservationId,
         account_id: command.accountId,
@@ -564,7 +567,7 @@ function groupOf(command: CommandBase, groupId: string, ctx: ApplyContext): Grou
 /**
  * Stages the balance changes of a new group and builds it. Posted legs move posted balances;
  * pending debits set money aside (available drops) while pending credits wait (available stays).
- * Every ordinary entity must end with available >= 0.
+ * Every ordinary entity it spends from must end with available >= -overdraft_limit.
  */
 function newGroup(
   command: CommandBase,
@@ -594,15 +597,7 @@ function newGroup(
   for (const [entityId, need] of required) {
     const before = ctx.before(entityId);
     if (before.row.is_external || need <= 0n) continue;
-    const after = ctx.stage(entityId);
-    if (after.posted - after.pendingDebits - after.held < 0n) {
-      const available = availableOf({ posted: before.posted, pending_debits: before.pendingDebits, held: before.held });
-      throw ruleViolation("insufficient_funds", `entity ${entityId} has ${available} available; ${need} is required`, {
-        entity_id: entityId,
-        available: Number(available),
-        required: Number(need),
-      });
-    }
+    checkOverdraft(before, ctx.stage(entityId), need);
   }
   const id = newId("group");
   const legRows: LegRow[] = legs.map((leg, position) => ({
@@ -632,6 +627,25 @@ function newGroup(
     updated_at: ctx.now,
     legs: legRows,
   };
+}
+
+/**
+ * The no-overdraft rule: what spends `need` from an ordinary entity must leave its available at
+ * minus its overdraft limit or above. An entity already below that (its limit was lowered) keeps
+ * its balance but can spend nothing more.
+ */
+function checkOverdraft(before: EntityState, after: EntityState, need: bigint): void {
+  const limit = before.row.overdraft_limit;
+  if (after.posted - after.pendingDebits - after.held >= -limit) return;
+  const id = before.row.id;
+  const available = availableOf({ posted: before.posted, pending_debits: before.pendingDebits, held: before.held });
+  const beyond = limit > 0n ? ` (overdraft limit ${limit})` : "";
+  throw ruleViolation("insufficient_funds", `entity ${id} has ${available} available${beyond}; ${need} is required`, {
+    entity_id: id,
+    available: Number(available),
+    required: Number(need),
+    overdraft_limit: Number(limit),
+  });
 }
 
 /** Throws the error of a refused outcome; returns the successful one. */

@@ -286,6 +286,84 @@ describe("money rules", () => {
   });
 });
 
+// An entity's overdraft limit lets it spend below zero, down to minus the limit
+// (docs/architecture.md#money-rules-and-invariants).
+describe("overdraft limits", () => {
+  async function transfer(from: string, to: string, amount: number, status = "posted") {
+    return api.post("/transaction", { description: "overdraft", amount, status, account: { from, to } });
+  }
+
+  it("is 0 unless set, and must be an integer from 0 to 2^53-1", async () => {
+    const plain = await api.post("/entity", { entity_name: "plain", entity_type: "wallet" });
+    expect(plain.body.entity.overdraft_limit).toBe(0);
+    const largest = await api.post("/entity", { entity_name: "max", entity_type: "wallet", overdraft_limit: Number.MAX_SAFE_INTEGER });
+    expect(largest.status).toBe(200);
+    expect(largest.body.entity.overdraft_limit).toBe(Number.MAX_SAFE_INTEGER);
+    for (const bad of [-1, 1.5, "50", 2 ** 53, true]) {
+      const res = await api.post("/entity", { entity_name: "bad", entity_type: "wallet", overdraft_limit: bad });
+      expect(res.status, JSON.stringify(bad)).toBe(400);
+      expect(res.body.error.code).toBe("invalid_request");
+      expect(res.body.error.details).toEqual({ field: "overdraft_limit" });
+    }
+    const client = stack.ledgerClient(stack.account.api_key);
+    const rpc = await client.createEntity({ entityName: "rpc", entityType: "wallet", overdraftLimit: 70n });
+    expect(rpc.entity!.overdraftLimit).toBe(70n);
+    expect((await client.getEntity({ entityId: rpc.entity!.entityId })).entity!.overdraftLimit).toBe(70n);
+    for (const bad of [-1n, 2n ** 53n]) {
+      const err = await client.createEntity({ entityName: "rpc", entityType: "wallet", overdraftLimit: bad }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(ConnectError);
+      expect((err as ConnectError).code).toBe(Code.InvalidArgument);
+    }
+  });
+
+  it("lets debits take available to exactly minus the limit and refuses one unit more, pending, posted and withdrawn", async () => {
+    const res = await api.post("/entity", { entity_name: "credit line", entity_type: "wallet", overdraft_limit: 50 });
+    const a = res.body.entity.entity_id as string;
+    const b = await entity("payee");
+    await fund(a, 30);
+    const tooMuch = await transfer(a, b, 81);
+    expect(tooMuch.status).toBe(422);
+    expect(tooMuch.body.error).toMatchObject({
+      code: "insufficient_funds",
+      details: { entity_id: a, available: 30, required: 81, overdraft_limit: 50 },
+    });
+    expect((await transfer(a, b, 60, "pending")).status).toBe(200);
+    expect((await api.post("/entity/defund", { entity_id: a, amount: 20 })).status).toBe(200);
+    expect(await balances(a)).toMatchObject({ posted: 10, pending_debits: 60, available: -50 });
+    for (const again of [
+      await transfer(a, b, 1),
+      await transfer(a, b, 1, "pending"),
+      await api.post("/entity/defund", { entity_id: a, amount: 1 }),
+    ]) {
+      expect(again.status).toBe(422);
+      expect(again.body.error.details).toEqual({ entity_id: a, available: -50, required: 1, overdraft_limit: 50 });
+    }
+    // A credit still lands on an overdrawn entity.
+    await fund(b, 5);
+    expect((await transfer(b, a, 5)).status).toBe(200);
+    expect((await balances(a)).available).toBe(-45);
+    await expectInvariants();
+  });
+
+  it("is backed by the database: a write that takes available below minus the limit fails, a lowered limit does not", async () => {
+    const res = await api.post("/entity", { entity_name: "backstop", entity_type: "wallet", overdraft_limit: 50 });
+    const a = res.body.entity.entity_id as string;
+    const b = await entity("payee");
+    expect((await transfer(a, b, 50)).status).toBe(200);
+    const below = await stack.sql`update entities set posted = posted - 1 where id = ${a}`.catch((e: unknown) => e);
+    expect(below).toMatchObject({ code: "23514", constraint_name: "ordinary_entity_not_overdrawn" });
+    // Lowering the limit below what is used is allowed; the entity then spends nothing more.
+    await stack.sql`update entities set overdraft_limit = 10 where id = ${a}`;
+    expect((await transfer(a, b, 1)).body.error.details).toEqual({ entity_id: a, available: -50, required: 1, overdraft_limit: 10 });
+    expect((await transfer(b, a, 30)).status).toBe(200);
+    expect((await transfer(a, b, 1)).status).toBe(422);
+    expect((await transfer(b, a, 15)).status).toBe(200);
+    expect((await transfer(a, b, 5)).status).toBe(200);
+    expect((await balances(a)).available).toBe(-10);
+    await expectInvariants();
+  });
+});
+
 // Every balance stays within ±(2^53-1), the largest integer a JSON number carries exactly. Each
 // test has an account of its own, so its program's external entity starts at zero: one deposit of
 // the largest amount takes it to the bound.
