@@ -1,7 +1,8 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import ts from "typescript";
+// TypeScript 7 ships no compiler API; its 6.0 package, installed beside it, does (docs/dependencies.md).
+import ts from "@typescript/typescript6";
 import { describe, expect, it } from "vitest";
 
 // No object literal in the services' code starts with a spread and goes on with more properties

@@ -3,8 +3,9 @@
 // TypeScript source (see "exports"), so nothing here runs before the tests; the packed
 // package.json takes "exports" from "publishConfig" instead, which points at dist/.
 import { execFileSync } from "node:child_process";
-import { rmSync, writeFileSync } from "node:fs";
+import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
 
 // npm pack runs this too but ignores publishConfig, so its tarball would export src/index.ts,
 // which it does not contain: refuse rather than ship a package that cannot be imported.
@@ -15,7 +16,9 @@ if (process.env.npm_lifecycle_event === "prepack" && !agent.startsWith("pnpm/"))
 }
 
 const here = new URL(".", import.meta.url);
-const tsc = createRequire(import.meta.url).resolve("typescript/bin/tsc");
+// TypeScript's compiler as its package.json names it ("bin"): the package exports no path to it.
+const manifest = createRequire(import.meta.url).resolve("typescript/package.json");
+const tsc = join(dirname(manifest), JSON.parse(readFileSync(manifest, "utf8")).bin.tsc);
 const compile = (project) => execFileSync(process.execPath, [tsc, "-p", project], { cwd: here, stdio: "inherit" });
 
 rmSync(new URL("dist", here), { recursive: true, force: true });

@@ -89,7 +89,7 @@ describe("decodeBinary", () => {
     expect(outcomes.refused).toBeGreaterThan(500);
   });
 
-  it("reads strings as fromBinary does: invalid UTF-8 refused in proto3, replaced in proto2, a byte-order mark dropped", () => {
+  it("reads strings as fromBinary does: invalid UTF-8 refused in proto3, replaced in proto2, a leading U+FEFF kept", () => {
     const strings = [
       [0x61, 0x62],
       [0xef, 0xbb, 0xbf, 0x61],
@@ -105,7 +105,7 @@ describe("decodeBinary", () => {
       expectSameDecoding(all, Uint8Array.from([(9 << 3) | 2, s.length, ...s]), `proto3 ${s}`);
       expectSameDecoding(legacy, Uint8Array.from([(2 << 3) | 2, s.length, ...s]), `proto2 ${s}`);
     }
-    expect(decodeBinary(all, Uint8Array.from([(9 << 3) | 2, 4, 0xef, 0xbb, 0xbf, 0x61]))).toMatchObject({ sString: "a" });
+    expect(decodeBinary(all, Uint8Array.from([(9 << 3) | 2, 4, 0xef, 0xbb, 0xbf, 0x61]))).toMatchObject({ sString: "\ufeffa" });
     expect(() => decodeBinary(all, Uint8Array.from([(9 << 3) | 2, 1, 0xff]))).toThrow();
   });
 
@@ -120,6 +120,33 @@ describe("decodeBinary", () => {
     });
     const struct = toBinary(StructSchema, create(StructSchema, { fields: { k: { kind: { case: "stringValue", value: "v" } } } }));
     expectSameDecoding(StructSchema, Buffer.concat([struct, struct]), "a Struct read as a message");
+  });
+
+  it("reads map entries as fromBinary does: `__proto__` an own key, other fields skipped, a message value given twice merged", () => {
+    // JSON.parse makes `__proto__` an own key, as a map or Struct decoded from the wire has it.
+    const protoKeys = toBinary(
+      all,
+      create(all, {
+        byName: JSON.parse('{"__proto__": 1, "b": 2}'),
+        metadata: JSON.parse('{"__proto__": {"a": 1}, "b": 2}'),
+      } as never),
+    );
+    expectSameDecoding(all, protoKeys, "__proto__ keys");
+    const decoded = decodeBinary(all, protoKeys) as unknown as Record<string, object>;
+    expect(Object.hasOwn(decoded["byName"]!, "__proto__")).toBe(true);
+    expect(Object.hasOwn(decoded["metadata"]!, "__proto__")).toBe(true);
+    // Field 64 is All.by_name (map<string, int32>): key "k", value 7, then a field 3 whose bytes
+    // would read as value 9 were they not skipped.
+    const extra = Uint8Array.from([0x82, 0x04, 9, 0x0a, 1, 0x6b, 0x10, 7, 0x1a, 2, 0x10, 9]);
+    expectSameDecoding(all, extra, "a map entry's field 3");
+    expect(decodeBinary(all, extra)).toMatchObject({ byName: { k: 7 } });
+    // Field 66 is All.by_flag (map<bool, All>): key true, then the value in two parts.
+    const one = toBinary(all, create(all, { sInt32: 1 } as never));
+    const two = toBinary(all, create(all, { sString: "a" } as never));
+    const parts = [0x08, 1, 0x12, one.length, ...one, 0x12, two.length, ...two];
+    const twice = Uint8Array.from([0x92, 0x04, parts.length, ...parts]);
+    expectSameDecoding(all, twice, "a map value given twice");
+    expect(decodeBinary(all, twice)).toMatchObject({ byFlag: { true: { sInt32: 1, sString: "a" } } });
   });
 
   it("refuses nesting past 100 levels, as fromBinary does", () => {

@@ -11,10 +11,11 @@ import { type FieldPlan, type Plan, planOf } from "./proto-binary.js";
  * what a request's decoding did. This reads straight into the message `create(schema)` makes, by
  * the plans `encodeBinary` writes with, and keeps protobuf-es's rules to the letter, its quirks
  * included: a known field is read as its type whatever the wire type says; scalar lists take packed
- * and unpacked items alike; a message field seen twice is merged; a map entry's fields other than 1
- * and 2 are not skipped; a nested message may read past its declared length; unknown fields keep
- * their bytes (views of `bytes`, as `bytes` fields are); strings of proto3 fields must be valid UTF-8,
- * and a leading byte-order mark is dropped, as `TextDecoder` drops it; messages nest at most 100 deep.
+ * and unpacked items alike; a message field seen twice is merged, in a map entry too; a map entry's
+ * fields other than 1 and 2 are skipped; a map or Struct key `__proto__` is an own property; a
+ * nested message may read past its declared length; unknown fields keep their bytes (views of
+ * `bytes`, as `bytes` fields are); strings of proto3 fields must be valid UTF-8, and a leading
+ * U+FEFF is text, kept; messages nest at most 100 deep.
  * `proto-binary-decode.test.ts` holds the two to equal results on valid and damaged input.
  */
 export function decodeBinary<Desc extends DescMessage>(schema: Desc, bytes: Uint8Array): MessageShape<Desc> {
@@ -41,7 +42,7 @@ type Unknown = { no: number; wireType: number; data: Uint8Array };
 
 const RECURSION_LIMIT = 100;
 const EMPTY = new Uint8Array(0);
-const lenientUtf8 = new TextDecoder();
+const lenientUtf8 = new TextDecoder("utf-8", { ignoreBOM: true });
 
 // The state of the one decoding under way (decoding is synchronous and never nests).
 let buf: Uint8Array = EMPTY;
@@ -133,21 +134,28 @@ function readMapEntry(field: FieldPlan, map: Record<string, unknown>): void {
   let key: unknown;
   let value: unknown;
   while (pos < end) {
-    const no = readTag() >>> 3;
-    // protobuf-es reads fields 1 and 2 and, for any other number, goes on to the next tag.
+    const tag = readTag();
+    const no = tag >>> 3;
     if (no === 1) key = readScalar(field, field.mapKey);
     else if (no === 2) {
       if (field.message) {
-        value = zeroMessage(field.message.desc);
+        // A value given twice in one entry is merged, as any message field is.
+        value ??= zeroMessage(field.message.desc);
         readMessage(field.message, value as Message, readVarint32());
       } else value = readScalar(field, field.scalar);
-    }
+    } else skip(tag & 7, no, RECURSION_LIMIT - depth);
   }
   if (key === undefined) key = zeroOf(field.mapKey, false);
   if (value === undefined) {
     value = field.message ? zeroMessage(field.message.desc) : (field.enumZero ?? zeroOf(field.scalar, field.longAsString));
   }
-  map[typeof key === "string" || typeof key === "number" ? key : String(key)] = value;
+  setOwn(map, typeof key === "string" ? key : String(key), value);
+}
+
+/** `object[key] = value`, except that a key `__proto__` becomes an own property, as protobuf-es sets it. */
+function setOwn(object: Record<string, unknown>, key: string, value: unknown): void {
+  if (key === "__proto__") Object.defineProperty(object, key, { value, writable: true, enumerable: true, configurable: true });
+  else object[key] = value;
 }
 
 function zeroOf(type: ScalarType, longAsString: boolean): unknown {
@@ -306,15 +314,15 @@ function readString(strict: boolean): string {
   text ??= Buffer.from(buf.buffer, buf.byteOffset, buf.byteLength);
   if (ascii) return text.toString("latin1", start, end);
   const bytes = buf.subarray(start, end);
-  // Valid and without a byte-order mark: Node's own slicing gives what TextDecoder gives.
-  if (isUtf8(bytes) && !(bytes[0] === 0xef && bytes[1] === 0xbb && bytes[2] === 0xbf)) return text.toString("utf8", start, end);
+  // Valid: Node's own slicing gives what TextDecoder gives (a leading U+FEFF kept by both).
+  if (isUtf8(bytes)) return text.toString("utf8", start, end);
   if (strict) return strictUtf8().decode(bytes);
   return lenientUtf8.decode(bytes);
 }
 
 let strictDecoder: InstanceType<typeof TextDecoder> | undefined;
 function strictUtf8(): InstanceType<typeof TextDecoder> {
-  strictDecoder ??= new TextDecoder("utf-8", { fatal: true });
+  strictDecoder ??= new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
   return strictDecoder;
 }
 
@@ -456,7 +464,7 @@ type ValueMessage = { kind: { case: string | undefined; value?: unknown } };
 
 function structToJson(struct: Message): Record<string, unknown> {
   const json: Record<string, unknown> = {};
-  for (const [key, value] of Object.entries((struct as StructMessage).fields)) json[key] = valueToJson(value);
+  for (const [key, value] of Object.entries((struct as StructMessage).fields)) setOwn(json, key, valueToJson(value));
   return json;
 }
 
@@ -477,7 +485,7 @@ function valueToJson(value: ValueMessage): unknown {
 function structFromJson(json: unknown): Message {
   const struct = { $typeName: "google.protobuf.Struct", fields: {} as Record<string, unknown> };
   if (json !== null && typeof json === "object" && !Array.isArray(json)) {
-    for (const [key, value] of Object.entries(json)) struct.fields[key] = valueFromJson(value);
+    for (const [key, value] of Object.entries(json)) setOwn(struct.fields, key, valueFromJson(value));
   }
   return struct;
 }

@@ -659,12 +659,9 @@ function measureStruct(json: unknown): number {
   return size;
 }
 
-/**
- * An own key of the JSON object, as protobuf-es takes them into a Struct, except `__proto__`: it
- * assigns each key to a new object, where that one sets the prototype and so is not written.
- */
+/** An own key of the JSON object, as protobuf-es takes them into a Struct (`__proto__` included). */
 function structKey(json: object, key: string): boolean {
-  return key !== "__proto__" && Object.hasOwn(json, key);
+  return Object.hasOwn(json, key);
 }
 
 function measureNestedValue(json: unknown): number {

@@ -3,9 +3,10 @@ import { createHmac } from "node:crypto";
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import ts from "typescript";
+// TypeScript 7 ships no compiler API; its 6.0 package, installed beside it, does (docs/dependencies.md).
+import ts from "@typescript/typescript6";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 // The package as a receiver gets it: `pnpm pack` (which builds it), installed with npm into a
@@ -13,7 +14,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 // `require`, and type-checked by a consumer with TypeScript's Node resolution.
 
 const PACKAGE_DIR = fileURLToPath(new URL("..", import.meta.url));
-const TSC = createRequire(import.meta.url).resolve("typescript/bin/tsc");
+// TypeScript's compiler as its package.json names it ("bin"): the package exports no path to it.
+const TS_MANIFEST = createRequire(import.meta.url).resolve("typescript/package.json");
+const TSC = join(dirname(TS_MANIFEST), JSON.parse(readFileSync(TS_MANIFEST, "utf8")).bin.tsc);
 
 let dir: string;
 let tarball: string;
