@@ -142,6 +142,7 @@ async function story(wire: Wire): Promise<Answer[]> {
   const alice = (await c.ledger.createEntity({ entityName: "Alice", entityType: "customer", metadata: { tier: "gold", n: 2 } })).entity!
     .entityId;
   const bob = (await c.ledger.createEntity({ entityName: "Bob", entityType: "customer" })).entity!.entityId;
+  await c.ledger.updateEntity({ entityId: alice, entityName: "Alice B", metadata: { n: null, since: 2026 }, overdraftLimit: 100n });
   const { credit } = await c.ledger.fundEntity({ entityId: alice, amount: 10_000n, description: "Salary" });
   await c.ledger.defundEntity({ entityId: alice, amount: 50n });
 

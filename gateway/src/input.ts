@@ -24,6 +24,12 @@ export function stringField(fields: Fields, name: string): string {
   return value;
 }
 
+/** A string field that may be left out: undefined when absent or null, so an update leaves it as it is. */
+export function optionalStringField(fields: Fields, name: string): string | undefined {
+  const value = fields[name];
+  return value === undefined || value === null ? undefined : stringField(fields, name);
+}
+
 /**
  * An amount: a JSON integer in minor units, 1 to MAX_AMOUNT (2^53-1). Floats, strings, zero and negatives are
  * refused here with the field's name; an absent amount reads as 0 and the service says it is required.

@@ -14,6 +14,7 @@ import {
   limitParam,
   onlyKnown,
   metadataField,
+  optionalStringField,
   objectField,
   overdraftLimitField,
   optionalParam,
@@ -194,6 +195,29 @@ export const ledgerRoutes: Route[] = [
     query: ["entity_id"],
     async handle({ query, programId, call }, { ledger }) {
       const res = await ledger.getEntity({ programId, entityId: requiredParam(query, "entity_id") }, call);
+      return { entity: renderEntity(res.entity!) };
+    },
+  },
+  {
+    method: "PUT",
+    path: "/entity",
+    body: ["entity_id", "entity_name", "entity_type", "metadata", "overdraft_limit"],
+    async handle({ body, programId, call }, { ledger }) {
+      const entityName = optionalStringField(body, "entity_name");
+      const entityType = optionalStringField(body, "entity_type");
+      const metadata = metadataField(body);
+      const overdraftLimit = overdraftLimitField(body);
+      const res = await ledger.updateEntity(
+        {
+          programId,
+          entityId: stringField(body, "entity_id"),
+          ...(entityName !== undefined ? { entityName } : {}),
+          ...(entityType !== undefined ? { entityType } : {}),
+          ...(metadata ? { metadata } : {}),
+          ...(overdraftLimit !== undefined ? { overdraftLimit } : {}),
+        },
+        call,
+      );
       return { entity: renderEntity(res.entity!) };
     },
   },

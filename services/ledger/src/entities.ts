@@ -1,6 +1,6 @@
 import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { isId, newId, notFound, storedMetadata, type Sql, type Tx } from "@ledger/common";
+import { isId, newId, notFound, parseMetadata, ruleViolation, storedMetadata, type Sql, type Tx } from "@ledger/common";
 import { EntityStatus, type EntitySchema } from "@ledger/proto/ledger/v1/ledger_pb.js";
 
 /** An entity row with its balances. */
@@ -21,6 +21,7 @@ export interface EntityRow {
   pending_credits: bigint;
   held: bigint;
   created_at: Date;
+  updated_at: Date;
 }
 
 /** What can be spent: posted minus what pending debits and holds have set aside. */
@@ -56,6 +57,64 @@ export async function findEntity(sql: Sql | Tx, accountId: string, programId: st
     select * from entities where id = ${entityId} and account_id = ${accountId} and program_id = ${programId}`;
   if (!row) throw notFound("entity", entityId);
   return row;
+}
+
+/** What an update changes; a field left out stays as it is. */
+export interface EntityChanges {
+  name?: string;
+  type?: string;
+  /** Keys to merge into the stored metadata; a key whose value is null is removed. */
+  metadata?: JsonObject;
+  overdraftLimit?: bigint;
+}
+
+/**
+ * Reads one entity of a program and locks its row as money commands do (money-load.ts), so a change
+ * and a money command on the same entity take turns. It is the only row the caller locks, so it
+ * cannot wait in a cycle with a money command (docs/architecture.md#money-rules-and-invariants).
+ */
+export async function lockEntity(tx: Tx, accountId: string, programId: string, entityId: string): Promise<EntityRow> {
+  if (!isId("entity", entityId)) throw notFound("entity", entityId);
+  const [row] = await tx<EntityRow[]>`
+    select * from entities where id = ${entityId} and account_id = ${accountId} and program_id = ${programId} for update`;
+  if (!row) throw notFound("entity", entityId);
+  return row;
+}
+
+/** `stored` with `patch` merged in key by key, a null value removing its key; null when nothing is left. */
+export function mergeMetadata(stored: JsonObject | null, patch: JsonObject): JsonObject | null {
+  const merged: JsonObject = {};
+  for (const [key, value] of Object.entries(stored ?? {})) merged[key] = value;
+  for (const [key, value] of Object.entries(patch)) {
+    if (value === null) delete merged[key];
+    else merged[key] = value;
+  }
+  return Object.keys(merged).length > 0 ? merged : null;
+}
+
+/**
+ * Applies `changes` to a locked entity and answers the row after the change. The external entity
+ * takes a name and metadata only: its type marks it, and it may go negative anyway. The merged
+ * metadata must still be within the limits of metadata.
+ */
+export async function updateEntity(tx: Tx, row: EntityRow, changes: EntityChanges): Promise<EntityRow> {
+  if (row.is_external && (changes.type !== undefined || changes.overdraftLimit !== undefined)) {
+    throw ruleViolation("invalid_state", `entity ${row.id} is a program's external entity; only its name and metadata can change`, {
+      is_external: true,
+    });
+  }
+  const metadata = changes.metadata === undefined ? row.metadata : mergeMetadata(row.metadata, changes.metadata);
+  if (metadata) parseMetadata(metadata);
+  const [updated] = await tx<EntityRow[]>`
+    update entities set
+      name = ${changes.name ?? row.name},
+      type = ${changes.type ?? row.type},
+      metadata = ${metadata === null ? null : tx.json(metadata)},
+      overdraft_limit = ${changes.overdraftLimit ?? row.overdraft_limit},
+      updated_at = now()
+    where id = ${row.id}
+    returning *`;
+  return updated!;
 }
 
 /** Reads a page of a program's entities, newest first. */

@@ -2,6 +2,7 @@ import { create } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { encodeBinary, newId, storedMetadata } from "@ledger/common";
 import { EventSchema, type Event } from "@ledger/proto/events/v1/events_pb.js";
+import { entityToProto, type EntityRow } from "./entities.js";
 import { directionToProto, statusToProto, type GroupRow } from "./groups.js";
 import { Writer } from "./wire.js";
 
@@ -57,6 +58,23 @@ export function transactionEvent(
         transactionStatus: statusToProto(group.status),
       },
     },
+  });
+}
+
+/** The entity event types (docs/webhooks.md#how-events-become-deliveries). */
+export type EntityEventType = "entity.updated";
+
+/** Builds an `entity.*` event whose data is `row`, the entity after the change. */
+export function entityEvent(type: EntityEventType, row: EntityRow, origin: { requestId: string; traceparent: string }): Event {
+  return create(EventSchema, {
+    id: newId("event"),
+    type,
+    accountId: row.account_id,
+    programId: row.program_id,
+    created: timestampFromDate(row.updated_at),
+    requestId: origin.requestId,
+    traceparent: origin.traceparent,
+    data: { case: "entity", value: entityToProto(row) },
   });
 }
 

@@ -45,6 +45,8 @@ import {
   ReverseTransactionRequestSchema,
   ReverseTransactionResponseSchema,
   TransactionStatus,
+  UpdateEntityRequestSchema,
+  UpdateEntityResponseSchema,
   UpdateProgramRequestSchema,
   UpdateProgramResponseSchema,
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
@@ -52,7 +54,8 @@ import { answersInJson, batchMessage, batchResponse } from "./batch-response.js"
 import { AtomicRefusal, type Applied, type Submission } from "./batch-units.js";
 import type { createBatcher } from "./batcher.js";
 import { createWritePath, groupOf } from "./write-path.js";
-import { entityToProto, findEntity, insertEntity, listEntities } from "./entities.js";
+import { entityToProto, findEntity, insertEntity, listEntities, lockEntity, updateEntity, type EntityChanges } from "./entities.js";
+import { entityEvent } from "./events.js";
 import { findGroup, findLeg, groupToProto, legToProto, listLegs, statusFromProto } from "./groups.js";
 import { parseLegs, type LegSpec, type MoneyCommand } from "./money.js";
 import {
@@ -169,6 +172,25 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
       const rows = await listEntities(sql, programId, Object.assign({}, page, { type: req.entityType || undefined }));
       const result = toPage(rows, page, (row) => row.id);
       return { entities: result.items.map(entityToProto), page: result.page };
+    },
+
+    async updateEntity(req, ctx) {
+      const base = await scope(ctx, req.programId);
+      const entityId = requireId(req.entityId, "entity_id");
+      const changes: EntityChanges = {};
+      if (req.entityName !== undefined) changes.name = parseName(req.entityName, "entity_name");
+      if (req.entityType !== undefined) changes.type = parseName(req.entityType, "entity_type");
+      const metadata = parseMetadata(req.metadata);
+      if (metadata && Object.keys(metadata).length > 0) changes.metadata = metadata;
+      if (req.overdraftLimit !== undefined) changes.overdraftLimit = parseOverdraftLimit(req.overdraftLimit);
+      if (Object.keys(changes).length === 0) {
+        throw invalidArgument("nothing to change: give entity_name, entity_type, metadata or overdraft_limit");
+      }
+      return mutate(ctx, UpdateEntityRequestSchema, req, UpdateEntityResponseSchema, async (tx) => {
+        const row = await updateEntity(tx, await lockEntity(tx, base.accountId, base.programId, entityId), changes);
+        await deps.outbox.enqueue(tx, [entityEvent("entity.updated", row, base)]);
+        return { entity: entityToProto(row) };
+      });
     },
 
     async fundEntity(req, ctx) {

@@ -51,6 +51,7 @@ function row(
     pending_credits: 0n,
     held: 0n,
     created_at: new Date(0),
+    updated_at: new Date(0),
     ...balances,
   };
 }

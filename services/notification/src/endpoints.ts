@@ -17,6 +17,7 @@ export const EVENT_TYPES = [
   "hold.created",
   "hold.captured",
   "hold.released",
+  "entity.updated",
 ] as const;
 
 /** An endpoints row, without its secrets. */

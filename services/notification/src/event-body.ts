@@ -3,7 +3,7 @@ import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { amountToJson, enumWordOr } from "@ledger/common";
 import type { Event, HoldEventData, TransactionEventData } from "@ledger/proto/events/v1/events_pb.js";
 import { HoldReleaseReasonSchema, HoldStatusSchema } from "@ledger/proto/hold/v1/hold_pb.js";
-import { DirectionSchema, TransactionStatusSchema } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import { DirectionSchema, EntityStatusSchema, TransactionStatusSchema, type Entity } from "@ledger/proto/ledger/v1/ledger_pb.js";
 
 // The delivered body (docs/webhooks.md#a-delivery), built once per event when it arrives and stored as text:
 // every attempt sends, and signs, exactly these bytes. Names are snake_case and amounts JSON
@@ -63,6 +63,30 @@ function holdData(d: HoldEventData): JsonObject {
   };
 }
 
+/** The entity after the change, as `GET /entity` shows it, with its program. */
+function entityData(d: Entity): JsonObject {
+  const b = d.balances;
+  return {
+    entity_id: d.entityId,
+    entity_name: d.entityName,
+    entity_type: d.entityType,
+    status: enumWordOr(EntityStatusSchema, d.status, ""),
+    currency_code: d.currencyCode,
+    metadata: (d.metadata ?? {}) as JsonValue,
+    program_id: d.programId,
+    is_external: d.isExternal,
+    overdraft_limit: amountToJson(d.overdraftLimit),
+    created_at: iso(d.createdAt),
+    balances: {
+      posted: amountToJson(b?.posted ?? 0n),
+      pending_debits: amountToJson(b?.pendingDebits ?? 0n),
+      pending_credits: amountToJson(b?.pendingCredits ?? 0n),
+      held: amountToJson(b?.held ?? 0n),
+      available: amountToJson(b?.available ?? 0n),
+    },
+  };
+}
+
 /** The `data` object of an event. */
 export function eventData(event: Event): JsonObject {
   switch (event.data.case) {
@@ -70,6 +94,8 @@ export function eventData(event: Event): JsonObject {
       return transactionData(event.data.value);
     case "hold":
       return holdData(event.data.value);
+    case "entity":
+      return entityData(event.data.value);
     default:
       return {};
   }
