@@ -178,9 +178,8 @@ function ignoreStreamError(): void {}
 
 /**
  * A request's message, as Connect's binary serialization parses it (its size limit and its errors,
- * word for word), decoded by `codec`. Bytes that are not the message are the caller's mistake:
- * invalid_argument, as our patch of Connect makes connect-node answer them too
- * (patches/@connectrpc__connect@2.1.2.patch; Connect itself says internal).
+ * word for word, and its code: bytes that are not the message are internal to Connect, a documented
+ * difference from the rest of our API, docs/api.md), decoded by `codec`.
  */
 export function parseRequest(codec: BinaryCodec, desc: DescMessage, bytes: Uint8Array, readMaxBytes: number): Message {
   if (bytes.byteLength > readMaxBytes) {
@@ -192,19 +191,16 @@ export function parseRequest(codec: BinaryCodec, desc: DescMessage, bytes: Uint8
   try {
     return codec.decode(desc, bytes);
   } catch (e) {
-    throw new ConnectError(`parse binary: ${e instanceof Error ? e.message : String(e)}`, Code.InvalidArgument);
+    throw new ConnectError(`parse binary: ${e instanceof Error ? e.message : String(e)}`, Code.Internal);
   }
 }
-
-/** Aborts a finished call's signal, as Connect's own handler context does. */
-const callCompleted = new ConnectError("the call has completed", Code.Canceled);
 
 /**
  * The handler context of one call, as Connect's `createHandlerContext` builds it, except that its
  * signal (an `AbortController`, a deadline timer and a link to the shutdown signal) is made only
  * when something reads it: no interceptor or handler of ours does, and building them for every
  * call was most of what the context cost. Read, it behaves as Connect's: aborted at the deadline,
- * when the client goes away, at shutdown, and with "the call has completed" at the end.
+ * when the client goes away, at shutdown, and with no reason (an `AbortError`) at the end.
  */
 export class CallContext implements HandlerContext {
   readonly service: DescService;
@@ -217,7 +213,9 @@ export class CallContext implements HandlerContext {
   private controller: AbortController | undefined;
   private timer: NodeJS.Timeout | undefined;
   private onShutdown: (() => void) | undefined;
-  private ended: unknown;
+  private ended = false;
+  /** Why the call ended; undefined when it completed, which aborts with an `AbortError` as Connect's does. */
+  private endReason: unknown;
 
   constructor(
     spec: UnarySpec,
@@ -240,8 +238,8 @@ export class CallContext implements HandlerContext {
     if (this.controller) return this.controller.signal;
     const controller = new AbortController();
     this.controller = controller;
-    if (this.ended !== undefined) {
-      controller.abort(this.ended);
+    if (this.ended) {
+      controller.abort(this.endReason);
       return controller.signal;
     }
     if (this.shutdown?.aborted) controller.abort(this.shutdown.reason);
@@ -260,11 +258,12 @@ export class CallContext implements HandlerContext {
 
   /** Ends the call's signal with `reason` (the call completed, when none); the first reason stays. */
   abort(reason?: unknown): void {
-    if (this.ended !== undefined) return;
-    this.ended = reason ?? callCompleted;
+    if (this.ended) return;
+    this.ended = true;
+    this.endReason = reason;
     if (this.timer) clearTimeout(this.timer);
     if (this.onShutdown) this.shutdown?.removeEventListener("abort", this.onShutdown);
-    this.controller?.abort(this.ended);
+    this.controller?.abort(reason);
   }
 }
 
