@@ -143,6 +143,10 @@ async function story(wire: Wire): Promise<Answer[]> {
     .entityId;
   const bob = (await c.ledger.createEntity({ entityName: "Bob", entityType: "customer" })).entity!.entityId;
   await c.ledger.updateEntity({ entityId: alice, entityName: "Alice B", metadata: { n: null, since: 2026 }, overdraftLimit: 100n });
+  const carol = (await c.ledger.createEntity({ entityName: "Carol", entityType: "customer" })).entity!.entityId;
+  await c.ledger.freezeEntity({ entityId: carol, reason: "review" });
+  await c.ledger.unfreezeEntity({ entityId: carol });
+  await c.ledger.closeEntity({ entityId: carol });
   const { credit } = await c.ledger.fundEntity({ entityId: alice, amount: 10_000n, description: "Salary" });
   await c.ledger.defundEntity({ entityId: alice, amount: 50n });
 

@@ -54,6 +54,7 @@ export function renderEntity(entity: Entity) {
     entity_name: entity.entityName,
     entity_type: entity.entityType,
     status: enumWord(EntityStatusSchema, entity.status),
+    status_reason: entity.statusReason,
     currency_code: entity.currencyCode,
     metadata: entity.metadata ?? {},
     program_id: entity.programId,

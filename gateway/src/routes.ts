@@ -235,6 +235,36 @@ export const ledgerRoutes: Route[] = [
   },
   {
     method: "POST",
+    path: "/entity/freeze",
+    body: ["entity_id", "reason"],
+    async handle({ body, programId, call }, { ledger }) {
+      const res = await ledger.freezeEntity(
+        { programId, entityId: stringField(body, "entity_id"), reason: stringField(body, "reason") },
+        call,
+      );
+      return { entity: renderEntity(res.entity!) };
+    },
+  },
+  {
+    method: "POST",
+    path: "/entity/unfreeze",
+    body: ["entity_id"],
+    async handle({ body, programId, call }, { ledger }) {
+      const res = await ledger.unfreezeEntity({ programId, entityId: stringField(body, "entity_id") }, call);
+      return { entity: renderEntity(res.entity!) };
+    },
+  },
+  {
+    method: "POST",
+    path: "/entity/close",
+    body: ["entity_id"],
+    async handle({ body, programId, call }, { ledger }) {
+      const res = await ledger.closeEntity({ programId, entityId: stringField(body, "entity_id") }, call);
+      return { entity: renderEntity(res.entity!) };
+    },
+  },
+  {
+    method: "POST",
     path: "/entity/fund",
     body: ["amount", "entity_id", "description"],
     async handle({ body, programId, call }, { ledger }) {

@@ -7,6 +7,9 @@ import { appError } from "./errors.js";
 
 /** The ledger's check that keeps every balance within ±MAX_BALANCE (services/ledger/migrations/0008_balances_within_json_integers.sql). */
 const BALANCE_RANGE_CONSTRAINT = "entity_balances_within_json_integers";
+/** The ledger's checks of a frozen and a closed entity (services/ledger/migrations/0010_entity_status.sql). */
+const FROZEN_CONSTRAINT = "frozen_entity_not_debited";
+const CLOSED_CONSTRAINT = "closed_entity_is_empty";
 
 /**
  * What a client may see of an error. Deliberate errors pass through; anything else (a database
@@ -28,6 +31,18 @@ export function clientSafeError(err: unknown): ConnectError {
       "balance_out_of_range",
       `a balance would go past ±${MAX_BALANCE}, the bound of every balance; nothing was changed`,
       { limit: Number(MAX_BALANCE) },
+      err,
+    );
+  }
+  const constraint = state === "23514" ? (err as { constraint_name?: string }).constraint_name : undefined;
+  if (constraint === FROZEN_CONSTRAINT || constraint === CLOSED_CONSTRAINT) {
+    // An entity's status caught what the money rules should have refused first.
+    const frozen = constraint === FROZEN_CONSTRAINT;
+    return appError(
+      Code.FailedPrecondition,
+      frozen ? "entity_frozen" : "entity_closed",
+      frozen ? "the entity is frozen; it takes no new debits" : "the entity is closed",
+      undefined,
       err,
     );
   }

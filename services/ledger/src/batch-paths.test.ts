@@ -166,6 +166,7 @@ const entity = (id: string, posted: bigint): BookEntity => ({
   program_id: PROGRAM,
   currency_code: "USD",
   is_external: false,
+  status: "active",
   overdraft_limit: 0n,
   posted,
   pending_debits: 0n,

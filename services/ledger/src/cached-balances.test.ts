@@ -396,6 +396,7 @@ describe("EntityCache", () => {
     program_id: "prog",
     currency_code: "USD",
     is_external,
+    status: "active",
     overdraft_limit: 0n,
     posted: 0n,
     pending_debits: 0n,

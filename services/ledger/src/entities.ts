@@ -10,7 +10,10 @@ export interface EntityRow {
   program_id: string;
   name: string;
   type: string;
+  /** `active`, `frozen` or `closed` (docs/api.md#entities-over-time). */
   status: string;
+  /** The reason given when it was frozen; empty otherwise. */
+  status_reason: string;
   currency_code: string;
   metadata: JsonObject | null;
   is_external: boolean;
@@ -131,6 +134,45 @@ export async function listEntities(
     order by id desc limit ${page.limit + 1}`;
 }
 
+const STATUS_TO_PROTO: Record<string, EntityStatus> = {
+  active: EntityStatus.ACTIVE,
+  frozen: EntityStatus.FROZEN,
+  closed: EntityStatus.CLOSED,
+};
+
+/** A lifecycle step of an entity: what it does to the status. */
+export type StatusChange = { to: "frozen"; reason: string } | { to: "active" } | { to: "closed" };
+
+/**
+ * Moves a locked entity to another status. Freeze takes an active entity, unfreeze a frozen one,
+ * close either, and only with every balance at zero (read under the lock, so no money command can
+ * change them until this transaction ends). Closed is final, and the external entity stays active.
+ */
+export async function changeStatus(tx: Tx, row: EntityRow, change: StatusChange): Promise<EntityRow> {
+  const step = change.to === "frozen" ? "frozen" : change.to === "active" ? "unfrozen" : "closed";
+  if (row.is_external) {
+    throw ruleViolation("invalid_state", `entity ${row.id} is a program's external entity; it cannot be ${step}`, { is_external: true });
+  }
+  const allowed = change.to === "frozen" ? ["active"] : change.to === "active" ? ["frozen"] : ["active", "frozen"];
+  if (!allowed.includes(row.status)) {
+    throw ruleViolation("invalid_state", `entity ${row.id} is ${row.status}; it cannot be ${step}`, { status: row.status });
+  }
+  if (change.to === "closed" && (row.posted !== 0n || row.pending_debits !== 0n || row.pending_credits !== 0n || row.held !== 0n)) {
+    throw ruleViolation("entity_not_empty", `entity ${row.id} has money or money in flight; every balance must be zero to close it`, {
+      entity_id: row.id,
+      posted: Number(row.posted),
+      pending_debits: Number(row.pending_debits),
+      pending_credits: Number(row.pending_credits),
+      held: Number(row.held),
+    });
+  }
+  const [updated] = await tx<EntityRow[]>`
+    update entities set status = ${change.to}, status_reason = ${change.to === "frozen" ? change.reason : ""}, updated_at = now()
+    where id = ${row.id}
+    returning *`;
+  return updated!;
+}
+
 /** The API form of an entity, balances included. */
 export function entityToProto(row: EntityRow): MessageInitShape<typeof EntitySchema> {
   return {
@@ -138,7 +180,8 @@ export function entityToProto(row: EntityRow): MessageInitShape<typeof EntitySch
     programId: row.program_id,
     entityName: row.name,
     entityType: row.type,
-    status: row.status === "active" ? EntityStatus.ACTIVE : EntityStatus.UNSPECIFIED,
+    status: STATUS_TO_PROTO[row.status] ?? EntityStatus.UNSPECIFIED,
+    statusReason: row.status_reason,
     currencyCode: row.currency_code,
     ...(row.metadata ? { metadata: storedMetadata(row.metadata) } : {}),
     isExternal: row.is_external,

@@ -16,6 +16,7 @@ import {
   principalOf,
   toPage,
   type Sql,
+  type Tx,
 } from "@ledger/common";
 import type { Outbox } from "@ledger/common";
 import {
@@ -45,6 +46,12 @@ import {
   ReverseTransactionRequestSchema,
   ReverseTransactionResponseSchema,
   TransactionStatus,
+  CloseEntityRequestSchema,
+  CloseEntityResponseSchema,
+  FreezeEntityRequestSchema,
+  FreezeEntityResponseSchema,
+  UnfreezeEntityRequestSchema,
+  UnfreezeEntityResponseSchema,
   UpdateEntityRequestSchema,
   UpdateEntityResponseSchema,
   UpdateProgramRequestSchema,
@@ -54,7 +61,17 @@ import { answersInJson, batchMessage, batchResponse } from "./batch-response.js"
 import { AtomicRefusal, type Applied, type Submission } from "./batch-units.js";
 import type { createBatcher } from "./batcher.js";
 import { createWritePath, groupOf } from "./write-path.js";
-import { entityToProto, findEntity, insertEntity, listEntities, lockEntity, updateEntity, type EntityChanges } from "./entities.js";
+import {
+  changeStatus,
+  entityToProto,
+  findEntity,
+  insertEntity,
+  listEntities,
+  lockEntity,
+  updateEntity,
+  type EntityChanges,
+  type StatusChange,
+} from "./entities.js";
 import { entityEvent } from "./events.js";
 import { findGroup, findLeg, groupToProto, legToProto, listLegs, statusFromProto } from "./groups.js";
 import { parseLegs, type LegSpec, type MoneyCommand } from "./money.js";
@@ -141,6 +158,17 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
     return { kind: "settle" as const, ...base, groupId, to, reason };
   }
 
+  /**
+   * Freeze, unfreeze or close, inside the call's transaction: the entity's row is locked as money
+   * commands lock it, so the change commits between two of them, and every debit that commits after
+   * a freeze sees it.
+   */
+  async function entityStep(tx: Tx, base: CommandScope, entityId: string, change: StatusChange) {
+    const row = await changeStatus(tx, await lockEntity(tx, base.accountId, base.programId, entityId), change);
+    await deps.outbox.enqueue(tx, [entityEvent("entity.updated", row, base)]);
+    return { entity: entityToProto(row) };
+  }
+
   const groupResponse = (outcome: Applied) => ({ transactionGroup: groupToProto(groupOf(outcome)) });
 
   return {
@@ -191,6 +219,29 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
         await deps.outbox.enqueue(tx, [entityEvent("entity.updated", row, base)]);
         return { entity: entityToProto(row) };
       });
+    },
+
+    async freezeEntity(req, ctx) {
+      const base = await scope(ctx, req.programId);
+      const entityId = requireId(req.entityId, "entity_id");
+      const change: StatusChange = { to: "frozen", reason: parseText(req.reason, "reason") };
+      return mutate(ctx, FreezeEntityRequestSchema, req, FreezeEntityResponseSchema, (tx) => entityStep(tx, base, entityId, change));
+    },
+
+    async unfreezeEntity(req, ctx) {
+      const base = await scope(ctx, req.programId);
+      const entityId = requireId(req.entityId, "entity_id");
+      return mutate(ctx, UnfreezeEntityRequestSchema, req, UnfreezeEntityResponseSchema, (tx) =>
+        entityStep(tx, base, entityId, { to: "active" }),
+      );
+    },
+
+    async closeEntity(req, ctx) {
+      const base = await scope(ctx, req.programId);
+      const entityId = requireId(req.entityId, "entity_id");
+      return mutate(ctx, CloseEntityRequestSchema, req, CloseEntityResponseSchema, (tx) =>
+        entityStep(tx, base, entityId, { to: "closed" }),
+      );
     },
 
     async fundEntity(req, ctx) {

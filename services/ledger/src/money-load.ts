@@ -17,7 +17,7 @@ export type ExternalBalances = Pick<EntityRow, "id" | "posted" | "pending_debits
 
 /** The columns of an entity row the rules read (`BookEntity`), with the row's version. */
 export const BOOK_ENTITY_COLUMNS =
-  "id, account_id, program_id, currency_code, is_external, overdraft_limit, posted, pending_debits, pending_credits, held, xmin::text as version";
+  "id, account_id, program_id, currency_code, is_external, status, overdraft_limit, posted, pending_debits, pending_credits, held, xmin::text as version";
 
 /**
  * The entity rows this process read or wrote last, so that a batch of transfers between entities

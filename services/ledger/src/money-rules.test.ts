@@ -32,7 +32,7 @@ type TestRow = EntityRow & BookEntity;
 
 function row(
   id: string,
-  balances: Partial<Pick<EntityRow, "posted" | "pending_debits" | "pending_credits" | "held" | "overdraft_limit">> = {},
+  balances: Partial<Pick<EntityRow, "posted" | "pending_debits" | "pending_credits" | "held" | "overdraft_limit" | "status">> = {},
 ): TestRow {
   return {
     id,
@@ -42,6 +42,7 @@ function row(
     name: id,
     type: "wallet",
     status: "active",
+    status_reason: "",
     currency_code: "USD",
     metadata: null,
     is_external: id === EXTERNAL,
@@ -171,7 +172,8 @@ const overdraftLimit = fc.oneof(fc.constant(0n), fc.bigInt({ min: 1n, max: 1000n
  * with posted and pending credits near 0 or near MAX, the external one with posted near 0 or near
  * -MAX (each deposit takes it down). They need not sum to zero: the rules never look at the sum.
  * Ordinary entities have overdraft limits, and some are already overdrawn, past their limit too
- * when it was lowered after they spent.
+ * when it was lowered after they spent. Some are frozen, and some closed (with every balance at
+ * zero, as closing requires).
  */
 const startRows = fc
   .record({
@@ -182,15 +184,19 @@ const startRows = fc
           posted: fc.oneof(anywhere(MAX), fc.bigInt({ min: -1000n, max: -1n })),
           pendingCredits: anywhere(MAX),
           overdraftLimit,
+          status: fc.constantFrom("active", "active", "frozen", "closed"),
         }),
       ),
     ),
   })
   .map(({ external, ordinary }) => [
     row(EXTERNAL, { posted: external }),
-    ...ORDINARY.map((id, i) =>
-      row(id, { posted: ordinary[i]!.posted, pending_credits: ordinary[i]!.pendingCredits, overdraft_limit: ordinary[i]!.overdraftLimit }),
-    ),
+    ...ORDINARY.map((id, i) => {
+      const { posted, pendingCredits, overdraftLimit, status } = ordinary[i]!;
+      return status === "closed"
+        ? row(id, { status, overdraft_limit: overdraftLimit })
+        : row(id, { posted, pending_credits: pendingCredits, overdraft_limit: overdraftLimit, status });
+    }),
     row(OTHER_ACCOUNT),
   ]);
 
@@ -225,19 +231,22 @@ describe("money rules (pure)", () => {
     );
   });
 
-  it("conserves money and keeps available at minus the overdraft limit or above, whatever is refused", () => {
+  it("conserves money, keeps available at minus the overdraft limit or above, debits no frozen entity and touches no closed one", () => {
     fc.assert(
       fc.property(startRows, fc.array(command, { minLength: 1, maxLength: 40 }), (rows, commands) => {
         const book = bookOf(rows);
         for (const c of commands) {
           const before = rowsAfter(book, rows);
           book.apply(c);
-          // An entity below its limit (the limit was lowered) may stay there, but go no lower.
+          // An entity below its limit (the limit was lowered) may stay there, but go no lower. A
+          // frozen entity's available never goes down; a closed entity never changes.
           rowsAfter(book, rows).forEach((r, i) => {
             if (r.is_external) return;
             const available = r.posted - r.pending_debits - r.held;
             const was = before[i]!.posted - before[i]!.pending_debits - before[i]!.held;
             if (available < was) expect(available).toBeGreaterThanOrEqual(-r.overdraft_limit);
+            if (r.status === "frozen") expect(available).toBeGreaterThanOrEqual(was);
+            if (r.status === "closed") expect(balancesOf([r])).toEqual(balancesOf([before[i]!]));
           });
         }
         const after = rowsAfter(book, rows);
@@ -370,7 +379,8 @@ describe("money rules (pure)", () => {
         if (op.kind === "fund") {
           outcome = book.apply({ kind: "fund", ...base, entityId: op.to, amount: op.amount, description: "fund" });
           const external = byId.get(EXTERNAL)!;
-          if (external.posted - op.amount < -MAX) expected = `${EXTERNAL} posted`;
+          if (byId.get(op.to)!.status === "closed") expected = "entity_closed";
+          else if (external.posted - op.amount < -MAX) expected = `${EXTERNAL} posted`;
           else if (byId.get(op.to)!.posted + op.amount > MAX) expected = `${op.to} posted`;
           else expected = "ok";
         } else {
@@ -389,7 +399,11 @@ describe("money rules (pure)", () => {
           const to = byId.get(op.to)!;
           const after = op.kind === "posted" ? to.posted + op.amount : to.pending_credits + op.amount;
           const overdrawn = from.posted - op.amount < -from.overdraft_limit;
-          if (op.from === op.to) expected = op.kind === "posted" ? "ok" : overdrawn ? "insufficient_funds" : "ok";
+          // The legs' statuses come first, the debit's then the credit's.
+          if (from.status === "closed") expected = "entity_closed";
+          else if (from.status === "frozen") expected = "entity_frozen";
+          else if (to.status === "closed") expected = "entity_closed";
+          else if (op.from === op.to) expected = op.kind === "posted" ? "ok" : overdrawn ? "insufficient_funds" : "ok";
           else if (overdrawn) expected = "insufficient_funds";
           else if (after > MAX) expected = `${op.to} ${op.kind === "posted" ? "posted" : "pending_credits"}`;
           else expected = "ok";

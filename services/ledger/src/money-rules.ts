@@ -106,8 +106,8 @@ export function parseLegs(legs: LegSpec[]): LegSpec[] {
 }
 
 /**
- * What the rules read of an entity: who owns it, its currency, whether it is external, how far
- * below zero it may go, and its balances, with `version`, the Postgres row version (xmin) those
+ * What the rules read of an entity: who owns it, its currency, whether it is external, whether it
+ * is active, frozen or closed, how far below zero it may go, and its balances, with `version`, the Postgres row version (xmin) those
  * are of.
  */
 export type BookEntity = Pick<
@@ -117,6 +117,7 @@ export type BookEntity = Pick<
   | "program_id"
   | "currency_code"
   | "is_external"
+  | "status"
   | "overdraft_limit"
   | "posted"
   | "pending_debits"
@@ -457,6 +458,7 @@ function applyOne(command: MoneyCommand, ctx: ApplyContext): Effects {
       }
       const entity = entityOf(command, command.entityId, ctx);
       if (entity.is_external) throw invalidArgument("funds cannot be held in a program's external entity");
+      checkStatus(entity, "debit");
       const before = ctx.before(entity.id);
       const state = ctx.stage(entity.id);
       state.held += command.amount;
@@ -507,6 +509,8 @@ function applyOne(command: MoneyCommand, ctx: ApplyContext): Effects {
         "posted",
         command.description,
         null,
+        undefined,
+        reservation.entity_id,
       );
       const captured = reservation.captured_amount + command.amount;
       const updated: ReservationRow = Object.assign({}, reservation, {
@@ -565,7 +569,8 @@ function groupOf(command: CommandBase, groupId: string, ctx: ApplyContext): Grou
 }
 
 /**
- * Stages the balance changes of a new group and builds it. Posted legs move posted balances;
+ * Stages the balance changes of a new group and builds it. `capturedFrom` is the entity whose
+ * hold a capture takes the money from. Posted legs move posted balances;
  * pending debits set money aside (available drops) while pending credits wait (available stays).
  * Every ordinary entity it spends from must end with available >= -overdraft_limit.
  */
@@ -577,8 +582,13 @@ function newGroup(
   description: string,
   metadata: JsonObject | null,
   reverses?: string,
+  capturedFrom?: string,
 ): GroupRow {
   const rows = legs.map((leg) => entityOf(command, leg.entityId, ctx));
+  // A capture's debit settles a hold made before: a frozen entity takes it.
+  legs.forEach((leg, i) => {
+    checkStatus(rows[i]!, leg.entityId === capturedFrom ? "credit" : leg.direction);
+  });
   const currencies = [...new Set(rows.map((row) => row.currency_code))];
   if (currencies.length > 1) {
     throw ruleViolation("currency_mismatch", `all entries of a transaction must share one currency; got ${currencies.join(", ")}`, {
@@ -627,6 +637,20 @@ function newGroup(
     updated_at: ctx.now,
     legs: legRows,
   };
+}
+
+/**
+ * What an entity's status lets a new leg or hold do: a closed entity takes nothing, a frozen one
+ * takes credits only. Settling what was already in flight goes through other paths and is not
+ * checked here (docs/architecture.md#money-rules-and-invariants).
+ */
+function checkStatus(row: BookEntity, direction: LegDirection): void {
+  if (row.status === "closed") {
+    throw ruleViolation("entity_closed", `entity ${row.id} is closed`, { entity_id: row.id });
+  }
+  if (row.status === "frozen" && direction === "debit") {
+    throw ruleViolation("entity_frozen", `entity ${row.id} is frozen; it takes no new debits`, { entity_id: row.id });
+  }
 }
 
 /**

@@ -71,6 +71,7 @@ function entityData(d: Entity): JsonObject {
     entity_name: d.entityName,
     entity_type: d.entityType,
     status: enumWordOr(EntityStatusSchema, d.status, ""),
+    status_reason: d.statusReason,
     currency_code: d.currencyCode,
     metadata: (d.metadata ?? {}) as JsonValue,
     program_id: d.programId,
