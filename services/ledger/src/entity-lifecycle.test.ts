@@ -358,7 +358,7 @@ describe("freeze, unfreeze and close", () => {
     expect((again as ConnectError).code).toBe(Code.FailedPrecondition);
   });
 
-  it("a freeze racing a stream of debits: every debit sent after the freeze answered is refused, by the rules", async () => {
+  it("a freeze racing a stream of debits: no debit commits after the freeze, and every refusal comes from the rules", async () => {
     const a = await entity();
     const b = await entity();
     await api.post("/entity/fund", { entity_id: a, amount: 100_000 });
@@ -387,6 +387,12 @@ describe("freeze, unfreeze and close", () => {
     expect(frozenAt).toBeGreaterThan(0);
     expect(after.length).toBeGreaterThan(0);
     for (const res of after) expect(res.status).toBe(422);
+    // By commit order: writes of the entity's row take turns under its lock, so the transaction
+    // that wrote its current version committed last. Every debit writes a group in the
+    // transaction that writes the row; the freeze writes none. So the last writer wrote no group.
+    const [last] = await stack.sql<{ n: number }[]>`
+      select count(*)::int as n from entities e join transaction_groups g on g.xmin = e.xmin where e.id = ${a}`;
+    expect(last!.n).toBe(0);
     expect((await api.get("/entity", { entity_id: a })).body.entity.balances.posted).toBe(100_000 - accepted);
     expect(await ledgerViolations(stack.sql, stack.account.account_id)).toEqual([]);
   });
