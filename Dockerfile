@@ -59,12 +59,15 @@ ENV MALLOC_ARENA_MAX=2
 # (docs/decisions/malloc-mmap-threshold.md; docs/operations.md#memory). A pod's env may override it.
 ENV MALLOC_MMAP_THRESHOLD_=131072
 # Young generation of 8 MB semi-spaces instead of 16: less peak RSS per service process, at the
-# same throughput apart, where no process is CPU-bound
-# (docs/decisions/young-generation-size.md; docs/operations.md#memory). `npm start` gives
-# its one process 4 MB, with a larger old generation. A pod's env may override it, and a flag on
-# node's command line wins over it (the ledger's and the notification service's manifests give
-# them 4 MB; deploy/base/ledger.yaml, deploy/base/notification.yaml).
-ENV NODE_OPTIONS=--max-semi-space-size=8
+# same throughput apart, where no process is CPU-bound (docs/decisions/young-generation-size.md).
+# A heap of at most 384 MB, under the pods' memory limits (512Mi, 768Mi in prod): below V8's
+# default limit (a share of the machine's memory, not the pod's), V8 grows the old generation
+# less between full collections, which keeps the ledger and the gateway under 150 MB peak with
+# 100-item batches (150-155 MB without; docs/decisions/old-generation-growth.md). Both in
+# docs/operations.md#memory. A pod's env may override them, and a flag on node's command line wins
+# (the ledger's and the notification service's manifests give them 4 MB semi-spaces;
+# deploy/base/ledger.yaml, deploy/base/notification.yaml).
+ENV NODE_OPTIONS="--max-semi-space-size=8 --max-old-space-size=384"
 WORKDIR /app
 # Only what running needs: no pnpm, no sources to compile, no development dependencies. The node
 # image's "node" user is uid 1000; a numeric USER lets Kubernetes check runAsNonRoot without

@@ -88,7 +88,6 @@ function codeEnvNames(): Set<string> {
   const files = [
     "packages/common/src/config.ts",
     "packages/common/src/logger.ts",
-    "packages/common/src/memory.ts",
     "services/ledger/src/config.ts",
     "services/hold/src/config.ts",
     "services/notification/src/config.ts",
@@ -564,7 +563,7 @@ describe("Dockerfile", () => {
     expect(readFileSync(join(ROOT, "package.json"), "utf8")).toContain(`MALLOC_MMAP_THRESHOLD_=\${MALLOC_MMAP_THRESHOLD_:-131072}`);
   });
 
-  it("gives every process of the image a smaller young generation, and nothing else through NODE_OPTIONS", () => {
-    expect(runtime.match(/^ENV NODE_OPTIONS=.*$/gm)).toEqual(["ENV NODE_OPTIONS=--max-semi-space-size=8"]);
+  it("gives every process of the image a smaller young generation and a heap limit under the pods' memory, and nothing else through NODE_OPTIONS", () => {
+    expect(runtime.match(/^ENV NODE_OPTIONS=.*$/gm)).toEqual(['ENV NODE_OPTIONS="--max-semi-space-size=8 --max-old-space-size=384"']);
   });
 });

@@ -6,15 +6,7 @@
 // instead, and LEDGER_URL, HOLD_URL or NOTIFICATION_URL send them to a service elsewhere.
 // On a laptop without servers it brings its own: an embedded PostgreSQL (PGlite) and a local
 // nats-server, each with its data under LEDGER_DATA_DIR (default .data).
-import {
-  createLifecycle,
-  createLogger,
-  type HeapGrowth,
-  ONE_PROCESS_HEAP_GROWING_PERCENT,
-  ONE_PROCESS_OLD_GENERATION_BUDGET_MB,
-  runMain,
-  type RunningServer,
-} from "@ledger/common";
+import { createLifecycle, createLogger, runMain, type RunningServer } from "@ledger/common";
 import { readGatewayConfig, startGateway } from "@ledger/gateway";
 import { readHoldConfig, startHold } from "@ledger/hold-service";
 import { readLedgerConfig, startLedger } from "@ledger/ledger-service";
@@ -22,7 +14,7 @@ import { readNotificationConfig, startNotification } from "@ledger/notification-
 import { chooseDatabase } from "./embedded-postgres.js";
 import { ensureLocalNats } from "./local-nats.js";
 
-async function startAll(memory: { heapGrowth: HeapGrowth | undefined }) {
+async function startAll() {
   const dataRoot = process.env["LEDGER_DATA_DIR"] ?? ".data";
   // Each service closes its own parts; this closes the services, last started first, then what
   // they ran on. A start that fails half-way closes what it had started, the embedded database
@@ -71,20 +63,10 @@ async function startAll(memory: { heapGrowth: HeapGrowth | undefined }) {
       `\nLedger is up. REST API: http://127.0.0.1:${gateway.server.port}/v1  ` +
         `(RPC: ledger ${ledger.server.url}, hold ${hold.server.url}, notification ${notification.server.url}; ` +
         `internal calls ${peers.ledger && peers.hold && peers.notification ? "in memory" : "over HTTP/2"}; ` +
-        `gateway metrics ${gateway.ops.url}/metrics; ` +
-        `heap growth ${describeGrowth(memory.heapGrowth)})\n`,
+        `gateway metrics ${gateway.ops.url}/metrics)\n`,
     );
     return { close: () => lifecycle.close() };
   });
 }
 
-function describeGrowth(growth: HeapGrowth | undefined): string {
-  if (!growth) return "V8's own or node's flag";
-  return growth.budgetMb === undefined ? `${growth.percent}%` : `up to ${growth.percent}% within ${growth.budgetMb} MB`;
-}
-
-// One event loop serves every service here, so its full collections are made fewer and larger than
-// a service's apart, within a budget that keeps the process's memory bounded (docs/operations.md#memory).
-runMain("ledger-all", startAll, {
-  heap: { percent: ONE_PROCESS_HEAP_GROWING_PERCENT, budgetMb: ONE_PROCESS_OLD_GENERATION_BUDGET_MB },
-});
+runMain("ledger-all", startAll);

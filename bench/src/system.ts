@@ -27,11 +27,15 @@ const ENTRY: Record<ServiceName, string> = {
   gateway: "dist/gateway.js",
 };
 const ONE_PROCESS_ENTRY = "dist/start-all.js";
-/** A variable the image's runtime stage sets (`ENV NAME=value` after the Dockerfile's last FROM), read there so the two cannot drift. */
+/**
+ * A variable the image's runtime stage sets (`ENV NAME=value` or `ENV NAME="a value"` after the
+ * Dockerfile's last FROM), read there so the two cannot drift.
+ */
 function imageEnv(repoRoot: string, name: string): string | undefined {
   const dockerfile = readFileSync(join(repoRoot, "Dockerfile"), "utf8");
   const runtime = dockerfile.slice(dockerfile.lastIndexOf("\nFROM "));
-  return new RegExp(`^ENV ${name}=(.*)$`, "m").exec(runtime)?.[1];
+  const value = new RegExp(`^ENV ${name}=(.*)$`, "m").exec(runtime)?.[1];
+  return value?.startsWith('"') && value.endsWith('"') ? value.slice(1, -1) : value;
 }
 
 /** package.json's start script: what `npm start` runs. */

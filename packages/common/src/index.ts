@@ -21,7 +21,6 @@ export * from "./server.js";
 export * from "./discovery.js";
 export * from "./enum-words.js";
 export * from "./main.js";
-export * from "./memory.js";
 export * from "./identity-client.js";
 export * from "./in-process.js";
 export * from "./background-loop.js";

@@ -1,23 +1,12 @@
 import { ConfigError } from "./config.js";
-import { applyMemorySettings, type HeapGrowth } from "./memory.js";
 
 /**
  * Runs a process's start function and stops it cleanly on SIGTERM or SIGINT (docs/operations.md#shutdown):
  * stop accepting, drain, close, exit 0. A configuration error ends the start with its message alone.
- * The heap's settings (docs/operations.md#memory) are applied first, before the services allocate;
- * `heap` is the process's own default growth and old-generation budget (applyMemorySettings); `start`
- * is told what was set (undefined: V8's own rule, or node's own flag).
  */
-export function runMain(
-  name: string,
-  start: (memory: { heapGrowth: HeapGrowth | undefined }) => Promise<{ close(): Promise<void> }>,
-  options: { heap?: { percent?: number; budgetMb?: number } } = {},
-): void {
+export function runMain(name: string, start: () => Promise<{ close(): Promise<void> }>): void {
   Promise.resolve()
-    .then(() => {
-      const heapGrowth = applyMemorySettings(process.env, process.execArgv, options.heap);
-      return start({ heapGrowth });
-    })
+    .then(start)
     .then(
       (handle) => {
         let stopping = false;
