@@ -216,7 +216,7 @@ async function main(): Promise<number> {
     progress(
       `pgbench: init scale ${settings.pgbenchScale}, then ${settings.pgbenchSeconds} s with 32 clients, then ${settings.pgbenchSeconds} s of -N with ${TAIL_CLIENTS} for the latency reference`,
     );
-    pgbench = await runPgbench(admin, adminUrl.toString(), settings.pgbenchScale, settings.pgbenchSeconds);
+    pgbench = await runPgbench(admin, adminUrl.toString(), databaseName, settings.pgbenchScale, settings.pgbenchSeconds);
     endProgress();
     console.log(
       `pgbench: ${Math.round(pgbench.tps)} TPS (scale ${pgbench.scale}, ${pgbench.clients} clients, ${pgbench.seconds} s, latency avg ${pgbench.latencyMs.toFixed(2)} ms)`,

@@ -47,12 +47,22 @@ function run(args: string[]): Promise<string> {
   });
 }
 
-/** `pgbench -i -s <scale>` into a fresh database, then `-c 32 -j 2 -T <seconds> -M prepared`; drops it after. */
-export async function runPgbench(admin: postgres.Sql, baseUrl: string, scale: number, seconds: number): Promise<PgbenchResult> {
-  const database = "ledger_bench_pgbench";
+/**
+ * `pgbench -i -s <scale>` into a fresh database, then `-c 32 -j 2 -T <seconds> -M prepared`; drops it after.
+ * The scratch database is named after the bench's own (`<benchDatabase>_pgbench`), so two benches on one
+ * server with different BENCH_DATABASE_URLs do not drop each other's.
+ */
+export async function runPgbench(
+  admin: postgres.Sql,
+  baseUrl: string,
+  benchDatabase: string,
+  scale: number,
+  seconds: number,
+): Promise<PgbenchResult> {
+  const url = new URL(baseUrl);
+  const database = `${benchDatabase}_pgbench`;
   await admin.unsafe(`drop database if exists ${database} with (force)`);
   await admin.unsafe(`create database ${database}`);
-  const url = new URL(baseUrl);
   const conn = ["-h", url.hostname, "-p", url.port || "5432", "-U", decodeURIComponent(url.username) || "root"];
   const clients = 32;
   try {
