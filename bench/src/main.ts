@@ -2,7 +2,8 @@
 // ledger's workloads through REST (wrk) and RPC (Connect's client) and webhooks; checks the
 // invariants and writes bench/results/{latest,smoke}.{json,md}.
 import { spawnSync } from "node:child_process";
-import { mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
@@ -47,6 +48,7 @@ import {
 } from "./batch-workloads.js";
 import { createFixtures, rpcOperation, WORKLOADS, type Transport, type WorkloadName } from "./workloads.js";
 import { runWrk } from "./wrk.js";
+import { H2LOAD_WORKLOADS, runH2load } from "./h2load.js";
 
 const ALL_WORKLOADS = [...WORKLOADS, ...BATCH_WORKLOADS];
 
@@ -58,7 +60,8 @@ const USAGE = `usage: pnpm bench [--duration S] [--warmup S] [--concurrency 1,16
   --only LIST        any of pgbench,${ALL_WORKLOADS.join(",")},webhooks (default all)
                      (batch and batch-hot run at concurrency 1,4,16 whatever --concurrency says)
   --transport L      rest (wrk through the gateway), rpc (Connect's client straight to the
-                     services) or both (default rest,rpc)
+                     services), h2load (h2load straight to the ledger: transfer, deposit and
+                     hot only); any of them (default rest,rpc,h2load)
   --layout L         processes (four, as deployed), one-process (as npm start runs it), or both
                      (default processes,one-process; the drains and the webhook targets run in
                      the processes layout only)
@@ -135,8 +138,9 @@ function readSettings(argv: string[]): Settings {
   const concurrency = list(values.concurrency, smoke ? ["16"] : ["1", "16", "64"]).map(Number);
   if (concurrency.some((c) => !Number.isInteger(c) || c < 1 || c > 1024))
     throw new Error(`--concurrency must list integers 1 to 1024\n\n${USAGE}`);
-  const transports = list(values.transport, ["rest", "rpc"]);
-  if (transports.some((t) => t !== "rest" && t !== "rpc")) throw new Error(`--transport takes rest and/or rpc\n\n${USAGE}`);
+  const transports = list(values.transport, ["rest", "rpc", "h2load"]);
+  if (transports.some((t) => t !== "rest" && t !== "rpc" && t !== "h2load"))
+    throw new Error(`--transport takes rest, rpc and/or h2load\n\n${USAGE}`);
   const layouts = list(values.layout, [...LAYOUTS]);
   if (layouts.length === 0 || layouts.some((l) => !(LAYOUTS as readonly string[]).includes(l)))
     throw new Error(`--layout takes ${LAYOUTS.join(" and/or ")}\n\n${USAGE}`);
@@ -197,6 +201,8 @@ async function main(): Promise<number> {
   const wrk = process.env["WRK"] ?? "wrk";
   if (settings.workloads.length && settings.transports.includes("rest") && spawnSync(wrk, ["--version"]).error)
     throw new Error(`the REST cells need wrk (${wrk} did not start): bash scripts/ensure-bench-tools.sh installs it`);
+  if (settings.workloads.length && settings.transports.includes("h2load") && spawnSync("h2load", ["--version"]).error)
+    throw new Error("the h2load cells need h2load (Debian's nghttp2-client): bash scripts/ensure-bench-tools.sh installs it");
   const databaseUrl = process.env["BENCH_DATABASE_URL"] ?? "postgres://root@127.0.0.1:5432/ledger_bench";
   const natsUrl = process.env["NATS_URL"] ?? "nats://127.0.0.1:4222";
   for (const url of [databaseUrl, natsUrl]) {
@@ -233,6 +239,8 @@ async function main(): Promise<number> {
   const caFile = join(repoRoot, "bench", "results", `.receiver-ca-${process.pid}.pem`);
   // The entities the REST cells' bodies draw from (rest-load.lua), one id a line.
   const entitiesFile = join(repoRoot, "bench", "results", `.entities-${process.pid}.txt`);
+  // The h2load cells' request bodies and per-request logs.
+  const h2loadDir = mkdtempSync(join(tmpdir(), "ledger-bench-h2load-"));
   mkdirSync(resultsDir, { recursive: true });
   writeFileSync(caFile, receiver.ca);
   const cells: Cell[] = [];
@@ -284,6 +292,7 @@ async function main(): Promise<number> {
           console.log(`\n${cellsTable([]).split("\n").join("\n")}`);
           for (const workload of settings.workloads) {
             for (const transport of settings.transports) {
+              if (transport === "h2load" && !H2LOAD_WORKLOADS.includes(workload as WorkloadName)) continue;
               // A batch call is 100 transfers: its cells are concurrency 1, 4 and 16 (4 in a smoke run).
               const batch = isBatchWorkload(workload);
               const levels = batch ? (settings.smoke ? [4] : BATCH_CONCURRENCY) : settings.concurrency;
@@ -298,7 +307,26 @@ async function main(): Promise<number> {
                 const cellStarted = performance.now();
                 let result: LoopResult;
                 let cpu: Record<CpuSource, number>;
-                if (transport === "rest") {
+                if (transport === "h2load") {
+                  // h2load, twice, as wrk below: the warm-up, then the measured window.
+                  const h2loadRun = (seconds: number) =>
+                    runH2load({
+                      ledgerUrl: system.urls.ledger,
+                      apiKey: mainAccount.api_key,
+                      workload: workload as WorkloadName,
+                      concurrency,
+                      seconds,
+                      fixtures,
+                      dir: h2loadDir,
+                    });
+                  progress(`${label}: h2load, ${total} s`);
+                  const warmup = await h2loadRun(settings.warmupS);
+                  const windowCpu = system.cpuSnapshot();
+                  const run = await h2loadRun(settings.durationS);
+                  cpu = cpuPercent(windowCpu, system.cpuSnapshot());
+                  cpu.bench += Math.round((run.cpuSeconds / settings.durationS) * 100);
+                  result = { ...run, errors: addErrors(addErrors({}, warmup.errors), run.errors) };
+                } else if (transport === "rest") {
                   // wrk, twice: the warm-up, then the measured window with the CPU read around it.
                   const wrkRun = (seconds: number) =>
                     runWrk({
@@ -521,6 +549,7 @@ async function main(): Promise<number> {
     await admin.end({ timeout: 5 });
     rmSync(caFile, { force: true });
     rmSync(entitiesFile, { force: true });
+    rmSync(h2loadDir, { recursive: true, force: true });
   }
 }
 

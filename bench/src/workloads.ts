@@ -7,7 +7,7 @@ import type { Rpc } from "./connect.js";
 
 export const WORKLOADS = ["transfer", "deposit", "hot", "hold", "multileg"] as const;
 export type WorkloadName = (typeof WORKLOADS)[number];
-export type Transport = "rest" | "rpc";
+export type Transport = "rest" | "rpc" | "h2load";
 
 /** What each workload does, for the report. */
 export const WORKLOAD_DESCRIPTIONS: Record<WorkloadName, string> = {
