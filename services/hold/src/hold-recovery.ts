@@ -1,7 +1,8 @@
 // The hold service's background work: releasing holds past their expiry, and finishing the
 // operations a crashed process left half done. Both repeat steps that are safe to repeat
 // (hold-completions.ts), so replicas running them at once never do one hold's work twice.
-import { NO_TRACE, type CallOrigin } from "@ledger/common";
+import { metricsRegistry, NO_TRACE, type CallOrigin } from "@ledger/common";
+import { Counter } from "prom-client";
 import { finishCapture, finishCreate, finishRelease, type HoldDeps } from "./hold-completions.js";
 import type { CaptureRow, HoldRow } from "./hold-rows.js";
 
@@ -35,33 +36,76 @@ export async function expireDue(deps: HoldDeps): Promise<number> {
   return due.length;
 }
 
+/** Operations recovery finished, by kind; summed over replicas it counts each operation once. */
+const recovered = new Counter({
+  name: "hold_recovered_operations_total",
+  help: "Unfinished hold operations (creating, releasing, pending captures) that recovery finished.",
+  labelNames: ["operation"],
+  registers: [metricsRegistry],
+});
+
+/** At most this many operations of each kind per pass. */
+const RECOVERY_BATCH = 100;
+
+/**
+ * How long a claim keeps other replicas off an operation: far longer than a pass of RECOVERY_BATCH
+ * takes, so no operation is claimed again while it is being finished; an operation whose replica
+ * stopped waits this long. A failed finish gives its claim up at once.
+ */
+const RECOVERY_LEASE_S = 60;
+
 /**
  * Finishes operations a crashed process left half done: holds in `creating` or `releasing`
- * and pending captures older than `olderThanMs`. Every step is idempotent, so finishing work
- * that is in fact still running elsewhere is harmless.
+ * and pending captures older than `olderThanMs`. Each pass first claims what it will finish with a
+ * lease (skipping rows another replica is claiming), so replicas share the work
+ * instead of repeating it; a replica that stops mid-pass leaves leases that run out, and the next
+ * pass anywhere takes those rows. Every step is idempotent, so finishing work that is in fact still
+ * running elsewhere is harmless, only wasted.
  */
 export async function recover(deps: HoldDeps, olderThanMs: number): Promise<number> {
   const { sql, log } = deps;
   let finished = 0;
   const stale = sql`now() - make_interval(secs => ${olderThanMs / 1000})`;
-  for (const hold of await sql<HoldRow[]>`select * from holds where status = 'creating' and updated_at < ${stale} limit 100`) {
-    await finishCreate(deps, hold, background(`recovery-${hold.id}`)).then(
-      () => finished++,
-      (err: unknown) => log.warn({ hold_id: hold.id, err: (err as Error).message }, "could not finish a hold's creation"),
-    );
+  const lease = sql`now() + make_interval(secs => ${RECOVERY_LEASE_S})`;
+  const claimable = sql`(recovery_lease_until is null or recovery_lease_until < now())`;
+  const claimHolds = (status: "creating" | "releasing") => sql<HoldRow[]>`
+    update holds set recovery_lease_until = ${lease}
+    where id in (
+      select id from holds where status = ${status} and updated_at < ${stale} and ${claimable}
+      order by updated_at limit ${RECOVERY_BATCH} for update skip locked)
+    returning *`;
+  const done = (operation: string) => () => {
+    finished++;
+    recovered.inc({ operation });
+  };
+  // A finish that failed (the ledger unreachable, say) is tried again by the next pass anywhere.
+  const giveUp = (table: "holds" | "captures", id: string) =>
+    sql`update ${sql(table)} set recovery_lease_until = null where id = ${id}`.catch(() => {});
+
+  for (const hold of await claimHolds("creating")) {
+    await finishCreate(deps, hold, background(`recovery-${hold.id}`)).then(done("create"), (err: unknown) => {
+      log.warn({ hold_id: hold.id, err: (err as Error).message }, "could not finish a hold's creation");
+      return giveUp("holds", hold.id);
+    });
   }
-  for (const capture of await sql<CaptureRow[]>`select * from captures where status = 'pending' and created_at < ${stale} limit 100`) {
+  const captures = await sql<CaptureRow[]>`
+    update captures set recovery_lease_until = ${lease}
+    where id in (
+      select id from captures where status = 'pending' and created_at < ${stale} and ${claimable}
+      order by created_at limit ${RECOVERY_BATCH} for update skip locked)
+    returning *`;
+  for (const capture of captures) {
     const [hold] = await sql<HoldRow[]>`select * from holds where id = ${capture.hold_id}`;
-    await finishCapture(deps, hold!, capture, background(`recovery-${capture.id}`)).then(
-      () => finished++,
-      (err: unknown) => log.warn({ capture_id: capture.id, err: (err as Error).message }, "could not finish a capture"),
-    );
+    await finishCapture(deps, hold!, capture, background(`recovery-${capture.id}`)).then(done("capture"), (err: unknown) => {
+      log.warn({ capture_id: capture.id, err: (err as Error).message }, "could not finish a capture");
+      return giveUp("captures", capture.id);
+    });
   }
-  for (const hold of await sql<HoldRow[]>`select * from holds where status = 'releasing' and updated_at < ${stale} limit 100`) {
-    await finishRelease(deps, hold, background(`recovery-${hold.id}`)).then(
-      () => finished++,
-      (err: unknown) => log.warn({ hold_id: hold.id, err: (err as Error).message }, "could not finish a release"),
-    );
+  for (const hold of await claimHolds("releasing")) {
+    await finishRelease(deps, hold, background(`recovery-${hold.id}`)).then(done("release"), (err: unknown) => {
+      log.warn({ hold_id: hold.id, err: (err as Error).message }, "could not finish a release");
+      return giveUp("holds", hold.id);
+    });
   }
   if (finished > 0) log.info({ finished }, "recovered unfinished hold operations");
   return finished;
