@@ -6,25 +6,24 @@
  * Job that runs first means a bad migration fails one Job, visibly, instead of crash-looping every
  * replica of a rolling update. It lives under deploy/ because only Kubernetes needs it.
  *
- * The stream matters as much: services create it when it is missing with JetStream's default of
- * one replica, which on a three-node NATS cluster would keep every event on one node. Creating it
- * here first (or raising its replicas when a service won the race) makes it survive a node loss.
+ * The stream matters as much: it is made (or brought to its limits) from the same NATS_STREAM_*
+ * settings every service reads, so the Job, running first, gives it its replicas before any
+ * service publishes (docs/operations.md#sizing-the-event-stream).
  * It is checked to be this installation's too: one whose events belong to other databases fails
  * the Job (docs/operations.md#one-stream-per-installation).
  */
 import { fileURLToPath } from "node:url";
-import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import {
   createLogger,
   ensureEventStream,
-  envInt,
   installationOf,
   type Installation,
   natsConnectionOptions,
   openDatabase,
   readDatabaseUrl,
   readInfraConfig,
+  streamSettingsOf,
 } from "@ledger/common";
 
 const env = process.env;
@@ -55,19 +54,12 @@ async function main(): Promise<void> {
   }
 
   const infra = readInfraConfig(env);
-  // 3 on the three-node cluster of deploy/base/nats.yaml; set 1 against a single NATS server.
-  const replicas = envInt(env, "NATS_STREAM_REPLICAS", 3, 1, 5);
   const nc = await connect({ ...natsConnectionOptions(infra), timeout: 10_000 });
   try {
-    // Another installation's stream fails the Job, with the message saying what to set.
-    await ensureEventStream(nc, { name: infra.natsStream, subjectPrefix: infra.natsSubjectPrefix }, installations, log);
-    const jsm = await jetstreamManager(nc);
-    const info = await jsm.streams.info(infra.natsStream);
-    if (info.config.num_replicas < replicas) {
-      // JetStream moves a stream from R1 to R3 online; lowering is left to an operator on purpose.
-      await jsm.streams.update(infra.natsStream, { num_replicas: replicas });
-      log.info({ stream: infra.natsStream, replicas }, "raised stream replicas");
-    }
+    // Created, or brought to the configured limits (replicas raised, never lowered: JetStream moves a
+    // stream from R1 to R3 online), as every service does; another installation's stream fails the
+    // Job, with the message saying what to set.
+    await ensureEventStream(nc, streamSettingsOf(infra), installations, log, { applyLimits: true });
   } finally {
     await nc.drain();
   }

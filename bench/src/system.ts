@@ -172,6 +172,8 @@ export async function startSystem(options: SystemOptions): Promise<System> {
     NATS_URL: options.natsUrl,
     NATS_STREAM: stream,
     NATS_SUBJECT_PREFIX: `bench${tag}`,
+    // A full run stores a few million events; the 1 GiB default would stop them midway.
+    NATS_STREAM_MAX_BYTES: process.env["NATS_STREAM_MAX_BYTES"] ?? String(16 * 1024 ** 3),
     LOG_LEVEL: process.env.BENCH_LOG_LEVEL ?? "warn",
     SERVICE_TOKEN: `bench-service-token-${randomBytes(8).toString("hex")}`,
     LEDGER_PORT: String(ports.ledger),

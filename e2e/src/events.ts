@@ -17,8 +17,20 @@ export async function readStream(natsUrl: string, stream: string): Promise<Store
     const jsm = await jetstreamManager(nc);
     const info = await jsm.streams.info(stream);
     const out: StoredEvent[] = [];
+    // A sequence with no message was deleted; any other failure (a timeout on a busy machine) is
+    // asked again, and never taken for a missing event.
+    const getMessage = async (seq: number) => {
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return await jsm.streams.getMessage(stream, { seq });
+        } catch (err) {
+          if (/no message found/i.test(String((err as Error).message))) return null;
+          if (attempt === 5) throw err;
+        }
+      }
+    };
     for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
-      const msg = await jsm.streams.getMessage(stream, { seq }).catch(() => null);
+      const msg = await getMessage(seq);
       if (!msg) continue;
       out.push({ msgId: msg.header?.get("Nats-Msg-Id") ?? "", subject: msg.subject, event: fromBinary(EventSchema, msg.data) });
     }

@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
-import { DEFAULT_RPC_BODY_LIMIT_BYTES, type RateLimitConfig, type TracingConfig } from "@ledger/common";
+import { DEFAULT_RPC_BODY_LIMIT_BYTES, STREAM_LIMITS, type RateLimitConfig, type StreamLimits, type TracingConfig } from "@ledger/common";
 import { DEFAULT_CALL_TIMEOUT_MS, startGateway, type GatewayConfig, type GatewayHandle } from "@ledger/gateway";
 import { startHold, type HoldConfig, type HoldHandle } from "@ledger/hold-service";
 import {
@@ -92,6 +92,8 @@ export interface StackOptions {
    * a test file changed it: how one file runs another's whole suite in memory (*.in-memory.test.ts).
    */
   wiring?: "http" | "memory";
+  /** The event stream's limits where they differ from the defaults, for example a small `maxBytes`. */
+  streamLimits?: Partial<StreamLimits>;
 }
 
 let defaultWiring: "http" | "memory" = "http";
@@ -122,12 +124,14 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     rpcBodyLimitBytes: DEFAULT_RPC_BODY_LIMIT_BYTES,
     ...(options.rpcRateLimit ?? { rateLimitPerSecond: 0, rateLimitBurst: 1 }),
   };
+  const natsStreamLimits: StreamLimits = { ...STREAM_LIMITS, ...options.streamLimits };
   const ledgerConfig: LedgerConfig = {
     ...rpcLimits,
     databaseUrl,
     natsUrl,
     natsStream: stream,
     natsSubjectPrefix: subjectPrefix,
+    natsStreamLimits,
     logLevel,
     host: "127.0.0.1",
     port: 0,
@@ -149,7 +153,15 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     return handle;
   };
   const ledgerPeer = inMemory ? ledger.server.inProcess : undefined;
-  const infra = { ...rpcLimits, natsUrl, natsStream: stream, natsSubjectPrefix: subjectPrefix, logLevel, tracing: options.tracing };
+  const infra = {
+    ...rpcLimits,
+    natsUrl,
+    natsStream: stream,
+    natsSubjectPrefix: subjectPrefix,
+    natsStreamLimits,
+    logLevel,
+    tracing: options.tracing,
+  };
   // The hold and notification services get databases of their own per stack: their background
   // workers (expiry, recovery, deliveries) take any due row in their database, and must not pick
   // up another test file's rows with this stack's settings.

@@ -1,5 +1,6 @@
 import { existsSync } from "node:fs";
 import { UNARY_FAST_PATH_VARIABLE, UnaryFastPathSwitchError, unaryFastPathEnabled } from "@ledger/connect-fast";
+import { STREAM_LIMITS, type StreamLimits, type StreamSettings } from "./nats.js";
 
 /**
  * Reading configuration from the environment, once, at start. A bad value stops the start with a
@@ -129,9 +130,16 @@ export interface InfraConfig extends RateLimitConfig, ConnectionTimeouts {
   natsTlsCa?: string | undefined;
   natsStream: string;
   natsSubjectPrefix: string;
+  /** NATS_STREAM_REPLICAS, NATS_STREAM_MAX_BYTES, NATS_STREAM_MAX_AGE_HOURS: what the event stream holds. */
+  natsStreamLimits: StreamLimits;
   logLevel: string;
   /** OpenTelemetry tracing; undefined (the default) leaves it off. */
   tracing?: TracingConfig | undefined;
+}
+
+/** The event stream as every process makes it: name, subjects and limits from the configuration. */
+export function streamSettingsOf(config: InfraConfig): StreamSettings {
+  return { name: config.natsStream, subjectPrefix: config.natsSubjectPrefix, limits: config.natsStreamLimits };
 }
 
 /** Reads the settings shared by every process. */
@@ -158,6 +166,11 @@ export function readInfraConfig(env: Env = process.env): InfraConfig {
     natsTlsCa,
     natsStream,
     natsSubjectPrefix,
+    natsStreamLimits: {
+      replicas: envInt(env, "NATS_STREAM_REPLICAS", STREAM_LIMITS.replicas, 1, 5),
+      maxBytes: envInt(env, "NATS_STREAM_MAX_BYTES", STREAM_LIMITS.maxBytes, 1024, 2 ** 50),
+      maxAgeHours: envInt(env, "NATS_STREAM_MAX_AGE_HOURS", STREAM_LIMITS.maxAgeHours, 1, 24 * 365),
+    },
     logLevel: envString(env, "LOG_LEVEL", "info"),
     tracing: readTracingConfig(env),
     rpcBodyLimitBytes: envInt(env, "RPC_BODY_LIMIT_BYTES", DEFAULT_RPC_BODY_LIMIT_BYTES, 1024, 64 * 1024 * 1024),

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { randomBytes, randomUUID } from "node:crypto";
-import { jetstreamManager } from "@nats-io/jetstream";
+import { DiscardPolicy, jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { ownNats, testCertificate, type OwnNats } from "@ledger/testing";
 import pino from "pino";
@@ -98,18 +98,18 @@ describe("the event stream's installation", () => {
   it("is made naming the caller's database, and used again by the same database (a replica, a restart)", async () => {
     const stream = newStream();
     const ledger = installation("ledger");
-    await ensureEventStream(nc, stream, [ledger], log);
+    await ensureEventStream(nc, stream, [ledger], log, { applyLimits: true });
     expect(await description(stream.name)).toContain(`ledger=${ledger.id} (ledger_a at 10.0.0.1:5432)`);
-    await ensureEventStream(nc, stream, [ledger], log);
-    await ensureEventStream(nc, stream, [{ ...ledger }], log);
+    await ensureEventStream(nc, stream, [ledger], log, { applyLimits: true });
+    await ensureEventStream(nc, stream, [{ ...ledger }], log, { applyLimits: true });
   });
 
   it("refuses another database's process for the same service, saying which stream, whose it is and what to set", async () => {
     const stream = newStream();
     const ours = installation("notification", "ledger at 10.0.0.1:5432");
-    await ensureEventStream(nc, stream, [ours], log);
+    await ensureEventStream(nc, stream, [ours], log, { applyLimits: true });
     const theirs = installation("notification", "ledger at 10.0.0.2:5432");
-    const refusal = await ensureEventStream(nc, stream, [theirs], log).then(
+    const refusal = await ensureEventStream(nc, stream, [theirs], log, { applyLimits: true }).then(
       () => undefined,
       (err: unknown) => err,
     );
@@ -126,14 +126,14 @@ describe("the event stream's installation", () => {
   it("adds the other services of the installation as they first use it, and refuses another installation's each", async () => {
     const stream = newStream();
     const [ledger, hold, notification] = [installation("ledger"), installation("hold"), installation("notification")];
-    await ensureEventStream(nc, stream, [ledger], log);
-    await ensureEventStream(nc, stream, [hold], log);
-    await ensureEventStream(nc, stream, [notification], log);
+    await ensureEventStream(nc, stream, [ledger], log, { applyLimits: true });
+    await ensureEventStream(nc, stream, [hold], log, { applyLimits: true });
+    await ensureEventStream(nc, stream, [notification], log, { applyLimits: true });
     const named = await description(stream.name);
     for (const owner of [ledger, hold, notification]) expect(named).toContain(`${owner.schema}=${owner.id}`);
     // The migration Job checks all three at once.
-    await ensureEventStream(nc, stream, [ledger, hold, notification], log);
-    await expect(ensureEventStream(nc, stream, [ledger, installation("hold"), notification], log)).rejects.toThrow(
+    await ensureEventStream(nc, stream, [ledger, hold, notification], log, { applyLimits: true });
+    await expect(ensureEventStream(nc, stream, [ledger, installation("hold"), notification], log, { applyLimits: true })).rejects.toThrow(
       /its hold events are those of installation/,
     );
   });
@@ -143,7 +143,7 @@ describe("the event stream's installation", () => {
     const jsm = await jetstreamManager(nc);
     await jsm.streams.add({ name: stream.name, subjects: [`${stream.subjectPrefix}.events.>`] });
     const notification = installation("notification");
-    await ensureEventStream(nc, stream, [notification], log);
+    await ensureEventStream(nc, stream, [notification], log, { applyLimits: true });
     expect(await description(stream.name)).toContain(`notification=${notification.id}`);
     expect(logged).toContainEqual(
       expect.objectContaining({
@@ -151,14 +151,51 @@ describe("the event stream's installation", () => {
         msg: "the event stream named no installation for notification events; it now names this database's",
       }),
     );
-    await expect(ensureEventStream(nc, stream, [installation("notification")], log)).rejects.toThrow(StreamOfAnotherInstallation);
+    await expect(ensureEventStream(nc, stream, [installation("notification")], log, { applyLimits: true })).rejects.toThrow(
+      StreamOfAnotherInstallation,
+    );
   });
 
   it("lets only one of two installations that make it at once have it", async () => {
     const stream = newStream();
     const results = await Promise.allSettled(
-      [installation("ledger"), installation("ledger")].map((o) => ensureEventStream(nc, stream, [o], log)),
+      [installation("ledger"), installation("ledger")].map((o) => ensureEventStream(nc, stream, [o], log, { applyLimits: true })),
     );
     expect(results.map((r) => r.status).sort()).toEqual(["fulfilled", "rejected"]);
+  });
+
+  it("is made with the configured limits, refusing new events when full; a start brings an existing one to them, a relay's check does not", async () => {
+    const stream = newStream();
+    const ledger = installation("ledger");
+    const limits = { replicas: 1, maxBytes: 1024 * 1024, maxAgeHours: 24 };
+    await ensureEventStream(nc, { ...stream, limits }, [ledger], log, { applyLimits: false });
+    const jsm = await jetstreamManager(nc);
+    const made = (await jsm.streams.info(stream.name)).config;
+    expect(made).toMatchObject({ max_bytes: 1024 * 1024, discard: DiscardPolicy.New, num_replicas: 1, max_age: 24 * 3600 * 1e9 });
+
+    // An operator raised the limit by hand: the relays' and the consumer's checks leave it.
+    await jsm.streams.update(stream.name, { ...made, max_bytes: 4 * 1024 * 1024 });
+    await ensureEventStream(nc, { ...stream, limits }, [ledger], log, { applyLimits: false });
+    expect((await jsm.streams.info(stream.name)).config.max_bytes).toBe(4 * 1024 * 1024);
+
+    // A start (or the migration Job) with other settings brings the stream to them.
+    await ensureEventStream(nc, { ...stream, limits: { ...limits, maxBytes: 2 * 1024 * 1024, maxAgeHours: 48 } }, [ledger], log, {
+      applyLimits: true,
+    });
+    expect((await jsm.streams.info(stream.name)).config).toMatchObject({ max_bytes: 2 * 1024 * 1024, max_age: 48 * 3600 * 1e9 });
+    expect(logged).toContainEqual(expect.objectContaining({ msg: "brought the event stream's limits to the configured ones" }));
+  });
+
+  it("reads its limits from NATS_STREAM_REPLICAS, NATS_STREAM_MAX_BYTES and NATS_STREAM_MAX_AGE_HOURS", () => {
+    expect(readInfraConfig({}).natsStreamLimits).toEqual({ replicas: 1, maxBytes: 1024 ** 3, maxAgeHours: 168 });
+    expect(
+      readInfraConfig({ NATS_STREAM_REPLICAS: "3", NATS_STREAM_MAX_BYTES: "8589934592", NATS_STREAM_MAX_AGE_HOURS: "24" }).natsStreamLimits,
+    ).toEqual({
+      replicas: 3,
+      maxBytes: 8589934592,
+      maxAgeHours: 24,
+    });
+    expect(() => readInfraConfig({ NATS_STREAM_REPLICAS: "7" })).toThrow(ConfigError);
+    expect(() => readInfraConfig({ NATS_STREAM_MAX_BYTES: "10" })).toThrow(ConfigError);
   });
 });

@@ -1,4 +1,4 @@
-import { jetstreamManager } from "@nats-io/jetstream";
+import { DiscardPolicy, jetstreamManager, type StreamConfig } from "@nats-io/jetstream";
 import { connect, createInbox, headers, nanos, type ConnectionOptions, type Msg, type NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import type { Installation } from "./db.js";
@@ -88,7 +88,25 @@ export function connectNats(settings: NatsConnectionSettings, name: string, log:
 export interface StreamSettings {
   name: string;
   subjectPrefix: string;
+  /**
+   * How much the stream holds (NATS_STREAM_*, docs/operations.md#sizing-the-event-stream). Every
+   * process that may create the stream brings it to these: replicas are raised, never lowered; the
+   * byte and age limits are set as given. Left out (tests), STREAM_LIMITS.
+   */
+  limits?: StreamLimits;
 }
+
+export interface StreamLimits {
+  /** Copies of every event across a NATS cluster: 1 on one server, 3 on deploy/base/nats.yaml's cluster. */
+  replicas: number;
+  /** Bytes the stream may hold. When full it refuses new events (never drops stored ones): they wait in the outboxes. */
+  maxBytes: number;
+  /** How long the stream keeps an event, the only way it frees space by itself. */
+  maxAgeHours: number;
+}
+
+/** The limits when none are configured: one server, 1 GiB, a week. */
+export const STREAM_LIMITS: StreamLimits = { replicas: 1, maxBytes: 1024 ** 3, maxAgeHours: 7 * 24 };
 
 /** The subject an event of `type` is published on, for example `ledger.events.transaction.posted`. */
 export function eventSubject(prefix: string, type: string): string {
@@ -152,15 +170,21 @@ function refuseAnotherInstallation(stream: string, claims: Claims, owners: reado
  *
  * The duplicate window is what makes a relay's re-publish after a crash harmless: JetStream drops
  * a second message with the same id.
+ *
+ * A stream made here gets `settings.limits`. An existing one is brought to them only with
+ * `applyLimits` (a service's start, the migration Job): the relays and the consumer check the stream
+ * again after every failure, and must not undo a limit an operator raised by hand on a full stream.
  */
 export async function ensureEventStream(
   nc: NatsConnection,
   settings: StreamSettings,
   owners: readonly Installation[],
   log: Logger,
+  { applyLimits }: { applyLimits: boolean },
 ): Promise<void> {
   const jsm = await jetstreamManager(nc);
   const subject = `${settings.subjectPrefix}.events.>`;
+  const limits = settings.limits ?? STREAM_LIMITS;
   let info = await jsm.streams.info(settings.name).catch((err: unknown) => {
     if (/not found/i.test(String((err as Error).message))) return undefined;
     throw err;
@@ -171,7 +195,7 @@ export async function ensureEventStream(
         name: settings.name,
         subjects: [subject],
         duplicate_window: nanos(10 * 60 * 1000),
-        max_age: nanos(7 * 24 * 60 * 60 * 1000),
+        ...limitsConfig(limits),
         description: describeClaims(new Map(owners.map((o) => [o.schema, { id: o.id, database: o.database }]))),
       });
       return;
@@ -185,15 +209,18 @@ export async function ensureEventStream(
   refuseAnotherInstallation(settings.name, claims, owners);
   const unclaimed = owners.filter((owner) => !claims.has(owner.schema));
   const subjects = info.config.subjects ?? [];
-  if (unclaimed.length === 0 && subjects.includes(subject)) return;
+  const changedLimits = applyLimits ? limitChanges(info.config, limits) : {};
+  if (unclaimed.length === 0 && subjects.includes(subject) && Object.keys(changedLimits).length === 0) return;
   for (const owner of unclaimed) claims.set(owner.schema, { id: owner.id, database: owner.database });
   await jsm.streams.update(
     settings.name,
-    Object.assign({}, info.config, {
+    Object.assign({}, info.config, changedLimits, {
       subjects: subjects.includes(subject) ? subjects : [...subjects, subject],
       description: describeClaims(claims),
     }),
   );
+  if (Object.keys(changedLimits).length > 0)
+    log.info({ stream: settings.name, ...limits }, "brought the event stream's limits to the configured ones");
   for (const owner of unclaimed) {
     log.info(
       { stream: settings.name, schema: owner.schema, installation: owner.id, database: owner.database },
@@ -203,6 +230,74 @@ export async function ensureEventStream(
   // Two installations that claimed the stream at once: the last update stands, and the other learns it here.
   if (unclaimed.length > 0)
     refuseAnotherInstallation(settings.name, claimsOf((await jsm.streams.info(settings.name)).config.description), owners);
+}
+
+/** The stream configuration of `limits`: a full stream refuses new messages and keeps what it holds. */
+function limitsConfig(limits: StreamLimits): Pick<StreamConfig, "num_replicas" | "max_bytes" | "max_age" | "discard"> {
+  return {
+    num_replicas: limits.replicas,
+    max_bytes: limits.maxBytes,
+    max_age: nanos(limits.maxAgeHours * 60 * 60 * 1000),
+    discard: DiscardPolicy.New,
+  };
+}
+
+/** What an existing stream's configuration must change to meet `limits` (replicas are only raised). */
+function limitChanges(config: StreamConfig, limits: StreamLimits): Partial<StreamConfig> {
+  const want = limitsConfig(limits);
+  const changes: Partial<StreamConfig> = {};
+  if (config.num_replicas < want.num_replicas) changes.num_replicas = want.num_replicas;
+  if (config.max_bytes !== want.max_bytes) changes.max_bytes = want.max_bytes;
+  if (config.max_age !== want.max_age) changes.max_age = want.max_age;
+  if (config.discard !== want.discard) changes.discard = want.discard;
+  return changes;
+}
+
+/**
+ * Keeps a publisher off the last bytes of a stream's `max_bytes`. NATS servers before 2.10.5 take
+ * a message that does not quite fit a stream with the discard policy `new` and then drop the
+ * stream's oldest message to make room (nats-server#4771, fixed by #4772): a full stream would lose
+ * events it had acknowledged. So a batch is published only when the stream has room for it and a
+ * margin (a hundredth of the limit, at least 64 KiB, at most a quarter), and otherwise refused here
+ * with StreamFullError, as the server would refuse it. The free space is asked of the server at most
+ * once a second while it is plentiful, and before every batch near the limit; what this process
+ * published since is taken off the last answer, and the margin covers what other publishers did.
+ */
+export class StreamRoom {
+  #free = Number.POSITIVE_INFINITY;
+  #limit = -1;
+  #askedAt = 0;
+
+  constructor(private readonly stream: string) {}
+
+  /** Takes room for `bytes` on the stream, or throws StreamFullError when the stream has too little. */
+  async take(nc: NatsConnection, bytes: number): Promise<void> {
+    const margin = this.#margin();
+    if (Date.now() - this.#askedAt >= 1_000 || this.#free - bytes < 4 * margin) await this.#ask(nc);
+    if (this.#free - bytes < this.#margin()) {
+      throw new StreamFullError(
+        `the stream has ${this.#free} of its ${this.#limit} bytes free, too little for a batch of ${bytes} and the margin the relay keeps`,
+      );
+    }
+    this.#free -= bytes;
+  }
+
+  #margin(): number {
+    if (this.#limit <= 0) return 0;
+    return Math.min(this.#limit / 4, Math.max(64 * 1024, this.#limit / 100));
+  }
+
+  async #ask(nc: NatsConnection): Promise<void> {
+    const info = await (await jetstreamManager(nc, { checkAPI: false })).streams.info(this.stream);
+    this.#limit = info.config.max_bytes;
+    this.#free = this.#limit > 0 ? this.#limit - info.state.bytes : Number.POSITIVE_INFINITY;
+    this.#askedAt = Date.now();
+  }
+}
+
+/** About what a message takes in the stream: its bytes, subject and id, and the store's own record. */
+export function storedSize(message: StreamMessage): number {
+  return message.payload.byteLength + message.subject.length + message.msgId.length + 96;
 }
 
 /** A message for `publishAcked`: where it goes, its bytes, and the id JetStream deduplicates it by. */
@@ -242,7 +337,7 @@ export function publishAcked(nc: NatsConnection, messages: readonly StreamMessag
       callback: (err, msg) => {
         if (err) return finish(err);
         const refusal = ackRefusal(msg);
-        if (refusal) return finish(new Error(refusal));
+        if (refusal) return finish(refusal);
         const i = Number(msg.subject.slice(inbox.length + 1));
         if (!(i >= 0 && i < messages.length) || acked[i]) return;
         acked[i] = 1;
@@ -261,8 +356,22 @@ export function publishAcked(nc: NatsConnection, messages: readonly StreamMessag
   });
 }
 
+/**
+ * JetStream refused a publish because the stream is at its `max_bytes` (or message) limit: with
+ * the discard policy `new` it keeps what it holds and takes nothing more until space frees.
+ */
+export class StreamFullError extends Error {
+  override name = "StreamFullError";
+}
+
 /** Why JetStream did not store a published message, or undefined when its answer is an ack. */
-function ackRefusal(msg: Msg): string | undefined {
+function ackRefusal(msg: Msg): Error | undefined {
+  const reason = ackRefusalReason(msg);
+  if (reason === undefined) return undefined;
+  return /maximum (bytes|messages) exceeded|resource limits exceeded/i.test(reason) ? new StreamFullError(reason) : new Error(reason);
+}
+
+function ackRefusalReason(msg: Msg): string | undefined {
   // No stream listens on the subject: the server answers with a 503 status and no body.
   if (msg.headers?.hasError) return `no stream answered the publish (status ${msg.headers.code})`;
   if (msg.data.length === 0) return "empty answer to a JetStream publish";

@@ -4,7 +4,17 @@ import { Counter, Gauge } from "prom-client";
 import { backgroundLoop } from "./background-loop.js";
 import { installationOf, pipelinedTransaction, type Installation, type Sql, type Tx } from "./db.js";
 import { metricsRegistry } from "./metrics.js";
-import { ensureEventStream, eventSubject, publishAcked, type NatsHandle, type StreamMessage, type StreamSettings } from "./nats.js";
+import {
+  ensureEventStream,
+  eventSubject,
+  publishAcked,
+  StreamFullError,
+  StreamRoom,
+  storedSize,
+  type NatsHandle,
+  type StreamMessage,
+  type StreamSettings,
+} from "./nats.js";
 import { encodeBinary } from "./proto-binary.js";
 
 const published = new Counter({
@@ -23,8 +33,8 @@ const relayTransactions = new Counter({
 
 const publishErrors = new Counter({
   name: "outbox_publish_errors_total",
-  help: "Relay batches that failed to publish and will be retried.",
-  labelNames: ["service"],
+  help: 'Relay batches that failed to publish and will be retried, by reason: "stream_full" (the event stream is at its max_bytes and refuses new events) or "other".',
+  labelNames: ["service", "reason"],
   registers: [metricsRegistry],
 });
 
@@ -131,6 +141,10 @@ export function createOutbox(options: OutboxOptions): Outbox {
   const lanes = options.lanes ?? 2;
   const pollMs = options.pollMs ?? 250;
   let streamReady = false;
+  // Set while JetStream refuses publishes because the stream is full: a batch then asks with its
+  // first event alone, so a full stream is asked once a retry, not a thousand times.
+  let streamFull = false;
+  const room = new StreamRoom(options.stream.name);
   let installation: Installation | undefined;
 
   function writeOf(events: Event[]): OutboxWrite {
@@ -149,7 +163,7 @@ export function createOutbox(options: OutboxOptions): Outbox {
     if (!streamReady) {
       // Never into another installation's stream: its refusal fails every batch, and the events wait here.
       installation ??= await installationOf(sql);
-      await ensureEventStream(nc, options.stream, [installation], log);
+      await ensureEventStream(nc, options.stream, [installation], log, { applyLimits: false });
       streamReady = true;
     }
     // One pipelined transaction: BEGIN goes out with the select, and the delete with COMMIT, so
@@ -179,6 +193,16 @@ export function createOutbox(options: OutboxOptions): Outbox {
       if (events.length === 0) return 0;
       const messages: StreamMessage[] = events.map((e) => ({ subject: e.subject, payload: e.payload, msgId: e.event_id }));
       const seqs = [...new Set(events.map((e) => `${e.seq}`))];
+      await room.take(
+        nc,
+        messages.reduce((sum, m) => sum + storedSize(m), 0),
+      );
+      if (streamFull) {
+        await publishAcked(nc, messages.slice(0, 1), 5_000);
+        streamFull = false;
+        log.info({ stream: options.stream.name }, "the event stream takes events again; the outbox drains");
+      }
+      // The first event again if it was just asked: JetStream drops the second copy by its id.
       await publishAcked(nc, messages, 5_000);
       // One array parameter, not one parameter per row. Sent now; COMMIT follows it at once, and
       // the batch counts only if both succeed.
@@ -201,9 +225,18 @@ export function createOutbox(options: OutboxOptions): Outbox {
       idleMs: pollMs,
       backoff: { firstMs: 400, maxMs: 2_000 },
       firstDelayMs: 100,
-      onFailure: () => {
+      onFailure: (err) => {
         streamReady = false;
-        publishErrors.inc({ service: options.service });
+        const full = err instanceof StreamFullError;
+        publishErrors.inc({ service: options.service, reason: full ? "stream_full" : "other" });
+        if (full && !streamFull) {
+          log.error(
+            { stream: options.stream.name, limits: options.stream.limits },
+            "the event stream is full and refuses new events: they wait in the outbox, writes still commit; " +
+              "raise NATS_STREAM_MAX_BYTES or lower NATS_STREAM_MAX_AGE_HOURS (docs/operations.md#sizing-the-event-stream)",
+          );
+        }
+        streamFull = full;
       },
       failureMessage: "outbox relay cannot publish; events are kept and retried",
     }),

@@ -1,5 +1,5 @@
 import type { ConnectRouter } from "@connectrpc/connect";
-import type { InfraConfig } from "./config.js";
+import { streamSettingsOf, type InfraConfig } from "./config.js";
 import { installationOf, openDatabase, type Sql } from "./db.js";
 import { startIdempotencySweep } from "./idempotency.js";
 import { openProcess, type Lifecycle } from "./lifecycle.js";
@@ -97,7 +97,7 @@ export async function startService<Config extends ServiceConfig, Extra = Record<
     lifecycle.onClose("database", () => sql.end({ timeout: 5 }));
     const nats = connectNats(config, name, log);
     lifecycle.onClose("NATS", () => nats.close());
-    const stream = { name: config.natsStream, subjectPrefix: config.natsSubjectPrefix };
+    const stream = streamSettingsOf(config);
     await refuseAnotherInstallationsStream(nats, stream, sql, log);
     let outbox: Outbox | undefined;
     const openOutbox = () => (outbox ??= lifecycle.run("outbox relay", createOutbox({ service: name, sql, nats, stream, log })));
@@ -155,5 +155,5 @@ async function refuseAnotherInstallationsStream(nats: NatsHandle, stream: Stream
     }),
   ]);
   clearTimeout(timer);
-  if (nc) await ensureEventStream(nc, stream, [await installationOf(sql)], log);
+  if (nc) await ensureEventStream(nc, stream, [await installationOf(sql)], log, { applyLimits: true });
 }

@@ -111,7 +111,7 @@ describe("outbox rows of many events", () => {
     const { outbox, nats, stream, prefix } = relayFor(sql, service);
     // The stream was made by a relay of the same schema on another database: another installation.
     const elsewhere = { schema, id: randomUUID(), database: "ledger at 10.9.9.9:5432" };
-    await ensureEventStream(await nats.connected(), { name: stream, subjectPrefix: prefix }, [elsewhere], log);
+    await ensureEventStream(await nats.connected(), { name: stream, subjectPrefix: prefix }, [elsewhere], log, { applyLimits: true });
     await sql.begin((tx) => outbox.enqueue(tx as never, [event(1), event(2)]));
     const errors = async () =>
       (await metricsRegistry.getSingleMetric("outbox_publish_errors_total")!.get()).values.find((v) => v.labels["service"] === service)

@@ -91,7 +91,7 @@ export function createEventConsumer(options: ConsumerOptions): EventConsumer {
     // The durable consumer is shared by every process that reads the stream for this database:
     // another installation's would take part of its events, so its stream is refused.
     installation ??= await installationOf(sql);
-    await ensureEventStream(nc, options.stream, [installation], log);
+    await ensureEventStream(nc, options.stream, [installation], log, { applyLimits: false });
     const jsm = await jetstreamManager(nc);
     try {
       const info = await jsm.consumers.info(options.stream.name, name);

@@ -1,5 +1,12 @@
 import { fileURLToPath } from "node:url";
-import { cachedAuthenticator, ledgerAuthenticator, startService, type InProcessService, type ServiceHandle } from "@ledger/common";
+import {
+  cachedAuthenticator,
+  ledgerAuthenticator,
+  startService,
+  streamSettingsOf,
+  type InProcessService,
+  type ServiceHandle,
+} from "@ledger/common";
 import type { NotificationConfig } from "./config.js";
 import { createEventConsumer } from "./consumer.js";
 import { checkSecretKey } from "./endpoints.js";
@@ -52,7 +59,7 @@ export function startNotification(config: NotificationConfig, peers: { ledger?: 
         createEventConsumer({
           sql,
           nats,
-          stream: { name: config.natsStream, subjectPrefix: config.natsSubjectPrefix },
+          stream: streamSettingsOf(config),
           log,
           onIngested: () => worker.wake(),
           tracing,
