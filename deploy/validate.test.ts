@@ -55,6 +55,7 @@ const CUSTOM = new Set([
   "barmancloud.cnpg.io/v1/ObjectStore",
   "monitoring.coreos.com/v1/ServiceMonitor",
   "monitoring.coreos.com/v1/PodMonitor",
+  "monitoring.coreos.com/v1/PrometheusRule",
   "cert-manager.io/v1/Certificate",
   "cert-manager.io/v1/Issuer",
   "kustomize.config.k8s.io/v1beta1/Kustomization",
