@@ -1,7 +1,7 @@
 /**
  * The alerts of deploy/components/monitoring/prometheus-rules.yaml, checked and run by promtool
  * (Prometheus's own tool, Debian's `prometheus` package; scripts/ensure-promtool.sh installs it) on
- * the example series of alerts.test-cases.yaml: each alert fires on the series meant to fire it,
+ * the example series of deploy/alerts.test-cases.yaml: each alert fires on the series meant to fire it,
  * with its labels and annotations, and stays quiet on the others. Every alert names a runbook
  * section that exists in docs/operations.md.
  */
@@ -42,7 +42,7 @@ function promtool(args: string[]): string {
 describe("alerts", () => {
   // promtool reads a plain rule file: the PrometheusRule's spec is one.
   writeFileSync(join(dir, "rules.yaml"), stringify(resource.spec));
-  copyFileSync(join(MONITORING, "alerts.test-cases.yaml"), join(dir, "alerts.test-cases.yaml"));
+  copyFileSync(join(ROOT, "deploy", "alerts.test-cases.yaml"), join(dir, "alerts.test-cases.yaml"));
 
   it("are a PrometheusRule whose rules promtool accepts", () => {
     expect(resource.kind).toBe("PrometheusRule");
@@ -54,7 +54,7 @@ describe("alerts", () => {
   });
 
   it("each have example series, and a runbook section in docs/operations.md", () => {
-    const cases = readFileSync(join(MONITORING, "alerts.test-cases.yaml"), "utf8");
+    const cases = readFileSync(join(ROOT, "deploy", "alerts.test-cases.yaml"), "utf8");
     const operations = readFileSync(join(ROOT, "docs", "operations.md"), "utf8");
     const anchors = new Set([...operations.matchAll(/^#{2,4} (.+)$/gm)].map((m) => githubAnchor(m[1] ?? "")));
     const alerts = resource.spec.groups.flatMap((g) => g.rules.map((r) => r));
