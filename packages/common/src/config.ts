@@ -62,6 +62,13 @@ export function envUrl(env: Env, name: string, fallback: string, schemes: string
   return value;
 }
 
+/** A comma-separated list of URLs (the servers of a cluster), each checked as `envUrl` checks one. */
+export function envUrlList(env: Env, name: string, fallback: string, schemes: string[]): string {
+  const value = envString(env, name, fallback);
+  for (const one of value.split(",")) envUrl({ [name]: one.trim() }, name, fallback, schemes);
+  return value;
+}
+
 /** RPC_BODY_LIMIT_BYTES unless set: room for the largest batch, far from what would strain a process. */
 export const DEFAULT_RPC_BODY_LIMIT_BYTES = 4 * 1024 * 1024;
 
@@ -160,7 +167,7 @@ export function readInfraConfig(env: Env = process.env): InfraConfig {
   if (natsTlsCa !== undefined && !existsSync(natsTlsCa))
     throw new ConfigError("NATS_TLS_CA", `must be a readable PEM file, and ${JSON.stringify(natsTlsCa)} does not exist`);
   return {
-    natsUrl: envUrl(env, "NATS_URL", "nats://127.0.0.1:4222", ["nats", "tls", "ws", "wss"]),
+    natsUrl: envUrlList(env, "NATS_URL", "nats://127.0.0.1:4222", ["nats", "tls", "ws", "wss"]),
     natsUser,
     natsPassword,
     natsTlsCa,

@@ -33,7 +33,8 @@ export interface NatsConnectionSettings {
  */
 export function natsConnectionOptions(settings: NatsConnectionSettings): ConnectionOptions {
   return {
-    servers: settings.natsUrl,
+    // One server, or a cluster's servers comma-separated; the client learns the rest of a cluster from any one.
+    servers: settings.natsUrl.split(",").map((url) => url.trim()),
     ...(settings.natsUser !== undefined ? { user: settings.natsUser, pass: settings.natsPassword ?? "" } : {}),
     ...(settings.natsTlsCa !== undefined ? { tls: { caFile: settings.natsTlsCa } } : {}),
   };

@@ -101,3 +101,45 @@ export async function ownNats(extraArgs: string[] = []): Promise<OwnNats> {
     },
   };
 }
+
+/** Three (or `size`) JetStream nats-servers clustered on loopback, each of which a test can stop and start. */
+export interface OwnNatsCluster {
+  nodes: Array<OwnNats & { name: string }>;
+  /** The client URLs of every node, comma-separated, as NATS_URL takes them. */
+  url: string;
+  dispose(): Promise<void>;
+}
+
+/**
+ * Prepares and starts a NATS cluster of `size` nodes on free loopback ports, each with its own
+ * store, routes to the others and a server name (JetStream needs one per node in a cluster).
+ */
+export async function ownNatsCluster(size = 3): Promise<OwnNatsCluster> {
+  const routePorts = await Promise.all(Array.from({ length: size }, () => freePort()));
+  const routes = routePorts.map((p) => `nats://127.0.0.1:${p}`).join(",");
+  const clusterName = `ledger-test-${process.pid}`;
+  const nodes = await Promise.all(
+    routePorts.map(async (routePort, i) => {
+      const name = `n${i + 1}`;
+      const node = await ownNats([
+        "--server_name",
+        name,
+        "--cluster_name",
+        clusterName,
+        "--cluster",
+        `nats://127.0.0.1:${routePort}`,
+        "--routes",
+        routes,
+      ]);
+      return Object.assign(node, { name });
+    }),
+  );
+  await Promise.all(nodes.map((n) => n.start()));
+  return {
+    nodes,
+    url: nodes.map((n) => n.url).join(","),
+    async dispose() {
+      await Promise.all(nodes.map((n) => n.dispose()));
+    },
+  };
+}
