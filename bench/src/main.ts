@@ -282,6 +282,9 @@ async function main(): Promise<number> {
         const mainAccount = await createAccount(sql as never, "bench");
         const hookAccount = await createAccount(sql as never, "bench webhooks");
         const rpc = rpcClients(system.urls.ledger, system.urls.hold, mainAccount.api_key);
+        /** Bytes of WAL the server has written so far, for the WAL each transfer costs (docs/scaling.md). */
+        const walPosition = async () =>
+          Number((await sql<{ b: string }[]>`select pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::text as b`)[0]?.b ?? 0);
 
         // 3. The closed-loop workloads.
         if (settings.workloads.length) {
@@ -307,6 +310,8 @@ async function main(): Promise<number> {
                 const cellStarted = performance.now();
                 let result: LoopResult;
                 let cpu: Record<CpuSource, number>;
+                // Where Postgres's WAL stood when the measured window began (every database of the server).
+                let walStart: number | undefined;
                 if (transport === "h2load") {
                   // h2load, twice, as wrk below: the warm-up, then the measured window.
                   const h2loadRun = (seconds: number) =>
@@ -321,6 +326,7 @@ async function main(): Promise<number> {
                     });
                   progress(`${label}: h2load, ${total} s`);
                   const warmup = await h2loadRun(settings.warmupS);
+                  walStart = await walPosition();
                   const windowCpu = system.cpuSnapshot();
                   const run = await h2loadRun(settings.durationS);
                   cpu = cpuPercent(windowCpu, system.cpuSnapshot());
@@ -340,6 +346,7 @@ async function main(): Promise<number> {
                     });
                   progress(`${label}: wrk, ${total} s`);
                   const warmup = await wrkRun(settings.warmupS);
+                  walStart = await walPosition();
                   const windowCpu = system.cpuSnapshot();
                   const run = await wrkRun(settings.durationS);
                   cpu = cpuPercent(windowCpu, system.cpuSnapshot());
@@ -356,7 +363,13 @@ async function main(): Promise<number> {
                   };
                 } else {
                   let windowCpu = system.cpuSnapshot();
-                  const cpuTimer = setTimeout(() => (windowCpu = system.cpuSnapshot()), settings.warmupS * 1000);
+                  const cpuTimer = setTimeout(() => {
+                    windowCpu = system.cpuSnapshot();
+                    walPosition().then(
+                      (at) => (walStart = at),
+                      () => {},
+                    );
+                  }, settings.warmupS * 1000);
                   result = await runClosedLoop({
                     concurrency,
                     warmupMs: settings.warmupS * 1000,
@@ -368,6 +381,7 @@ async function main(): Promise<number> {
                   clearTimeout(cpuTimer);
                   cpu = cpuPercent(windowCpu, system.cpuSnapshot());
                 }
+                const walEnd = await walPosition();
                 const left = await probe.read();
                 // Throughput of a batch workload is in transfers (items), latencies are per call.
                 const itemsPerCall = batch ? BATCH_ITEMS : 1;
@@ -383,6 +397,10 @@ async function main(): Promise<number> {
                   ...result,
                   itemsPerCall,
                   ratio: ratioOf(result.perSecond),
+                  walBytesPerUnit:
+                    walStart === undefined || result.perSecond === 0
+                      ? undefined
+                      : (walEnd - walStart) / (result.perSecond * settings.durationS),
                   rssMb: notePeaks(),
                   cpu,
                   backlogAfter: left.outbox + left.consumer,

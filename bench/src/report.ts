@@ -20,6 +20,8 @@ export interface Cell {
   perSecond: number;
   /** perSecond / pgbench TPS. */
   ratio: number;
+  /** WAL the server wrote over the measured window per transfer (or hold pair), every database and service included. */
+  walBytesPerUnit?: number | undefined;
   p50: number;
   p95: number;
   p99: number;
@@ -109,8 +111,8 @@ function cpuTotal(cpu: Record<CpuSource, number>, layout: Layout | undefined, co
 /** The header row and one row per cell: the table the terminal and latest.md show. */
 export function cellsTable(cells: Cell[]): string {
   const lines = [
-    "| layout | workload | via | conc | ok calls | tx/s | x pgbench | p50 ms | p95 ms | p99 ms | errors | RSS MB ledger/hold/notif/gw | CPU % ledger/hold/notif/gw/pg/nats/bench | backlog after | events stored/s | drained in s |",
-    "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|---:|---:|",
+    "| layout | workload | via | conc | ok calls | tx/s | x pgbench | p50 ms | p95 ms | p99 ms | errors | RSS MB ledger/hold/notif/gw | CPU % ledger/hold/notif/gw/pg/nats/bench | WAL B/tx | backlog after | events stored/s | drained in s |",
+    "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|---:|---:|---:|",
   ];
   for (const c of cells) {
     const one = c.layout === "one-process";
@@ -120,7 +122,7 @@ export function cellsTable(cells: Cell[]): string {
     const cpu = cpuText(c.cpu, c.layout);
     lines.push(
       `| ${c.layout} | ${c.itemsPerCall > 1 ? `${c.workload} (${c.itemsPerCall}/call)` : c.workload} | ${c.transport} | ${c.concurrency} | ${c.ok} | ${f0(c.perSecond)} | ${f2(c.ratio)} | ${f1(c.p50)} | ${f1(c.p95)} | ${f1(c.p99)} | ${errorsText(c.errors)} | ` +
-        `${rss} | ${cpu} | ${c.backlogAfter} | ${f0(c.eventsStoredPerSecond)} | ${f1(c.drainedMs / 1000)} |`,
+        `${rss} | ${cpu} | ${c.walBytesPerUnit === undefined ? "" : f0(c.walBytesPerUnit)} | ${c.backlogAfter} | ${f0(c.eventsStoredPerSecond)} | ${f1(c.drainedMs / 1000)} |`,
     );
   }
   return lines.join("\n");
