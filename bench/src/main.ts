@@ -46,11 +46,21 @@ import {
   rpcBatchOperation,
   type BatchWorkloadName,
 } from "./batch-workloads.js";
+import {
+  HISTORY_CONCURRENCY,
+  HISTORY_LEGS,
+  HISTORY_WORKLOADS,
+  isHistoryWorkload,
+  rpcHistoryOperation,
+  seedHistory,
+  type HistoryFixture,
+  type HistoryWorkloadName,
+} from "./history-workloads.js";
 import { createFixtures, rpcOperation, WORKLOADS, type Transport, type WorkloadName } from "./workloads.js";
 import { runWrk } from "./wrk.js";
 import { H2LOAD_WORKLOADS, runH2load } from "./h2load.js";
 
-const ALL_WORKLOADS = [...WORKLOADS, ...BATCH_WORKLOADS];
+const ALL_WORKLOADS = [...WORKLOADS, ...BATCH_WORKLOADS, ...HISTORY_WORKLOADS];
 
 const USAGE = `usage: pnpm bench [--duration S] [--warmup S] [--concurrency 1,16,64] [--only LIST] [--transport rest,rpc] [--layout L] [--smoke]
 
@@ -58,7 +68,8 @@ const USAGE = `usage: pnpm bench [--duration S] [--warmup S] [--concurrency 1,16
   --warmup S         seconds before each measurement (default 2)
   --concurrency L    closed-loop workers, comma-separated (default 1,16,64)
   --only LIST        any of pgbench,${ALL_WORKLOADS.join(",")},webhooks (default all)
-                     (batch and batch-hot run at concurrency 1,4,16 whatever --concurrency says)
+                     (batch and batch-hot run at concurrency 1,4,16, as-of and statement at 1,
+                     whatever --concurrency says)
   --transport L      rest (wrk through the gateway), rpc (Connect's client straight to the
                      services), h2load (h2load straight to the ledger: transfer, deposit and
                      hot only); any of them (default rest,rpc,h2load)
@@ -80,7 +91,7 @@ interface Settings {
   durationS: number;
   warmupS: number;
   concurrency: number[];
-  workloads: Array<WorkloadName | BatchWorkloadName>;
+  workloads: Array<WorkloadName | BatchWorkloadName | HistoryWorkloadName>;
   transports: Transport[];
   layouts: Layout[];
   pgbench: boolean;
@@ -93,6 +104,8 @@ interface Settings {
   webhookSteadySeconds: number;
   drainEvents: number;
   entities: number;
+  /** Posted legs of the history workloads' entity. */
+  historyLegs: number;
   /** How long to let the previous cell's events flow out before the next cell starts. */
   settleMs: number;
 }
@@ -162,6 +175,7 @@ function readSettings(argv: string[]): Settings {
     webhookSteadySeconds: number(values.steady, smoke ? 0.5 : 20, "steady"),
     drainEvents: smoke ? 100 : 3000,
     entities: smoke ? 64 : 1000,
+    historyLegs: smoke ? 5_000 : HISTORY_LEGS,
     settleMs: smoke ? 1_000 : 10_000,
   };
 }
@@ -241,6 +255,8 @@ async function main(): Promise<number> {
   const entitiesFile = join(repoRoot, "bench", "results", `.entities-${process.pid}.txt`);
   // The h2load cells' request bodies and per-request logs.
   const h2loadDir = mkdtempSync(join(tmpdir(), "ledger-bench-h2load-"));
+  // The history entity's moments, one a line, that the history workloads' REST requests draw from.
+  const momentsFile = join(repoRoot, "bench", "results", `.moments-${process.pid}.txt`);
   mkdirSync(resultsDir, { recursive: true });
   writeFileSync(caFile, receiver.ca);
   const cells: Cell[] = [];
@@ -293,12 +309,24 @@ async function main(): Promise<number> {
           writeFileSync(entitiesFile, `${fixtures.entities.join("\n")}\n`);
           endProgress();
           console.log(`\n${cellsTable([]).split("\n").join("\n")}`);
+          let history: HistoryFixture | undefined;
           for (const workload of settings.workloads) {
+            if (isHistoryWorkload(workload) && !history) {
+              progress(`seeding an entity with ${settings.historyLegs} posted legs for the history reads`);
+              history = await seedHistory(rpc, fixtures, settings.historyLegs);
+              writeFileSync(momentsFile, `${history.moments.join("\n")}\n`);
+              // Its events flow out before the reads are measured, as the webhook runs wait for theirs.
+              await probe.settle(180_000);
+              endProgress();
+              console.log(`history entity: ${history.moments.length} posted legs at ${new Set(history.moments).size} distinct moments`);
+            }
             for (const transport of settings.transports) {
               if (transport === "h2load" && !H2LOAD_WORKLOADS.includes(workload as WorkloadName)) continue;
               // A batch call is 100 transfers: its cells are concurrency 1, 4 and 16 (4 in a smoke run).
+              // A history read is measured for one reader: concurrency 1.
               const batch = isBatchWorkload(workload);
-              const levels = batch ? (settings.smoke ? [4] : BATCH_CONCURRENCY) : settings.concurrency;
+              const historyRead = isHistoryWorkload(workload);
+              const levels = batch ? (settings.smoke ? [4] : BATCH_CONCURRENCY) : historyRead ? HISTORY_CONCURRENCY : settings.concurrency;
               for (const concurrency of levels) {
                 const label = `${workload} ${transport} c=${concurrency}`;
                 const settled = await probe.settle(settings.settleMs);
@@ -341,8 +369,8 @@ async function main(): Promise<number> {
                       workload,
                       concurrency,
                       seconds,
-                      entitiesFile,
-                      hot: fixtures.hot,
+                      entitiesFile: historyRead ? momentsFile : entitiesFile,
+                      hot: historyRead ? history!.entityId : fixtures.hot,
                     });
                   progress(`${label}: wrk, ${total} s`);
                   const warmup = await wrkRun(settings.warmupS);
@@ -374,7 +402,11 @@ async function main(): Promise<number> {
                     concurrency,
                     warmupMs: settings.warmupS * 1000,
                     durationMs: settings.durationS * 1000,
-                    operation: batch ? rpcBatchOperation(workload, rpc, fixtures) : rpcOperation(workload, rpc, fixtures),
+                    operation: batch
+                      ? rpcBatchOperation(workload, rpc, fixtures)
+                      : isHistoryWorkload(workload)
+                        ? rpcHistoryOperation(workload, rpc, history!)
+                        : rpcOperation(workload, rpc, fixtures),
                     onProgress: (ms, ok, failed) =>
                       progress(`${label}: ${(ms / 1000).toFixed(0)}/${total} s, ${ok} ok in window, ${failed} errors`),
                   });
@@ -568,6 +600,7 @@ async function main(): Promise<number> {
     rmSync(caFile, { force: true });
     rmSync(entitiesFile, { force: true });
     rmSync(h2loadDir, { recursive: true, force: true });
+    rmSync(momentsFile, { force: true });
   }
 }
 

@@ -4,12 +4,13 @@ import { TAIL_CLIENTS, type PgbenchResult } from "./pgbench.js";
 import type { CpuSource, Layout, ServiceName } from "./system.js";
 import type { DrainResult, SlowBeside, WebhookLatency } from "./webhooks.js";
 import type { BatchWorkloadName } from "./batch-workloads.js";
+import { HISTORY_WORKLOADS, STATEMENT_PAGE, type HistoryWorkloadName } from "./history-workloads.js";
 import type { Transport, WorkloadName } from "./workloads.js";
 
 export interface Cell {
   /** Four processes, or the one of `npm start` (whose RSS and CPU then appear once, as "all"). */
   layout: Layout;
-  workload: WorkloadName | BatchWorkloadName;
+  workload: WorkloadName | BatchWorkloadName | HistoryWorkloadName;
   transport: Transport;
   concurrency: number;
   /** Calls that succeeded within the window. */
@@ -222,6 +223,8 @@ function targetsTable(title: string, rows: Target[]): string[] {
 
 /** Batch calls' transfers per second against pgbench's TPS. */
 const BATCH_GOAL = 1.4;
+/** A history read's p99 at concurrency 1, whatever the entity's history (bench/README.md, "Targets"). */
+const HISTORY_P99_GOAL_MS = 20;
 /** Peak RSS of each service run apart, and of `npm start`'s one process, over the run (MB). */
 const APART_RSS_GOAL_MB = 150;
 const ONE_PROCESS_RSS_GOAL_MB = 200;
@@ -303,6 +306,17 @@ export function runtimeTargets(report: Report): Target[] {
       met:
         bestBatch.length === 2 &&
         bestBatch.every(({ cell }) => cell.perSecond >= BATCH_GOAL * tps && Object.keys(cell.errors).length === 0),
+    });
+  }
+  // History reads: every cell measured, in any layout and over either transport.
+  for (const workload of HISTORY_WORKLOADS) {
+    const cells = report.cells.filter((c) => c.workload === workload);
+    if (!cells.length) continue;
+    rows.push({
+      target: `${workload === "as-of" ? "balances as of a random moment" : `a statement page of ${STATEMENT_PAGE} entries`} of a long history, p99 at concurrency 1`,
+      measured: cells.map((c) => `${c.layout} ${c.transport === "rest" ? "REST" : "RPC"} ${f1(c.p99)} ms`).join(", "),
+      goal: `< ${HISTORY_P99_GOAL_MS} ms`,
+      met: cells.every((c) => c.p99 < HISTORY_P99_GOAL_MS && Object.keys(c.errors).length === 0),
     });
   }
   const apart = report.peakRssMb.processes;

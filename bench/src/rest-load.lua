@@ -3,6 +3,8 @@
 -- random, as the RPC cells' do. bench/src/wrk.ts runs it and reads the line `done` prints.
 --
 -- wrk <options> -s rest-load.lua http://host:port/v1 -- <workload> <file of entity ids> <hot entity>
+-- The history workloads (as-of, statement) take the file of the history entity's moments (one
+-- posted_at a line, oldest first) and the history entity in place of the last two.
 --
 -- Each wrk thread runs this file in a Lua state of its own: `setup` and `done` run in the main
 -- thread, `init`, `request` and `response` in each worker thread, whose globals `done` reads.
@@ -121,6 +123,19 @@ end
 bodies["batch"] = batch(false)
 bodies["batch-hot"] = batch(true)
 
+-- The history workloads: `entities` holds the history entity's moments and `hot` the entity.
+local function get(path)
+  return wrk.format("GET", base .. path)
+end
+bodies["as-of"] = function()
+  return get("/entity?entity_id=" .. hot .. "&as_of=" .. entity())
+end
+-- A window holding at least a full page (1,000): from a random leg's moment to the moment 2,000 legs on.
+bodies["statement"] = function()
+  local start = math.random(#entities - 2000)
+  return get("/entity/statement?entity_id=" .. hot .. "&from=" .. entities[start] .. "&to=" .. entities[start + 2000] .. "&limit=1000")
+end
+
 function request()
   return bodies[workload]()
 end
@@ -132,6 +147,9 @@ end
 function response(status, headers, body)
   if status < 200 or status > 299 then
     return failed(body:match('"code":"([^"]+)"') or ("http_" .. status))
+  end
+  if workload == "statement" and not body:find('"has_next":true', 1, true) then
+    return failed("short_statement_page")
   end
   if workload == "batch" or workload == "batch-hot" then
     -- A batch answers 200 with its refused items counted in `failed`: none is expected.

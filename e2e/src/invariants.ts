@@ -42,6 +42,44 @@ export async function ledgerViolations(sql: postgres.Sql<{ bigint: bigint }>, ac
         `but legs say ${d.from_legs}/${d.pd_legs}/${d.pc_legs}`,
     );
   }
+  violations.push(...(await historyViolations(sql, accountId)));
+  return violations;
+}
+
+/**
+ * The balance history of the account's entities (docs/architecture.md#balance-history): exactly
+ * the legs of posted and reversed groups carry a posting stamp; each entity's posted legs, in
+ * (posted_at, posted_seq) order, chain exactly (each posted_after is the one before plus the
+ * leg's signed amount, from 0) and end at its posted balance; and its latest history row is its
+ * balances now.
+ */
+async function historyViolations(sql: postgres.Sql<{ bigint: bigint }>, accountId: string): Promise<string[]> {
+  const violations: string[] = [];
+  const misstamped = await sql<{ id: string; status: string; stamped: boolean }[]>`
+    select l.id, g.status, l.posted_at is not null as stamped from legs l join transaction_groups g on g.id = l.group_id
+    where g.account_id = ${accountId} and (g.status in ('posted', 'reversed')) <> (l.posted_at is not null)`;
+  for (const m of misstamped) violations.push(`leg ${m.id} of a ${m.status} group is ${m.stamped ? "" : "not "}stamped as posted`);
+  const broken = await sql<{ id: string; entity_id: string; posted_after: bigint; expected: bigint }[]>`
+    select id, entity_id, posted_after, expected from (
+      select l.id, l.entity_id, l.posted_after,
+        coalesce(lag(l.posted_after) over w, 0) + case l.direction when 'credit' then l.amount else -l.amount end as expected
+      from legs l join entities e on e.id = l.entity_id
+      where e.account_id = ${accountId} and l.posted_at is not null
+      window w as (partition by l.entity_id order by l.posted_at, l.posted_seq)) chain
+    where posted_after <> expected`;
+  for (const b of broken)
+    violations.push(`leg ${b.id} of entity ${b.entity_id}: posted_after ${b.posted_after}, the chain says ${b.expected}`);
+  const ends = await sql<{ id: string; posted: bigint; last_after: bigint | null; history: string | null; now: string }[]>`
+    select e.id, e.posted,
+      (select posted_after from legs where entity_id = e.id and posted_at is not null order by posted_at desc, posted_seq desc limit 1) as last_after,
+      (select concat_ws('/', posted, pending_debits, pending_credits, held) from entity_balance_history
+       where entity_id = e.id order by changed_at desc limit 1) as history,
+      concat_ws('/', e.posted, e.pending_debits, e.pending_credits, e.held) as now
+    from entities e where e.account_id = ${accountId}`;
+  for (const e of ends) {
+    if ((e.last_after ?? 0n) !== e.posted) violations.push(`entity ${e.id}: posted ${e.posted}, its last posted leg says ${e.last_after}`);
+    if ((e.history ?? "0/0/0/0") !== e.now) violations.push(`entity ${e.id}: balances ${e.now}, its last history row says ${e.history}`);
+  }
   return violations;
 }
 

@@ -6,6 +6,7 @@ import { IdentityService } from "@ledger/proto/ledger/v1/identity_pb.js";
 import { type CreateTransactionsRequestSchema, Direction, LedgerService, TransactionStatus } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { ReservationService } from "@ledger/proto/ledger/v1/reservation_pb.js";
 import { NotificationService } from "@ledger/proto/notification/v1/notification_pb.js";
+import { timestampOfMicros } from "@ledger/common";
 import { startWebhookReceiver, type WebhookReceiver } from "@ledger/testing";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { readStream } from "./events.js";
@@ -149,6 +150,10 @@ async function story(wire: Wire): Promise<Answer[]> {
   await c.ledger.closeEntity({ entityId: carol });
   const { credit } = await c.ledger.fundEntity({ entityId: alice, amount: 10_000n, description: "Salary" });
   await c.ledger.defundEntity({ entityId: alice, amount: 50n });
+  // A moment after those writes, by the database's clock, so every run's balances as of it are alike.
+  const [moment] = await stack.sql<{ us: bigint }[]>`select (extract(epoch from clock_timestamp()) * 1000000)::int8 as us`;
+  await c.ledger.getEntity({ entityId: alice, asOf: timestampOfMicros(moment!.us) });
+  await c.ledger.getEntityStatement({ entityId: alice, from: timestampOfMicros(0n), to: timestampOfMicros(moment!.us), limit: 1 });
 
   const transfer = (amount: bigint, status = TransactionStatus.PENDING) =>
     c.ledger

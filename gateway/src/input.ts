@@ -1,5 +1,6 @@
 import type { JsonObject } from "@bufbuild/protobuf";
-import { invalidArgument, MAX_AMOUNT, MAX_PAGE_SIZE, parseMetadata } from "@ledger/common";
+import type { Timestamp } from "@bufbuild/protobuf/wkt";
+import { invalidArgument, MAX_AMOUNT, MAX_PAGE_SIZE, parseIsoTime, parseMetadata } from "@ledger/common";
 
 /** A parsed JSON body or query string, with the names it may contain. */
 export type Fields = Record<string, unknown>;
@@ -89,14 +90,34 @@ export function booleanField(fields: Fields, name: string): boolean | undefined 
   return value;
 }
 
-/** `limit` from a query string: a whole number 1 to 100, or absent (0 asks for the default). */
-export function limitParam(query: Fields): number {
+/** `limit` from a query string: a whole number 1 to `max` (100 for lists), or absent (0 asks for the default). */
+export function limitParam(query: Fields, max = MAX_PAGE_SIZE): number {
   const raw = query["limit"];
   if (raw === undefined) return 0;
-  if (typeof raw !== "string" || !/^\d{1,4}$/.test(raw) || Number(raw) < 1 || Number(raw) > MAX_PAGE_SIZE) {
-    throw invalidArgument(`limit must be a whole number from 1 to ${MAX_PAGE_SIZE}`, { parameter: "limit" });
+  if (typeof raw !== "string" || !/^\d{1,4}$/.test(raw) || Number(raw) < 1 || Number(raw) > max) {
+    throw invalidArgument(`limit must be a whole number from 1 to ${max}`, { parameter: "limit" });
   }
   return Number(raw);
+}
+
+const TIME_FORMAT = "an ISO 8601 time with a time zone, like 2026-12-01T12:00:00Z";
+
+/** An ISO 8601 time (`parseIsoTime`) of a body field, or undefined when it is absent or empty. */
+export function timeField(fields: Fields, name: string): Timestamp | undefined {
+  const raw = stringField(fields, name);
+  if (raw === "") return undefined;
+  const time = parseIsoTime(raw);
+  if (!time) throw invalidArgument(`${name} must be ${TIME_FORMAT}`, { field: name });
+  return time;
+}
+
+/** An ISO 8601 time (`parseIsoTime`) of a query parameter, or undefined when it is absent. */
+export function timeParam(query: Fields, name: string): Timestamp | undefined {
+  const raw = query[name];
+  if (raw === undefined) return undefined;
+  const time = typeof raw === "string" ? parseIsoTime(raw) : undefined;
+  if (!time) throw invalidArgument(`${name} must be ${TIME_FORMAT}`, { parameter: name });
+  return time;
 }
 
 /** A required query parameter. */

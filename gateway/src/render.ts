@@ -1,6 +1,6 @@
 import type { DescEnum } from "@bufbuild/protobuf";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
-import { enumWordOr, enumWords, invalidArgument } from "@ledger/common";
+import { enumWordOr, enumWords, invalidArgument, isoMicros } from "@ledger/common";
 import type { PageInfo } from "@ledger/proto/common/v1/common_pb.js";
 import {
   DirectionSchema,
@@ -8,6 +8,7 @@ import {
   TransactionStatusSchema,
   type TransactionStatus,
   type Entity,
+  type GetEntityStatementResponse,
   type Leg,
   type Program,
   type TransactionGroup,
@@ -107,6 +108,32 @@ export function renderGroup(group: TransactionGroup) {
     reason: group.reason || null,
     created_at: iso(group.createdAt),
     updated_at: iso(group.updatedAt),
+  };
+}
+
+/** A page of an entity's statement; its moments to the microsecond, as the ledger stamps them. */
+export function renderStatement(res: GetEntityStatementResponse) {
+  const s = res.statement;
+  const micros = (ts: Timestamp | undefined) => (ts ? isoMicros(ts) : null);
+  return {
+    statement: {
+      entity_id: s?.entityId ?? "",
+      currency_code: s?.currencyCode ?? "",
+      from: micros(s?.from),
+      to: micros(s?.to),
+      opening_posted: s?.openingPosted ?? 0n,
+      closing_posted: s?.closingPosted ?? 0n,
+    },
+    entries: res.entries.map((e) => ({
+      transaction_id: e.transactionId,
+      transaction_group_id: e.transactionGroupId,
+      direction: enumWord(DirectionSchema, e.direction),
+      amount: e.amount,
+      description: e.description,
+      posted_at: micros(e.postedAt),
+      posted_after: e.postedAfter,
+    })),
+    pagination: renderPage(res.page),
   };
 }
 

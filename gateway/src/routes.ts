@@ -20,10 +20,20 @@ import {
   optionalParam,
   requiredParam,
   stringField,
+  timeParam,
   type Fields,
 } from "./input.js";
 import type { BatchAnswer, CreateTransactionsCall } from "./batch-answer.js";
-import { renderEntity, renderGroup, renderLeg, renderPage, renderProgram, renderRetrievedLeg, enumParam } from "./render.js";
+import {
+  renderEntity,
+  renderGroup,
+  renderLeg,
+  renderPage,
+  renderProgram,
+  renderRetrievedLeg,
+  renderStatement,
+  enumParam,
+} from "./render.js";
 
 /** The RPC clients routes call. */
 export interface Clients {
@@ -55,6 +65,9 @@ export interface Route {
 }
 
 const PAGE = ["limit", "cursor"] as const;
+
+/** Most entries in one statement page (docs/api.md#balances-over-time); the ledger checks the same bound. */
+const MAX_STATEMENT_PAGE = 1000;
 const GROUP_ACTION = ["transaction_group_id"] as const;
 
 function transactionStatusParam(query: Fields): TransactionStatus {
@@ -192,10 +205,27 @@ export const ledgerRoutes: Route[] = [
   {
     method: "GET",
     path: "/entity",
-    query: ["entity_id"],
+    query: ["entity_id", "as_of"],
     async handle({ query, programId, call }, { ledger }) {
-      const res = await ledger.getEntity({ programId, entityId: requiredParam(query, "entity_id") }, call);
+      const asOf = timeParam(query, "as_of");
+      const res = await ledger.getEntity({ programId, entityId: requiredParam(query, "entity_id"), ...(asOf ? { asOf } : {}) }, call);
       return { entity: renderEntity(res.entity!) };
+    },
+  },
+  {
+    method: "GET",
+    path: "/entity/statement",
+    query: ["entity_id", "from", "to", ...PAGE],
+    async handle({ query, programId, call }, { ledger }) {
+      const entityId = requiredParam(query, "entity_id");
+      const [from, to] = [timeParam(query, "from"), timeParam(query, "to")];
+      if (!from) throw invalidArgument("query parameter from is required", { parameter: "from" });
+      if (!to) throw invalidArgument("query parameter to is required", { parameter: "to" });
+      const res = await ledger.getEntityStatement(
+        { programId, entityId, from, to, limit: limitParam(query, MAX_STATEMENT_PAGE), cursor: optionalParam(query, "cursor") },
+        call,
+      );
+      return renderStatement(res);
     },
   },
   {

@@ -28,5 +28,6 @@ export * from "./lifecycle.js";
 export * from "./service-shell.js";
 export * from "./text.js";
 export * from "./metadata.js";
+export * from "./moments.js";
 export * from "./tracing.js";
 export * from "./transaction.js";

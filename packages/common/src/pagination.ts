@@ -32,6 +32,27 @@ export function parsePageRequest(limit: number, cursor: string, isValidId: (id: 
 }
 
 function decodeCursor(cursor: string, isValidId: (id: string) => boolean): string {
+  return decodeCursorValue(cursor, (decoded) => {
+    const id = (decoded as { b?: unknown } | null)?.b;
+    return typeof id === "string" && isValidId(id) ? id : undefined;
+  });
+}
+
+/** An opaque cursor that resumes a list below `id`. */
+export function encodeCursor(id: string): string {
+  return encodeCursorValue({ b: id });
+}
+
+/** An opaque cursor carrying `value` (a list's keyset position), as JSON in base64url. */
+export function encodeCursorValue(value: object): string {
+  return Buffer.from(JSON.stringify(value), "utf8").toString("base64url");
+}
+
+/**
+ * What a cursor made by `encodeCursorValue` carries, as `read` makes it of the decoded JSON; 400
+ * `invalid_request` for anything else (`read` answers undefined for a value that is not one of its own).
+ */
+export function decodeCursorValue<T>(cursor: string, read: (decoded: unknown) => T | undefined): T {
   const malformed = () => invalidArgument("cursor is malformed: pass the next_cursor of the previous page unchanged");
   if (!/^[A-Za-z0-9_-]{1,200}$/.test(cursor)) throw malformed();
   let decoded: unknown;
@@ -40,14 +61,9 @@ function decodeCursor(cursor: string, isValidId: (id: string) => boolean): strin
   } catch {
     throw malformed();
   }
-  const id = (decoded as { b?: unknown } | null)?.b;
-  if (typeof id !== "string" || !isValidId(id)) throw malformed();
-  return id;
-}
-
-/** An opaque cursor that resumes a list below `id`. */
-export function encodeCursor(id: string): string {
-  return Buffer.from(JSON.stringify({ b: id }), "utf8").toString("base64url");
+  const value = read(decoded);
+  if (value === undefined) throw malformed();
+  return value;
 }
 
 /**

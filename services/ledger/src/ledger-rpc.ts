@@ -14,6 +14,7 @@ import {
   isId,
   parsePageRequest,
   principalOf,
+  requireMoment,
   toPage,
   type Sql,
   type Tx,
@@ -73,6 +74,7 @@ import {
   type StatusChange,
 } from "./entities.js";
 import { entityEvent } from "./events.js";
+import { findEntityAsOf, statementPage, statementRequest } from "./history.js";
 import { findGroup, findLeg, groupToProto, legToProto, listLegs, statusFromProto } from "./groups.js";
 import { parseLegs, type LegSpec, type MoneyCommand } from "./money.js";
 import {
@@ -190,8 +192,18 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
 
     async getEntity(req, ctx) {
       const { accountId, programId } = await scope(ctx, req.programId);
-      const row = await findEntity(sql, accountId, programId, requireId(req.entityId, "entity_id"));
+      const entityId = requireId(req.entityId, "entity_id");
+      const row = req.asOf
+        ? await findEntityAsOf(sql, accountId, programId, entityId, requireMoment(req.asOf, "as_of"))
+        : await findEntity(sql, accountId, programId, entityId);
       return { entity: entityToProto(row) };
+    },
+
+    async getEntityStatement(req, ctx) {
+      const { accountId, programId } = await scope(ctx, req.programId);
+      const entityId = requireId(req.entityId, "entity_id");
+      const request = statementRequest(requireMoment(req.from, "from"), requireMoment(req.to, "to"), req.limit, req.cursor);
+      return statementPage(sql, await findEntity(sql, accountId, programId, entityId), request);
     },
 
     async listEntities(req, ctx) {

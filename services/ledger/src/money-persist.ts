@@ -98,6 +98,7 @@ export function persist(
     })),
   );
   const captures = json(batch.newCaptures.map((c) => Object.assign({}, c, { amount: `${c.amount}` })));
+  const posted = json(postedLegRows(batch));
   return tx<Array<ExternalBalances & { version: string | null }>>`
     with
     unchanged as materialized (
@@ -107,20 +108,40 @@ export function persist(
       for no key update of e),
     ordinary_balances as (
       update entities e
-      set posted = v.posted, pending_debits = v.pending_debits, pending_credits = v.pending_credits, held = v.held, updated_at = ${now}
+      set posted = v.posted, pending_debits = v.pending_debits, pending_credits = v.pending_credits, held = v.held, updated_at = ${now},
+          balance_changed_at = ${tx.unsafe(HISTORY_STAMP)}
       from json_to_recordset(${ordinary}::text::json) as v(id text, posted int8, pending_debits int8, pending_credits int8, held int8)
         join unchanged u on u.id = v.id
       where e.id = v.id
-      returning e.id, e.xmin::text as version),
+      returning e.id, e.xmin::text as version, e.balance_changed_at, e.posted, e.pending_debits, e.pending_credits, e.held),
     external_balances as (
       update entities e
       set posted = e.posted + v.posted, pending_debits = e.pending_debits + v.pending_debits,
-          pending_credits = e.pending_credits + v.pending_credits, updated_at = ${now}
+          pending_credits = e.pending_credits + v.pending_credits, updated_at = ${now}, balance_changed_at = ${tx.unsafe(HISTORY_STAMP)}
       from json_to_recordset(${external}::text::json) as v(id text, posted int8, pending_debits int8, pending_credits int8, held int8)
       -- Ordinary entities are locked before external ones, in every transaction: this condition
       -- makes Postgres take all of "unchanged" (an init plan) before it locks its first external row.
       where e.id = v.id and (select count(*) from unchanged) >= 0
-      returning e.id, e.posted, e.pending_debits, e.pending_credits),
+      returning e.id, e.posted, e.pending_debits, e.pending_credits, e.held, e.balance_changed_at),
+    -- Balance history (docs/architecture.md#balance-history): every changed entity's balances as
+    -- this write left them, under the stamp it gave the entity, read from the updates themselves
+    -- (an external entity's from the row its delta landed on).
+    changed_balances as (
+      select id, balance_changed_at as at, posted, pending_debits, pending_credits, held from ordinary_balances
+      union all
+      select id, balance_changed_at, posted, pending_debits, pending_credits, held from external_balances),
+    balance_history as (
+      insert into entity_balance_history (entity_id, changed_at, posted, pending_debits, pending_credits, held)
+      select id, at, posted, pending_debits, pending_credits, held from changed_balances),
+    -- The legs this write posted, each with its place among them and what the write's later posted
+    -- legs on its entity add up to: its posted_after is the entity's posted balance after the
+    -- write less that. New ones are inserted with it (new_legs), earlier ones settled here.
+    posted_leg_rows as materialized (
+      select * from json_to_recordset(${posted}::text::json) as r(id text, entity_id text, seq int, later int8, settled boolean)),
+    settled_legs as (
+      update legs l set posted_at = b.at, posted_seq = p.seq, posted_after = b.posted - p.later
+      from posted_leg_rows p join changed_balances b on b.id = p.entity_id
+      where p.settled and l.id = p.id),
     group_rows as materialized (
       select * from json_to_recordset(${groups}::text::json) as r(id text, account_id text, program_id text, status text,
         description text, metadata jsonb, currency_code text, amount int8, reverses_group_id text, created_at timestamptz)),
@@ -133,9 +154,9 @@ export function persist(
       select id, account_id, program_id, status, description, metadata, currency_code, amount, reverses_group_id, created_at, created_at
       from group_rows),
     new_legs as (
-      insert into legs (id, group_id, position, entity_id, direction, amount, created_at)
-      select id, group_id, position, entity_id, direction, amount, created_at
-      from leg_rows),
+      insert into legs (id, group_id, position, entity_id, direction, amount, created_at, posted_at, posted_seq, posted_after)
+      select l.id, l.group_id, l.position, l.entity_id, l.direction, l.amount, l.created_at, b.at, p.seq, b.posted - p.later
+      from leg_rows l left join posted_leg_rows p on p.id = l.id left join changed_balances b on b.id = p.entity_id),
     -- What foreign keys would check with a trigger per row, counted once for the statement
     -- (migrations/0007_reference_checks_per_statement.sql). "offset 0" keeps each look-up an index
     -- probe per row: without it the planner may hash the whole table for a few dozen rows.
@@ -179,6 +200,32 @@ export function persist(
       externals: rows.filter((r) => r.version === null),
       ordinary: rows.flatMap((r) => (r.version === null ? [] : [{ id: r.id, version: r.version }])),
     }));
+}
+
+/**
+ * The stamp of an entity's balance change: the database's clock once the write holds the row's
+ * lock (an ordinary entity's is taken before, an external one's by this update), so per entity the
+ * stamps increase in commit order; and past the entity's previous stamp even should the clock step
+ * back. Evaluated per row, again on the newest row version when an update waited for another.
+ */
+const HISTORY_STAMP = "greatest(clock_timestamp(), e.balance_changed_at + interval '1 microsecond')";
+
+/**
+ * The rows of `posted_leg_rows`: each leg the book posted with `seq`, its place in the book's
+ * order, `later`, the signed sum of the book's posted legs after it on the same entity, and
+ * `settled` for a leg of a group that existed before (its row is updated, not inserted).
+ */
+function postedLegRows(batch: Pick<BookEffects, "postedLegs" | "changedGroups">): object[] {
+  const settled = new Set(batch.changedGroups.flatMap((g) => g.legs.map((l) => l.id)));
+  const later = new Map<string, bigint>();
+  const rows: object[] = [];
+  for (let seq = batch.postedLegs.length - 1; seq >= 0; seq--) {
+    const leg = batch.postedLegs[seq]!;
+    const after = later.get(leg.entity_id) ?? 0n;
+    rows.push({ id: leg.id, entity_id: leg.entity_id, seq, later: `${after}`, settled: settled.has(leg.id) });
+    later.set(leg.entity_id, after + (leg.direction === "credit" ? leg.amount : -leg.amount));
+  }
+  return rows;
 }
 
 /**

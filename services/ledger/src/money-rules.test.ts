@@ -423,3 +423,44 @@ describe("money rules (pure)", () => {
     );
   });
 });
+
+describe("posted legs (pure)", () => {
+  // The balance history (docs/architecture.md#balance-history) computes each posted leg's balance
+  // after it from the entity's posted balance after the write, less the write's later posted legs:
+  // right only if a book's posted changes are exactly the legs it lists as posted.
+  const action = fc.oneof(
+    command.map((c) => ({ c })),
+    fc.record({ settle: fc.nat(), to: fc.constantFrom("posted" as const, "canceled" as const, "failed" as const) }),
+    fc.record({ reverse: fc.nat() }),
+    fc.record({ dispute: fc.nat() }),
+  );
+
+  it("lists every leg it posts once, and an entity's posted balance moves by exactly its listed legs", () => {
+    fc.assert(
+      fc.property(startRows, fc.array(action, { minLength: 1, maxLength: 40 }), (rows, actions) => {
+        const book = bookOf(rows);
+        const groups: string[] = [];
+        for (const a of actions) {
+          let c: MoneyCommand | undefined;
+          if ("c" in a) c = a.c;
+          else if (groups.length === 0) continue;
+          else if ("settle" in a) c = { kind: "settle", ...base, groupId: groups[a.settle % groups.length]!, to: a.to, reason: "" };
+          else if ("reverse" in a) c = { kind: "reverse", ...base, groupId: groups[a.reverse % groups.length]!, description: "" };
+          else c = { kind: "dispute", ...base, groupId: groups[a.dispute % groups.length]!, reason: "" };
+          const outcome = book.apply(c);
+          if (!outcome.ok) continue;
+          for (const group of [outcome.group, outcome.reversal]) if (group && !groups.includes(group.id)) groups.push(group.id);
+        }
+        const { postedLegs } = book.effects();
+        expect(new Set(postedLegs.map((l) => l.id)).size).toBe(postedLegs.length);
+        rowsAfter(book, rows).forEach((r, i) => {
+          const moved = postedLegs
+            .filter((l) => l.entity_id === r.id)
+            .reduce((sum, l) => sum + (l.direction === "credit" ? l.amount : -l.amount), 0n);
+          expect(moved, r.id).toBe(r.posted - rows[i]!.posted);
+        });
+      }),
+      { numRuns: 300 },
+    );
+  });
+});

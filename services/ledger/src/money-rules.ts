@@ -151,6 +151,13 @@ export interface BookEffects {
   newReservations: ReservationRow[];
   changedReservations: ReservationRow[];
   newCaptures: CaptureRow[];
+  /**
+   * Every leg whose money this book moved into `posted`, in the order it did: the legs of groups
+   * created posted (transfers, deposits, withdrawals, reversals, captures) and of pending groups it
+   * posted. The book's posted changes are exactly these legs, which the balance history counts
+   * (docs/architecture.md#balance-history).
+   */
+  postedLegs: LegRow[];
   events: EncodedEvent[];
 }
 
@@ -171,6 +178,7 @@ export class Book {
   private readonly newReservationKeys = new Set<string>();
   private readonly changedReservations = new Map<string, ReservationRow>();
   private readonly newCaptures: CaptureRow[] = [];
+  private readonly postedLegs: LegRow[] = [];
   private readonly events: EncodedEvent[] = [];
 
   constructor(
@@ -236,11 +244,16 @@ export class Book {
       for (const id of before.keys()) checkBalanceRange(entities.get(id)!);
       for (const group of result.created) {
         this.push(this.newGroups, group);
+        if (group.status === "posted") for (const leg of group.legs) this.push(this.postedLegs, leg);
         // Readable like a stored group by later commands of the book: a capture repeated in the
         // same batch answers the group its first use made.
         this.change(groups, group.id, group);
       }
       for (const group of result.changed) {
+        // Posting a pending group; a reversal or a dispute changes a group whose legs were posted already.
+        if (group.status === "posted" && groups.get(group.id)?.status === "pending") {
+          for (const leg of group.legs) this.push(this.postedLegs, leg);
+        }
         this.change(groups, group.id, group);
         if (!this.newGroups.some((g) => g.id === group.id)) this.change(this.changedGroups, group.id, group);
       }
@@ -281,6 +294,7 @@ export class Book {
       newReservations: [...this.changedReservations].filter(([key]) => this.newReservationKeys.has(key)).map(([, r]) => r),
       changedReservations: [...this.changedReservations].filter(([key]) => !this.newReservationKeys.has(key)).map(([, r]) => r),
       newCaptures: [...this.newCaptures],
+      postedLegs: [...this.postedLegs],
       events: [...this.events],
     };
   }

@@ -60,7 +60,15 @@ async function write(groups: GroupRow[]): Promise<string> {
     await stack.sql.begin((tx) =>
       persist(
         tx as unknown as Tx,
-        { changedEntities: [], newGroups: groups, changedGroups: [], newReservations: [], changedReservations: [], newCaptures: [] },
+        {
+          changedEntities: [],
+          newGroups: groups,
+          changedGroups: [],
+          newReservations: [],
+          changedReservations: [],
+          newCaptures: [],
+          postedLegs: [],
+        },
         { eventIds: [], subjects: [], payloads: [] },
         new Date(),
         [],

@@ -16,7 +16,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file ledger/v1/ledger.proto.
  */
 export const file_ledger_v1_ledger: GenFile = /*@__PURE__*/
-  fileDesc("ChZsZWRnZXIvdjEvbGVkZ2VyLnByb3RvEglsZWRnZXIudjEibAoIQmFsYW5jZXMSDgoGcG9zdGVkGAEgASgDEhYKDnBlbmRpbmdfZGViaXRzGAIgASgDEhcKD3BlbmRpbmdfY3JlZGl0cxgDIAEoAxIMCgRoZWxkGAQgASgDEhEKCWF2YWlsYWJsZRgFIAEoAyLmAgoGRW50aXR5EhEKCWVudGl0eV9pZBgBIAEoCRISCgpwcm9ncmFtX2lkGAIgASgJEhMKC2VudGl0eV9uYW1lGAMgASgJEhMKC2VudGl0eV90eXBlGAQgASgJEicKBnN0YXR1cxgLIAEoDjIXLmxlZGdlci52MS5FbnRpdHlTdGF0dXMSFQoNY3VycmVuY3lfY29kZRgGIAEoCRIpCghtZXRhZGF0YRgHIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEwoLaXNfZXh0ZXJuYWwYCCABKAgSLgoKY3JlYXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJQoIYmFsYW5jZXMYCiABKAsyEy5sZWRnZXIudjEuQmFsYW5jZXMSFwoPb3ZlcmRyYWZ0X2xpbWl0GAwgASgDEhUKDXN0YXR1c19yZWFzb24YDSABKAlKBAgFEAYi5QEKA0xlZxIWCg50cmFuc2FjdGlvbl9pZBgBIAEoCRIcChR0cmFuc2FjdGlvbl9ncm91cF9pZBgCIAEoCRIRCgllbnRpdHlfaWQYAyABKAkSJwoJZGlyZWN0aW9uGAQgASgOMhQubGVkZ2VyLnYxLkRpcmVjdGlvbhIOCgZhbW91bnQYBSABKAMSLAoGc3RhdHVzGAYgASgOMhwubGVkZ2VyLnYxLlRyYW5zYWN0aW9uU3RhdHVzEi4KCmNyZWF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIsoDChBUcmFuc2FjdGlvbkdyb3VwEhwKFHRyYW5zYWN0aW9uX2dyb3VwX2lkGAEgASgJEhIKCnByb2dyYW1faWQYAiABKAkSLAoGc3RhdHVzGAMgASgOMhwubGVkZ2VyLnYxLlRyYW5zYWN0aW9uU3RhdHVzEhMKC2Rlc2NyaXB0aW9uGAQgASgJEikKCG1ldGFkYXRhGAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIVCg1jdXJyZW5jeV9jb2RlGAYgASgJEhAKCGRpc3B1dGVkGAcgASgIEg4KBmFtb3VudBgIIAEoAxIcCgRsZWdzGAkgAygLMg4ubGVkZ2VyLnYxLkxlZxIuCgpjcmVhdGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIlCh1yZXZlcnNlc190cmFuc2FjdGlvbl9ncm91cF9pZBgMIAEoCRIoCiByZXZlcnNlZF9ieV90cmFuc2FjdGlvbl9ncm91cF9pZBgNIAEoCRIOCgZyZWFzb24YDiABKAkiqgEKB1Byb2dyYW0SEgoKcHJvZ3JhbV9pZBgBIAEoCRIUCgxwcm9ncmFtX25hbWUYAiABKAkSFQoNY3VycmVuY3lfY29kZRgDIAEoCRIaChJleHRlcm5hbF9lbnRpdHlfaWQYBCABKAkSEgoKaXNfZGVmYXVsdBgFIAEoCBIuCgpjcmVhdGVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKuAQoTQ3JlYXRlRW50aXR5UmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhMKC2VudGl0eV9uYW1lGAIgASgJEhMKC2VudGl0eV90eXBlGAMgASgJEikKCG1ldGFkYXRhGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIVCg1jdXJyZW5jeV9jb2RlGAUgASgJEhcKD292ZXJkcmFmdF9saW1pdBgGIAEoAyI5ChRDcmVhdGVFbnRpdHlSZXNwb25zZRIhCgZlbnRpdHkYASABKAsyES5sZWRnZXIudjEuRW50aXR5IjkKEEdldEVudGl0eVJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkiNgoRR2V0RW50aXR5UmVzcG9uc2USIQoGZW50aXR5GAEgASgLMhEubGVkZ2VyLnYxLkVudGl0eSJdChNMaXN0RW50aXRpZXNSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSDQoFbGltaXQYAiABKAUSDgoGY3Vyc29yGAMgASgJEhMKC2VudGl0eV90eXBlGAQgASgJIl4KFExpc3RFbnRpdGllc1Jlc3BvbnNlEiMKCGVudGl0aWVzGAEgAygLMhEubGVkZ2VyLnYxLkVudGl0eRIhCgRwYWdlGAIgASgLMhMuY29tbW9uLnYxLlBhZ2VJbmZvIl8KEUZ1bmRFbnRpdHlSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJEg4KBmFtb3VudBgDIAEoAxITCgtkZXNjcmlwdGlvbhgEIAEoCSJsChJGdW5kRW50aXR5UmVzcG9uc2USNgoRdHJhbnNhY3Rpb25fZ3JvdXAYASABKAsyGy5sZWRnZXIudjEuVHJhbnNhY3Rpb25Hcm91cBIeCgZjcmVkaXQYAiABKAsyDi5sZWRnZXIudjEuTGVnImEKE0RlZnVuZEVudGl0eVJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSDgoGYW1vdW50GAMgASgDEhMKC2Rlc2NyaXB0aW9uGAQgASgJIm0KFERlZnVuZEVudGl0eVJlc3BvbnNlEjYKEXRyYW5zYWN0aW9uX2dyb3VwGAEgASgLMhsubGVkZ2VyLnYxLlRyYW5zYWN0aW9uR3JvdXASHQoFZGViaXQYAiABKAsyDi5sZWRnZXIudjEuTGVnIkgKCFRyYW5zZmVyEhYKDmZyb21fZW50aXR5X2lkGAEgASgJEhQKDHRvX2VudGl0eV9pZBgCIAEoCRIOCgZhbW91bnQYAyABKAMiUwoFRW50cnkSEQoJZW50aXR5X2lkGAEgASgJEicKCWRpcmVjdGlvbhgCIAEoDjIULmxlZGdlci52MS5EaXJlY3Rpb24SDgoGYW1vdW50GAMgASgDIiwKB0VudHJpZXMSIQoHZW50cmllcxgBIAMoCzIQLmxlZGdlci52MS5FbnRyeSL0AQoYQ3JlYXRlVHJhbnNhY3Rpb25SZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSLAoGc3RhdHVzGAMgASgOMhwubGVkZ2VyLnYxLlRyYW5zYWN0aW9uU3RhdHVzEikKCG1ldGFkYXRhGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBInCgh0cmFuc2ZlchgFIAEoCzITLmxlZGdlci52MS5UcmFuc2ZlckgAEiUKB2VudHJpZXMYBiABKAsyEi5sZWRnZXIudjEuRW50cmllc0gAQgYKBGZvcm0iUwoZQ3JlYXRlVHJhbnNhY3Rpb25SZXNwb25zZRI2ChF0cmFuc2FjdGlvbl9ncm91cBgBIAEoCzIbLmxlZGdlci52MS5UcmFuc2FjdGlvbkdyb3VwImsKFkNyZWF0ZVRyYW5zYWN0aW9uc0l0ZW0SOAoLdHJhbnNhY3Rpb24YASABKAsyIy5sZWRnZXIudjEuQ3JlYXRlVHJhbnNhY3Rpb25SZXF1ZXN0EhcKD2lkZW1wb3RlbmN5X2tleRgCIAEoCSJ4ChlDcmVhdGVUcmFuc2FjdGlvbnNSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSNwoMdHJhbnNhY3Rpb25zGAIgAygLMiEubGVkZ2VyLnYxLkNyZWF0ZVRyYW5zYWN0aW9uc0l0ZW0SDgoGYXRvbWljGAMgASgIImIKF0NyZWF0ZVRyYW5zYWN0aW9uc0Vycm9yEgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCRIoCgdkZXRhaWxzGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCKlAQoYQ3JlYXRlVHJhbnNhY3Rpb25zUmVzdWx0EjgKEXRyYW5zYWN0aW9uX2dyb3VwGAEgASgLMhsubGVkZ2VyLnYxLlRyYW5zYWN0aW9uR3JvdXBIABIzCgVlcnJvchgCIAEoCzIiLmxlZGdlci52MS5DcmVhdGVUcmFuc2FjdGlvbnNFcnJvckgAEhAKCHJlcGxheWVkGAMgASgIQggKBnJlc3VsdCJ1ChpDcmVhdGVUcmFuc2FjdGlvbnNSZXNwb25zZRIRCglzdWNjZWVkZWQYASABKAUSDgoGZmFpbGVkGAIgASgFEjQKB3Jlc3VsdHMYAyADKAsyIy5sZWRnZXIudjEuQ3JlYXRlVHJhbnNhY3Rpb25zUmVzdWx0IlYKFUdldFRyYW5zYWN0aW9uUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhEKCWVudGl0eV9pZBgCIAEoCRIWCg50cmFuc2FjdGlvbl9pZBgDIAEoCSI1ChZHZXRUcmFuc2FjdGlvblJlc3BvbnNlEhsKA2xlZxgBIAEoCzIOLmxlZGdlci52MS5MZWcijQEKF0xpc3RUcmFuc2FjdGlvbnNSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJEg0KBWxpbWl0GAMgASgFEg4KBmN1cnNvchgEIAEoCRIsCgZzdGF0dXMYBSABKA4yHC5sZWRnZXIudjEuVHJhbnNhY3Rpb25TdGF0dXMiWwoYTGlzdFRyYW5zYWN0aW9uc1Jlc3BvbnNlEhwKBGxlZ3MYASADKAsyDi5sZWRnZXIudjEuTGVnEiEKBHBhZ2UYAiABKAsyEy5jb21tb24udjEuUGFnZUluZm8iTgoaR2V0VHJhbnNhY3Rpb25Hcm91cFJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIcChR0cmFuc2FjdGlvbl9ncm91cF9pZBgCIAEoCSJVChtHZXRUcmFuc2FjdGlvbkdyb3VwUmVzcG9uc2USNgoRdHJhbnNhY3Rpb25fZ3JvdXAYASABKAsyGy5sZWRnZXIudjEuVHJhbnNhY3Rpb25Hcm91cCJKChZQb3N0VHJhbnNhY3Rpb25SZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSHAoUdHJhbnNhY3Rpb25fZ3JvdXBfaWQYAiABKAkiUQoXUG9zdFRyYW5zYWN0aW9uUmVzcG9uc2USNgoRdHJhbnNhY3Rpb25fZ3JvdXAYASABKAsyGy5sZWRnZXIudjEuVHJhbnNhY3Rpb25Hcm91cCJMChhDYW5jZWxUcmFuc2FjdGlvblJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIcChR0cmFuc2FjdGlvbl9ncm91cF9pZBgCIAEoCSJTChlDYW5jZWxUcmFuc2FjdGlvblJlc3BvbnNlEjYKEXRyYW5zYWN0aW9uX2dyb3VwGAEgASgLMhsubGVkZ2VyLnYxLlRyYW5zYWN0aW9uR3JvdXAiWgoWRmFpbFRyYW5zYWN0aW9uUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhwKFHRyYW5zYWN0aW9uX2dyb3VwX2lkGAIgASgJEg4KBnJlYXNvbhgDIAEoCSJRChdGYWlsVHJhbnNhY3Rpb25SZXNwb25zZRI2ChF0cmFuc2FjdGlvbl9ncm91cBgBIAEoCzIbLmxlZGdlci52MS5UcmFuc2FjdGlvbkdyb3VwImIKGVJldmVyc2VUcmFuc2FjdGlvblJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIcChR0cmFuc2FjdGlvbl9ncm91cF9pZBgCIAEoCRITCgtkZXNjcmlwdGlvbhgDIAEoCSK8AQoaUmV2ZXJzZVRyYW5zYWN0aW9uUmVzcG9uc2USNgoRdHJhbnNhY3Rpb25fZ3JvdXAYASABKAsyGy5sZWRnZXIudjEuVHJhbnNhY3Rpb25Hcm91cBIlCh1yZXZlcnNhbF90cmFuc2FjdGlvbl9ncm91cF9pZBgCIAEoCRI/ChpyZXZlcnNhbF90cmFuc2FjdGlvbl9ncm91cBgDIAEoCzIbLmxlZGdlci52MS5UcmFuc2FjdGlvbkdyb3VwIl0KGURpc3B1dGVUcmFuc2FjdGlvblJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIcChR0cmFuc2FjdGlvbl9ncm91cF9pZBgCIAEoCRIOCgZyZWFzb24YAyABKAkiVAoaRGlzcHV0ZVRyYW5zYWN0aW9uUmVzcG9uc2USNgoRdHJhbnNhY3Rpb25fZ3JvdXAYASABKAsyGy5sZWRnZXIudjEuVHJhbnNhY3Rpb25Hcm91cCJDChRDcmVhdGVQcm9ncmFtUmVxdWVzdBIUCgxwcm9ncmFtX25hbWUYASABKAkSFQoNY3VycmVuY3lfY29kZRgCIAEoCSI8ChVDcmVhdGVQcm9ncmFtUmVzcG9uc2USIwoHcHJvZ3JhbRgBIAEoCzISLmxlZGdlci52MS5Qcm9ncmFtIicKEUdldFByb2dyYW1SZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkiOQoSR2V0UHJvZ3JhbVJlc3BvbnNlEiMKB3Byb2dyYW0YASABKAsyEi5sZWRnZXIudjEuUHJvZ3JhbSI0ChNMaXN0UHJvZ3JhbXNSZXF1ZXN0Eg0KBWxpbWl0GAEgASgFEg4KBmN1cnNvchgCIAEoCSJfChRMaXN0UHJvZ3JhbXNSZXNwb25zZRIkCghwcm9ncmFtcxgBIAMoCzISLmxlZGdlci52MS5Qcm9ncmFtEiEKBHBhZ2UYAiABKAsyEy5jb21tb24udjEuUGFnZUluZm8i7QEKE1VwZGF0ZUVudGl0eVJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSGAoLZW50aXR5X25hbWUYAyABKAlIAIgBARIYCgtlbnRpdHlfdHlwZRgEIAEoCUgBiAEBEikKCG1ldGFkYXRhGAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIcCg9vdmVyZHJhZnRfbGltaXQYBiABKANIAogBAUIOCgxfZW50aXR5X25hbWVCDgoMX2VudGl0eV90eXBlQhIKEF9vdmVyZHJhZnRfbGltaXQiOQoUVXBkYXRlRW50aXR5UmVzcG9uc2USIQoGZW50aXR5GAEgASgLMhEubGVkZ2VyLnYxLkVudGl0eSJMChNGcmVlemVFbnRpdHlSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJEg4KBnJlYXNvbhgDIAEoCSI5ChRGcmVlemVFbnRpdHlSZXNwb25zZRIhCgZlbnRpdHkYASABKAsyES5sZWRnZXIudjEuRW50aXR5Ij4KFVVuZnJlZXplRW50aXR5UmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhEKCWVudGl0eV9pZBgCIAEoCSI7ChZVbmZyZWV6ZUVudGl0eVJlc3BvbnNlEiEKBmVudGl0eRgBIAEoCzIRLmxlZGdlci52MS5FbnRpdHkiOwoSQ2xvc2VFbnRpdHlSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJIjgKE0Nsb3NlRW50aXR5UmVzcG9uc2USIQoGZW50aXR5GAEgASgLMhEubGVkZ2VyLnYxLkVudGl0eSJAChRVcGRhdGVQcm9ncmFtUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhQKDHByb2dyYW1fbmFtZRgCIAEoCSI8ChVVcGRhdGVQcm9ncmFtUmVzcG9uc2USIwoHcHJvZ3JhbRgBIAEoCzISLmxlZGdlci52MS5Qcm9ncmFtKlEKCURpcmVjdGlvbhIZChVESVJFQ1RJT05fVU5TUEVDSUZJRUQQABITCg9ESVJFQ1RJT05fREVCSVQQARIUChBESVJFQ1RJT05fQ1JFRElUEAIq1wEKEVRyYW5zYWN0aW9uU3RhdHVzEiIKHlRSQU5TQUNUSU9OX1NUQVRVU19VTlNQRUNJRklFRBAAEh4KGlRSQU5TQUNUSU9OX1NUQVRVU19QRU5ESU5HEAESHQoZVFJBTlNBQ1RJT05fU1RBVFVTX1BPU1RFRBACEh8KG1RSQU5TQUNUSU9OX1NUQVRVU19DQU5DRUxFRBADEh0KGVRSQU5TQUNUSU9OX1NUQVRVU19GQUlMRUQQBBIfChtUUkFOU0FDVElPTl9TVEFUVVNfUkVWRVJTRUQQBSp7CgxFbnRpdHlTdGF0dXMSHQoZRU5USVRZX1NUQVRVU19VTlNQRUNJRklFRBAAEhgKFEVOVElUWV9TVEFUVVNfQUNUSVZFEAESGAoURU5USVRZX1NUQVRVU19GUk9aRU4QAhIYChRFTlRJVFlfU1RBVFVTX0NMT1NFRBADMvoPCg1MZWRnZXJTZXJ2aWNlEk8KDENyZWF0ZUVudGl0eRIeLmxlZGdlci52MS5DcmVhdGVFbnRpdHlSZXF1ZXN0Gh8ubGVkZ2VyLnYxLkNyZWF0ZUVudGl0eVJlc3BvbnNlEksKCUdldEVudGl0eRIbLmxlZGdlci52MS5HZXRFbnRpdHlSZXF1ZXN0GhwubGVkZ2VyLnYxLkdldEVudGl0eVJlc3BvbnNlIgOQAgESVAoMTGlzdEVudGl0aWVzEh4ubGVkZ2VyLnYxLkxpc3RFbnRpdGllc1JlcXVlc3QaHy5sZWRnZXIudjEuTGlzdEVudGl0aWVzUmVzcG9uc2UiA5ACARJPCgxVcGRhdGVFbnRpdHkSHi5sZWRnZXIudjEuVXBkYXRlRW50aXR5UmVxdWVzdBofLmxlZGdlci52MS5VcGRhdGVFbnRpdHlSZXNwb25zZRJPCgxGcmVlemVFbnRpdHkSHi5sZWRnZXIudjEuRnJlZXplRW50aXR5UmVxdWVzdBofLmxlZGdlci52MS5GcmVlemVFbnRpdHlSZXNwb25zZRJVCg5VbmZyZWV6ZUVudGl0eRIgLmxlZGdlci52MS5VbmZyZWV6ZUVudGl0eVJlcXVlc3QaIS5sZWRnZXIudjEuVW5mcmVlemVFbnRpdHlSZXNwb25zZRJMCgtDbG9zZUVudGl0eRIdLmxlZGdlci52MS5DbG9zZUVudGl0eVJlcXVlc3QaHi5sZWRnZXIudjEuQ2xvc2VFbnRpdHlSZXNwb25zZRJJCgpGdW5kRW50aXR5EhwubGVkZ2VyLnYxLkZ1bmRFbnRpdHlSZXF1ZXN0Gh0ubGVkZ2VyLnYxLkZ1bmRFbnRpdHlSZXNwb25zZRJPCgxEZWZ1bmRFbnRpdHkSHi5sZWRnZXIudjEuRGVmdW5kRW50aXR5UmVxdWVzdBofLmxlZGdlci52MS5EZWZ1bmRFbnRpdHlSZXNwb25zZRJeChFDcmVhdGVUcmFuc2FjdGlvbhIjLmxlZGdlci52MS5DcmVhdGVUcmFuc2FjdGlvblJlcXVlc3QaJC5sZWRnZXIudjEuQ3JlYXRlVHJhbnNhY3Rpb25SZXNwb25zZRJhChJDcmVhdGVUcmFuc2FjdGlvbnMSJC5sZWRnZXIudjEuQ3JlYXRlVHJhbnNhY3Rpb25zUmVxdWVzdBolLmxlZGdlci52MS5DcmVhdGVUcmFuc2FjdGlvbnNSZXNwb25zZRJaCg5HZXRUcmFuc2FjdGlvbhIgLmxlZGdlci52MS5HZXRUcmFuc2FjdGlvblJlcXVlc3QaIS5sZWRnZXIudjEuR2V0VHJhbnNhY3Rpb25SZXNwb25zZSIDkAIBEmAKEExpc3RUcmFuc2FjdGlvbnMSIi5sZWRnZXIudjEuTGlzdFRyYW5zYWN0aW9uc1JlcXVlc3QaIy5sZWRnZXIudjEuTGlzdFRyYW5zYWN0aW9uc1Jlc3BvbnNlIgOQAgESaQoTR2V0VHJhbnNhY3Rpb25Hcm91cBIlLmxlZGdlci52MS5HZXRUcmFuc2FjdGlvbkdyb3VwUmVxdWVzdBomLmxlZGdlci52MS5HZXRUcmFuc2FjdGlvbkdyb3VwUmVzcG9uc2UiA5ACARJYCg9Qb3N0VHJhbnNhY3Rpb24SIS5sZWRnZXIudjEuUG9zdFRyYW5zYWN0aW9uUmVxdWVzdBoiLmxlZGdlci52MS5Qb3N0VHJhbnNhY3Rpb25SZXNwb25zZRJeChFDYW5jZWxUcmFuc2FjdGlvbhIjLmxlZGdlci52MS5DYW5jZWxUcmFuc2FjdGlvblJlcXVlc3QaJC5sZWRnZXIudjEuQ2FuY2VsVHJhbnNhY3Rpb25SZXNwb25zZRJYCg9GYWlsVHJhbnNhY3Rpb24SIS5sZWRnZXIudjEuRmFpbFRyYW5zYWN0aW9uUmVxdWVzdBoiLmxlZGdlci52MS5GYWlsVHJhbnNhY3Rpb25SZXNwb25zZRJhChJSZXZlcnNlVHJhbnNhY3Rpb24SJC5sZWRnZXIudjEuUmV2ZXJzZVRyYW5zYWN0aW9uUmVxdWVzdBolLmxlZGdlci52MS5SZXZlcnNlVHJhbnNhY3Rpb25SZXNwb25zZRJhChJEaXNwdXRlVHJhbnNhY3Rpb24SJC5sZWRnZXIudjEuRGlzcHV0ZVRyYW5zYWN0aW9uUmVxdWVzdBolLmxlZGdlci52MS5EaXNwdXRlVHJhbnNhY3Rpb25SZXNwb25zZRJSCg1DcmVhdGVQcm9ncmFtEh8ubGVkZ2VyLnYxLkNyZWF0ZVByb2dyYW1SZXF1ZXN0GiAubGVkZ2VyLnYxLkNyZWF0ZVByb2dyYW1SZXNwb25zZRJOCgpHZXRQcm9ncmFtEhwubGVkZ2VyLnYxLkdldFByb2dyYW1SZXF1ZXN0Gh0ubGVkZ2VyLnYxLkdldFByb2dyYW1SZXNwb25zZSIDkAIBElQKDExpc3RQcm9ncmFtcxIeLmxlZGdlci52MS5MaXN0UHJvZ3JhbXNSZXF1ZXN0Gh8ubGVkZ2VyLnYxLkxpc3RQcm9ncmFtc1Jlc3BvbnNlIgOQAgESUgoNVXBkYXRlUHJvZ3JhbRIfLmxlZGdlci52MS5VcGRhdGVQcm9ncmFtUmVxdWVzdBogLmxlZGdlci52MS5VcGRhdGVQcm9ncmFtUmVzcG9uc2ViBnByb3RvMw", [file_common_v1_common, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChZsZWRnZXIvdjEvbGVkZ2VyLnByb3RvEglsZWRnZXIudjEibAoIQmFsYW5jZXMSDgoGcG9zdGVkGAEgASgDEhYKDnBlbmRpbmdfZGViaXRzGAIgASgDEhcKD3BlbmRpbmdfY3JlZGl0cxgDIAEoAxIMCgRoZWxkGAQgASgDEhEKCWF2YWlsYWJsZRgFIAEoAyLmAgoGRW50aXR5EhEKCWVudGl0eV9pZBgBIAEoCRISCgpwcm9ncmFtX2lkGAIgASgJEhMKC2VudGl0eV9uYW1lGAMgASgJEhMKC2VudGl0eV90eXBlGAQgASgJEicKBnN0YXR1cxgLIAEoDjIXLmxlZGdlci52MS5FbnRpdHlTdGF0dXMSFQoNY3VycmVuY3lfY29kZRgGIAEoCRIpCghtZXRhZGF0YRgHIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEwoLaXNfZXh0ZXJuYWwYCCABKAgSLgoKY3JlYXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJQoIYmFsYW5jZXMYCiABKAsyEy5sZWRnZXIudjEuQmFsYW5jZXMSFwoPb3ZlcmRyYWZ0X2xpbWl0GAwgASgDEhUKDXN0YXR1c19yZWFzb24YDSABKAlKBAgFEAYi5QEKA0xlZxIWCg50cmFuc2FjdGlvbl9pZBgBIAEoCRIcChR0cmFuc2FjdGlvbl9ncm91cF9pZBgCIAEoCRIRCgllbnRpdHlfaWQYAyABKAkSJwoJZGlyZWN0aW9uGAQgASgOMhQubGVkZ2VyLnYxLkRpcmVjdGlvbhIOCgZhbW91bnQYBSABKAMSLAoGc3RhdHVzGAYgASgOMhwubGVkZ2VyLnYxLlRyYW5zYWN0aW9uU3RhdHVzEi4KCmNyZWF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIsoDChBUcmFuc2FjdGlvbkdyb3VwEhwKFHRyYW5zYWN0aW9uX2dyb3VwX2lkGAEgASgJEhIKCnByb2dyYW1faWQYAiABKAkSLAoGc3RhdHVzGAMgASgOMhwubGVkZ2VyLnYxLlRyYW5zYWN0aW9uU3RhdHVzEhMKC2Rlc2NyaXB0aW9uGAQgASgJEikKCG1ldGFkYXRhGAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIVCg1jdXJyZW5jeV9jb2RlGAYgASgJEhAKCGRpc3B1dGVkGAcgASgIEg4KBmFtb3VudBgIIAEoAxIcCgRsZWdzGAkgAygLMg4ubGVkZ2VyLnYxLkxlZxIuCgpjcmVhdGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIlCh1yZXZlcnNlc190cmFuc2FjdGlvbl9ncm91cF9pZBgMIAEoCRIoCiByZXZlcnNlZF9ieV90cmFuc2FjdGlvbl9ncm91cF9pZBgNIAEoCRIOCgZyZWFzb24YDiABKAkiqgEKB1Byb2dyYW0SEgoKcHJvZ3JhbV9pZBgBIAEoCRIUCgxwcm9ncmFtX25hbWUYAiABKAkSFQoNY3VycmVuY3lfY29kZRgDIAEoCRIaChJleHRlcm5hbF9lbnRpdHlfaWQYBCABKAkSEgoKaXNfZGVmYXVsdBgFIAEoCBIuCgpjcmVhdGVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKuAQoTQ3JlYXRlRW50aXR5UmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhMKC2VudGl0eV9uYW1lGAIgASgJEhMKC2VudGl0eV90eXBlGAMgASgJEikKCG1ldGFkYXRhGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIVCg1jdXJyZW5jeV9jb2RlGAUgASgJEhcKD292ZXJkcmFmdF9saW1pdBgGIAEoAyI5ChRDcmVhdGVFbnRpdHlSZXNwb25zZRIhCgZlbnRpdHkYASABKAsyES5sZWRnZXIudjEuRW50aXR5ImQKEEdldEVudGl0eVJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSKQoFYXNfb2YYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjYKEUdldEVudGl0eVJlc3BvbnNlEiEKBmVudGl0eRgBIAEoCzIRLmxlZGdlci52MS5FbnRpdHkiswEKGUdldEVudGl0eVN0YXRlbWVudFJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSKAoEZnJvbRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJgoCdG8YBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBWxpbWl0GAUgASgFEg4KBmN1cnNvchgGIAEoCSK9AQoPRW50aXR5U3RhdGVtZW50EhEKCWVudGl0eV9pZBgBIAEoCRIVCg1jdXJyZW5jeV9jb2RlGAIgASgJEigKBGZyb20YAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiYKAnRvGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCg5vcGVuaW5nX3Bvc3RlZBgFIAEoAxIWCg5jbG9zaW5nX3Bvc3RlZBgGIAEoAyLZAQoOU3RhdGVtZW50RW50cnkSFgoOdHJhbnNhY3Rpb25faWQYASABKAkSHAoUdHJhbnNhY3Rpb25fZ3JvdXBfaWQYAiABKAkSJwoJZGlyZWN0aW9uGAMgASgOMhQubGVkZ2VyLnYxLkRpcmVjdGlvbhIOCgZhbW91bnQYBCABKAMSEwoLZGVzY3JpcHRpb24YBSABKAkSLQoJcG9zdGVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxwb3N0ZWRfYWZ0ZXIYByABKAMimgEKGkdldEVudGl0eVN0YXRlbWVudFJlc3BvbnNlEi0KCXN0YXRlbWVudBgBIAEoCzIaLmxlZGdlci52MS5FbnRpdHlTdGF0ZW1lbnQSKgoHZW50cmllcxgCIAMoCzIZLmxlZGdlci52MS5TdGF0ZW1lbnRFbnRyeRIhCgRwYWdlGAMgASgLMhMuY29tbW9uLnYxLlBhZ2VJbmZvIl0KE0xpc3RFbnRpdGllc1JlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRINCgVsaW1pdBgCIAEoBRIOCgZjdXJzb3IYAyABKAkSEwoLZW50aXR5X3R5cGUYBCABKAkiXgoUTGlzdEVudGl0aWVzUmVzcG9uc2USIwoIZW50aXRpZXMYASADKAsyES5sZWRnZXIudjEuRW50aXR5EiEKBHBhZ2UYAiABKAsyEy5jb21tb24udjEuUGFnZUluZm8iXwoRRnVuZEVudGl0eVJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSDgoGYW1vdW50GAMgASgDEhMKC2Rlc2NyaXB0aW9uGAQgASgJImwKEkZ1bmRFbnRpdHlSZXNwb25zZRI2ChF0cmFuc2FjdGlvbl9ncm91cBgBIAEoCzIbLmxlZGdlci52MS5UcmFuc2FjdGlvbkdyb3VwEh4KBmNyZWRpdBgCIAEoCzIOLmxlZGdlci52MS5MZWciYQoTRGVmdW5kRW50aXR5UmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhEKCWVudGl0eV9pZBgCIAEoCRIOCgZhbW91bnQYAyABKAMSEwoLZGVzY3JpcHRpb24YBCABKAkibQoURGVmdW5kRW50aXR5UmVzcG9uc2USNgoRdHJhbnNhY3Rpb25fZ3JvdXAYASABKAsyGy5sZWRnZXIudjEuVHJhbnNhY3Rpb25Hcm91cBIdCgVkZWJpdBgCIAEoCzIOLmxlZGdlci52MS5MZWciSAoIVHJhbnNmZXISFgoOZnJvbV9lbnRpdHlfaWQYASABKAkSFAoMdG9fZW50aXR5X2lkGAIgASgJEg4KBmFtb3VudBgDIAEoAyJTCgVFbnRyeRIRCgllbnRpdHlfaWQYASABKAkSJwoJZGlyZWN0aW9uGAIgASgOMhQubGVkZ2VyLnYxLkRpcmVjdGlvbhIOCgZhbW91bnQYAyABKAMiLAoHRW50cmllcxIhCgdlbnRyaWVzGAEgAygLMhAubGVkZ2VyLnYxLkVudHJ5IvQBChhDcmVhdGVUcmFuc2FjdGlvblJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCRIsCgZzdGF0dXMYAyABKA4yHC5sZWRnZXIudjEuVHJhbnNhY3Rpb25TdGF0dXMSKQoIbWV0YWRhdGEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EicKCHRyYW5zZmVyGAUgASgLMhMubGVkZ2VyLnYxLlRyYW5zZmVySAASJQoHZW50cmllcxgGIAEoCzISLmxlZGdlci52MS5FbnRyaWVzSABCBgoEZm9ybSJTChlDcmVhdGVUcmFuc2FjdGlvblJlc3BvbnNlEjYKEXRyYW5zYWN0aW9uX2dyb3VwGAEgASgLMhsubGVkZ2VyLnYxLlRyYW5zYWN0aW9uR3JvdXAiawoWQ3JlYXRlVHJhbnNhY3Rpb25zSXRlbRI4Cgt0cmFuc2FjdGlvbhgBIAEoCzIjLmxlZGdlci52MS5DcmVhdGVUcmFuc2FjdGlvblJlcXVlc3QSFwoPaWRlbXBvdGVuY3lfa2V5GAIgASgJIngKGUNyZWF0ZVRyYW5zYWN0aW9uc1JlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRI3Cgx0cmFuc2FjdGlvbnMYAiADKAsyIS5sZWRnZXIudjEuQ3JlYXRlVHJhbnNhY3Rpb25zSXRlbRIOCgZhdG9taWMYAyABKAgiYgoXQ3JlYXRlVHJhbnNhY3Rpb25zRXJyb3ISDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJEigKB2RldGFpbHMYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IqUBChhDcmVhdGVUcmFuc2FjdGlvbnNSZXN1bHQSOAoRdHJhbnNhY3Rpb25fZ3JvdXAYASABKAsyGy5sZWRnZXIudjEuVHJhbnNhY3Rpb25Hcm91cEgAEjMKBWVycm9yGAIgASgLMiIubGVkZ2VyLnYxLkNyZWF0ZVRyYW5zYWN0aW9uc0Vycm9ySAASEAoIcmVwbGF5ZWQYAyABKAhCCAoGcmVzdWx0InUKGkNyZWF0ZVRyYW5zYWN0aW9uc1Jlc3BvbnNlEhEKCXN1Y2NlZWRlZBgBIAEoBRIOCgZmYWlsZWQYAiABKAUSNAoHcmVzdWx0cxgDIAMoCzIjLmxlZGdlci52MS5DcmVhdGVUcmFuc2FjdGlvbnNSZXN1bHQiVgoVR2V0VHJhbnNhY3Rpb25SZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJEhYKDnRyYW5zYWN0aW9uX2lkGAMgASgJIjUKFkdldFRyYW5zYWN0aW9uUmVzcG9uc2USGwoDbGVnGAEgASgLMg4ubGVkZ2VyLnYxLkxlZyKNAQoXTGlzdFRyYW5zYWN0aW9uc1JlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSDQoFbGltaXQYAyABKAUSDgoGY3Vyc29yGAQgASgJEiwKBnN0YXR1cxgFIAEoDjIcLmxlZGdlci52MS5UcmFuc2FjdGlvblN0YXR1cyJbChhMaXN0VHJhbnNhY3Rpb25zUmVzcG9uc2USHAoEbGVncxgBIAMoCzIOLmxlZGdlci52MS5MZWcSIQoEcGFnZRgCIAEoCzITLmNvbW1vbi52MS5QYWdlSW5mbyJOChpHZXRUcmFuc2FjdGlvbkdyb3VwUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhwKFHRyYW5zYWN0aW9uX2dyb3VwX2lkGAIgASgJIlUKG0dldFRyYW5zYWN0aW9uR3JvdXBSZXNwb25zZRI2ChF0cmFuc2FjdGlvbl9ncm91cBgBIAEoCzIbLmxlZGdlci52MS5UcmFuc2FjdGlvbkdyb3VwIkoKFlBvc3RUcmFuc2FjdGlvblJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIcChR0cmFuc2FjdGlvbl9ncm91cF9pZBgCIAEoCSJRChdQb3N0VHJhbnNhY3Rpb25SZXNwb25zZRI2ChF0cmFuc2FjdGlvbl9ncm91cBgBIAEoCzIbLmxlZGdlci52MS5UcmFuc2FjdGlvbkdyb3VwIkwKGENhbmNlbFRyYW5zYWN0aW9uUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhwKFHRyYW5zYWN0aW9uX2dyb3VwX2lkGAIgASgJIlMKGUNhbmNlbFRyYW5zYWN0aW9uUmVzcG9uc2USNgoRdHJhbnNhY3Rpb25fZ3JvdXAYASABKAsyGy5sZWRnZXIudjEuVHJhbnNhY3Rpb25Hcm91cCJaChZGYWlsVHJhbnNhY3Rpb25SZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSHAoUdHJhbnNhY3Rpb25fZ3JvdXBfaWQYAiABKAkSDgoGcmVhc29uGAMgASgJIlEKF0ZhaWxUcmFuc2FjdGlvblJlc3BvbnNlEjYKEXRyYW5zYWN0aW9uX2dyb3VwGAEgASgLMhsubGVkZ2VyLnYxLlRyYW5zYWN0aW9uR3JvdXAiYgoZUmV2ZXJzZVRyYW5zYWN0aW9uUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhwKFHRyYW5zYWN0aW9uX2dyb3VwX2lkGAIgASgJEhMKC2Rlc2NyaXB0aW9uGAMgASgJIrwBChpSZXZlcnNlVHJhbnNhY3Rpb25SZXNwb25zZRI2ChF0cmFuc2FjdGlvbl9ncm91cBgBIAEoCzIbLmxlZGdlci52MS5UcmFuc2FjdGlvbkdyb3VwEiUKHXJldmVyc2FsX3RyYW5zYWN0aW9uX2dyb3VwX2lkGAIgASgJEj8KGnJldmVyc2FsX3RyYW5zYWN0aW9uX2dyb3VwGAMgASgLMhsubGVkZ2VyLnYxLlRyYW5zYWN0aW9uR3JvdXAiXQoZRGlzcHV0ZVRyYW5zYWN0aW9uUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhwKFHRyYW5zYWN0aW9uX2dyb3VwX2lkGAIgASgJEg4KBnJlYXNvbhgDIAEoCSJUChpEaXNwdXRlVHJhbnNhY3Rpb25SZXNwb25zZRI2ChF0cmFuc2FjdGlvbl9ncm91cBgBIAEoCzIbLmxlZGdlci52MS5UcmFuc2FjdGlvbkdyb3VwIkMKFENyZWF0ZVByb2dyYW1SZXF1ZXN0EhQKDHByb2dyYW1fbmFtZRgBIAEoCRIVCg1jdXJyZW5jeV9jb2RlGAIgASgJIjwKFUNyZWF0ZVByb2dyYW1SZXNwb25zZRIjCgdwcm9ncmFtGAEgASgLMhIubGVkZ2VyLnYxLlByb2dyYW0iJwoRR2V0UHJvZ3JhbVJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCSI5ChJHZXRQcm9ncmFtUmVzcG9uc2USIwoHcHJvZ3JhbRgBIAEoCzISLmxlZGdlci52MS5Qcm9ncmFtIjQKE0xpc3RQcm9ncmFtc1JlcXVlc3QSDQoFbGltaXQYASABKAUSDgoGY3Vyc29yGAIgASgJIl8KFExpc3RQcm9ncmFtc1Jlc3BvbnNlEiQKCHByb2dyYW1zGAEgAygLMhIubGVkZ2VyLnYxLlByb2dyYW0SIQoEcGFnZRgCIAEoCzITLmNvbW1vbi52MS5QYWdlSW5mbyLtAQoTVXBkYXRlRW50aXR5UmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhEKCWVudGl0eV9pZBgCIAEoCRIYCgtlbnRpdHlfbmFtZRgDIAEoCUgAiAEBEhgKC2VudGl0eV90eXBlGAQgASgJSAGIAQESKQoIbWV0YWRhdGEYBSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhwKD292ZXJkcmFmdF9saW1pdBgGIAEoA0gCiAEBQg4KDF9lbnRpdHlfbmFtZUIOCgxfZW50aXR5X3R5cGVCEgoQX292ZXJkcmFmdF9saW1pdCI5ChRVcGRhdGVFbnRpdHlSZXNwb25zZRIhCgZlbnRpdHkYASABKAsyES5sZWRnZXIudjEuRW50aXR5IkwKE0ZyZWV6ZUVudGl0eVJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSDgoGcmVhc29uGAMgASgJIjkKFEZyZWV6ZUVudGl0eVJlc3BvbnNlEiEKBmVudGl0eRgBIAEoCzIRLmxlZGdlci52MS5FbnRpdHkiPgoVVW5mcmVlemVFbnRpdHlSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJIjsKFlVuZnJlZXplRW50aXR5UmVzcG9uc2USIQoGZW50aXR5GAEgASgLMhEubGVkZ2VyLnYxLkVudGl0eSI7ChJDbG9zZUVudGl0eVJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkiOAoTQ2xvc2VFbnRpdHlSZXNwb25zZRIhCgZlbnRpdHkYASABKAsyES5sZWRnZXIudjEuRW50aXR5IkAKFFVwZGF0ZVByb2dyYW1SZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSFAoMcHJvZ3JhbV9uYW1lGAIgASgJIjwKFVVwZGF0ZVByb2dyYW1SZXNwb25zZRIjCgdwcm9ncmFtGAEgASgLMhIubGVkZ2VyLnYxLlByb2dyYW0qUQoJRGlyZWN0aW9uEhkKFURJUkVDVElPTl9VTlNQRUNJRklFRBAAEhMKD0RJUkVDVElPTl9ERUJJVBABEhQKEERJUkVDVElPTl9DUkVESVQQAirXAQoRVHJhbnNhY3Rpb25TdGF0dXMSIgoeVFJBTlNBQ1RJT05fU1RBVFVTX1VOU1BFQ0lGSUVEEAASHgoaVFJBTlNBQ1RJT05fU1RBVFVTX1BFTkRJTkcQARIdChlUUkFOU0FDVElPTl9TVEFUVVNfUE9TVEVEEAISHwobVFJBTlNBQ1RJT05fU1RBVFVTX0NBTkNFTEVEEAMSHQoZVFJBTlNBQ1RJT05fU1RBVFVTX0ZBSUxFRBAEEh8KG1RSQU5TQUNUSU9OX1NUQVRVU19SRVZFUlNFRBAFKnsKDEVudGl0eVN0YXR1cxIdChlFTlRJVFlfU1RBVFVTX1VOU1BFQ0lGSUVEEAASGAoURU5USVRZX1NUQVRVU19BQ1RJVkUQARIYChRFTlRJVFlfU1RBVFVTX0ZST1pFThACEhgKFEVOVElUWV9TVEFUVVNfQ0xPU0VEEAMy4hAKDUxlZGdlclNlcnZpY2USTwoMQ3JlYXRlRW50aXR5Eh4ubGVkZ2VyLnYxLkNyZWF0ZUVudGl0eVJlcXVlc3QaHy5sZWRnZXIudjEuQ3JlYXRlRW50aXR5UmVzcG9uc2USSwoJR2V0RW50aXR5EhsubGVkZ2VyLnYxLkdldEVudGl0eVJlcXVlc3QaHC5sZWRnZXIudjEuR2V0RW50aXR5UmVzcG9uc2UiA5ACARJmChJHZXRFbnRpdHlTdGF0ZW1lbnQSJC5sZWRnZXIudjEuR2V0RW50aXR5U3RhdGVtZW50UmVxdWVzdBolLmxlZGdlci52MS5HZXRFbnRpdHlTdGF0ZW1lbnRSZXNwb25zZSIDkAIBElQKDExpc3RFbnRpdGllcxIeLmxlZGdlci52MS5MaXN0RW50aXRpZXNSZXF1ZXN0Gh8ubGVkZ2VyLnYxLkxpc3RFbnRpdGllc1Jlc3BvbnNlIgOQAgESTwoMVXBkYXRlRW50aXR5Eh4ubGVkZ2VyLnYxLlVwZGF0ZUVudGl0eVJlcXVlc3QaHy5sZWRnZXIudjEuVXBkYXRlRW50aXR5UmVzcG9uc2USTwoMRnJlZXplRW50aXR5Eh4ubGVkZ2VyLnYxLkZyZWV6ZUVudGl0eVJlcXVlc3QaHy5sZWRnZXIudjEuRnJlZXplRW50aXR5UmVzcG9uc2USVQoOVW5mcmVlemVFbnRpdHkSIC5sZWRnZXIudjEuVW5mcmVlemVFbnRpdHlSZXF1ZXN0GiEubGVkZ2VyLnYxLlVuZnJlZXplRW50aXR5UmVzcG9uc2USTAoLQ2xvc2VFbnRpdHkSHS5sZWRnZXIudjEuQ2xvc2VFbnRpdHlSZXF1ZXN0Gh4ubGVkZ2VyLnYxLkNsb3NlRW50aXR5UmVzcG9uc2USSQoKRnVuZEVudGl0eRIcLmxlZGdlci52MS5GdW5kRW50aXR5UmVxdWVzdBodLmxlZGdlci52MS5GdW5kRW50aXR5UmVzcG9uc2USTwoMRGVmdW5kRW50aXR5Eh4ubGVkZ2VyLnYxLkRlZnVuZEVudGl0eVJlcXVlc3QaHy5sZWRnZXIudjEuRGVmdW5kRW50aXR5UmVzcG9uc2USXgoRQ3JlYXRlVHJhbnNhY3Rpb24SIy5sZWRnZXIudjEuQ3JlYXRlVHJhbnNhY3Rpb25SZXF1ZXN0GiQubGVkZ2VyLnYxLkNyZWF0ZVRyYW5zYWN0aW9uUmVzcG9uc2USYQoSQ3JlYXRlVHJhbnNhY3Rpb25zEiQubGVkZ2VyLnYxLkNyZWF0ZVRyYW5zYWN0aW9uc1JlcXVlc3QaJS5sZWRnZXIudjEuQ3JlYXRlVHJhbnNhY3Rpb25zUmVzcG9uc2USWgoOR2V0VHJhbnNhY3Rpb24SIC5sZWRnZXIudjEuR2V0VHJhbnNhY3Rpb25SZXF1ZXN0GiEubGVkZ2VyLnYxLkdldFRyYW5zYWN0aW9uUmVzcG9uc2UiA5ACARJgChBMaXN0VHJhbnNhY3Rpb25zEiIubGVkZ2VyLnYxLkxpc3RUcmFuc2FjdGlvbnNSZXF1ZXN0GiMubGVkZ2VyLnYxLkxpc3RUcmFuc2FjdGlvbnNSZXNwb25zZSIDkAIBEmkKE0dldFRyYW5zYWN0aW9uR3JvdXASJS5sZWRnZXIudjEuR2V0VHJhbnNhY3Rpb25Hcm91cFJlcXVlc3QaJi5sZWRnZXIudjEuR2V0VHJhbnNhY3Rpb25Hcm91cFJlc3BvbnNlIgOQAgESWAoPUG9zdFRyYW5zYWN0aW9uEiEubGVkZ2VyLnYxLlBvc3RUcmFuc2FjdGlvblJlcXVlc3QaIi5sZWRnZXIudjEuUG9zdFRyYW5zYWN0aW9uUmVzcG9uc2USXgoRQ2FuY2VsVHJhbnNhY3Rpb24SIy5sZWRnZXIudjEuQ2FuY2VsVHJhbnNhY3Rpb25SZXF1ZXN0GiQubGVkZ2VyLnYxLkNhbmNlbFRyYW5zYWN0aW9uUmVzcG9uc2USWAoPRmFpbFRyYW5zYWN0aW9uEiEubGVkZ2VyLnYxLkZhaWxUcmFuc2FjdGlvblJlcXVlc3QaIi5sZWRnZXIudjEuRmFpbFRyYW5zYWN0aW9uUmVzcG9uc2USYQoSUmV2ZXJzZVRyYW5zYWN0aW9uEiQubGVkZ2VyLnYxLlJldmVyc2VUcmFuc2FjdGlvblJlcXVlc3QaJS5sZWRnZXIudjEuUmV2ZXJzZVRyYW5zYWN0aW9uUmVzcG9uc2USYQoSRGlzcHV0ZVRyYW5zYWN0aW9uEiQubGVkZ2VyLnYxLkRpc3B1dGVUcmFuc2FjdGlvblJlcXVlc3QaJS5sZWRnZXIudjEuRGlzcHV0ZVRyYW5zYWN0aW9uUmVzcG9uc2USUgoNQ3JlYXRlUHJvZ3JhbRIfLmxlZGdlci52MS5DcmVhdGVQcm9ncmFtUmVxdWVzdBogLmxlZGdlci52MS5DcmVhdGVQcm9ncmFtUmVzcG9uc2USTgoKR2V0UHJvZ3JhbRIcLmxlZGdlci52MS5HZXRQcm9ncmFtUmVxdWVzdBodLmxlZGdlci52MS5HZXRQcm9ncmFtUmVzcG9uc2UiA5ACARJUCgxMaXN0UHJvZ3JhbXMSHi5sZWRnZXIudjEuTGlzdFByb2dyYW1zUmVxdWVzdBofLmxlZGdlci52MS5MaXN0UHJvZ3JhbXNSZXNwb25zZSIDkAIBElIKDVVwZGF0ZVByb2dyYW0SHy5sZWRnZXIudjEuVXBkYXRlUHJvZ3JhbVJlcXVlc3QaIC5sZWRnZXIudjEuVXBkYXRlUHJvZ3JhbVJlc3BvbnNlYgZwcm90bzM", [file_common_v1_common, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Balances of an entity, all in minor units.
@@ -492,6 +492,16 @@ export type GetEntityRequest = Message<"ledger.v1.GetEntityRequest"> & {
    * @generated from field: string entity_id = 2;
    */
   entityId: string;
+
+  /**
+   * When set, the balances are those of this moment: every change stamped before it counts (a
+   * change is stamped as its write commits, to within milliseconds). Zero before the entity's
+   * first change; a moment in the future is INVALID_ARGUMENT. Only the balances are of that
+   * moment: the other fields are the entity as it is now.
+   *
+   * @generated from field: google.protobuf.Timestamp as_of = 3;
+   */
+  asOf?: Timestamp | undefined;
 };
 
 /**
@@ -521,6 +531,219 @@ export type GetEntityResponse = Message<"ledger.v1.GetEntityResponse"> & {
  */
 export const GetEntityResponseSchema: GenMessage<GetEntityResponse> = /*@__PURE__*/
   messageDesc(file_ledger_v1_ledger, 8);
+
+/**
+ * GetEntityStatementRequest selects a page of an entity's statement for the window [from, to).
+ *
+ * @generated from message ledger.v1.GetEntityStatementRequest
+ */
+export type GetEntityStatementRequest = Message<"ledger.v1.GetEntityStatementRequest"> & {
+  /**
+   * Program; empty for the default program.
+   *
+   * @generated from field: string program_id = 1;
+   */
+  programId: string;
+
+  /**
+   * Entity whose statement to read.
+   *
+   * @generated from field: string entity_id = 2;
+   */
+  entityId: string;
+
+  /**
+   * Start of the window, included; required.
+   *
+   * @generated from field: google.protobuf.Timestamp from = 3;
+   */
+  from?: Timestamp | undefined;
+
+  /**
+   * End of the window, excluded; required and after `from`. A window reaching past now counts
+   * what has committed so far.
+   *
+   * @generated from field: google.protobuf.Timestamp to = 4;
+   */
+  to?: Timestamp | undefined;
+
+  /**
+   * Page size, 1 to 1,000; 0 means 100.
+   *
+   * @generated from field: int32 limit = 5;
+   */
+  limit: number;
+
+  /**
+   * Cursor from the previous page.
+   *
+   * @generated from field: string cursor = 6;
+   */
+  cursor: string;
+};
+
+/**
+ * Describes the message ledger.v1.GetEntityStatementRequest.
+ * Use `create(GetEntityStatementRequestSchema)` to create a new message.
+ */
+export const GetEntityStatementRequestSchema: GenMessage<GetEntityStatementRequest> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_ledger, 9);
+
+/**
+ * EntityStatement is what a statement window says of an entity's posted balance.
+ *
+ * @generated from message ledger.v1.EntityStatement
+ */
+export type EntityStatement = Message<"ledger.v1.EntityStatement"> & {
+  /**
+   * The entity.
+   *
+   * @generated from field: string entity_id = 1;
+   */
+  entityId: string;
+
+  /**
+   * Its currency.
+   *
+   * @generated from field: string currency_code = 2;
+   */
+  currencyCode: string;
+
+  /**
+   * Start of the window, included (to the microsecond).
+   *
+   * @generated from field: google.protobuf.Timestamp from = 3;
+   */
+  from?: Timestamp | undefined;
+
+  /**
+   * End of the window, excluded (to the microsecond).
+   *
+   * @generated from field: google.protobuf.Timestamp to = 4;
+   */
+  to?: Timestamp | undefined;
+
+  /**
+   * Posted balance as of `from`: every leg posted before it.
+   *
+   * @generated from field: int64 opening_posted = 5;
+   */
+  openingPosted: bigint;
+
+  /**
+   * Posted balance as of `to`: opening_posted plus the credits less the debits of every entry of
+   * every page of the window.
+   *
+   * @generated from field: int64 closing_posted = 6;
+   */
+  closingPosted: bigint;
+};
+
+/**
+ * Describes the message ledger.v1.EntityStatement.
+ * Use `create(EntityStatementSchema)` to create a new message.
+ */
+export const EntityStatementSchema: GenMessage<EntityStatement> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_ledger, 10);
+
+/**
+ * StatementEntry is one leg that became posted on the entity: created posted (transfers, deposits,
+ * withdrawals, reversals, hold captures) or posted later with its pending group.
+ *
+ * @generated from message ledger.v1.StatementEntry
+ */
+export type StatementEntry = Message<"ledger.v1.StatementEntry"> & {
+  /**
+   * The leg, prefix `trx_`.
+   *
+   * @generated from field: string transaction_id = 1;
+   */
+  transactionId: string;
+
+  /**
+   * Its group.
+   *
+   * @generated from field: string transaction_group_id = 2;
+   */
+  transactionGroupId: string;
+
+  /**
+   * Debit or credit.
+   *
+   * @generated from field: ledger.v1.Direction direction = 3;
+   */
+  direction: Direction;
+
+  /**
+   * Amount in minor units, always positive.
+   *
+   * @generated from field: int64 amount = 4;
+   */
+  amount: bigint;
+
+  /**
+   * The group's description.
+   *
+   * @generated from field: string description = 5;
+   */
+  description: string;
+
+  /**
+   * When the leg became posted (its write's stamp, to the microsecond).
+   *
+   * @generated from field: google.protobuf.Timestamp posted_at = 6;
+   */
+  postedAt?: Timestamp | undefined;
+
+  /**
+   * The entity's posted balance right after this leg: the previous entry's plus this one's signed amount.
+   *
+   * @generated from field: int64 posted_after = 7;
+   */
+  postedAfter: bigint;
+};
+
+/**
+ * Describes the message ledger.v1.StatementEntry.
+ * Use `create(StatementEntrySchema)` to create a new message.
+ */
+export const StatementEntrySchema: GenMessage<StatementEntry> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_ledger, 11);
+
+/**
+ * GetEntityStatementResponse is one page of a statement.
+ *
+ * @generated from message ledger.v1.GetEntityStatementResponse
+ */
+export type GetEntityStatementResponse = Message<"ledger.v1.GetEntityStatementResponse"> & {
+  /**
+   * The window and its opening and closing posted balances (the same on every page).
+   *
+   * @generated from field: ledger.v1.EntityStatement statement = 1;
+   */
+  statement?: EntityStatement | undefined;
+
+  /**
+   * The legs posted in the window, oldest first.
+   *
+   * @generated from field: repeated ledger.v1.StatementEntry entries = 2;
+   */
+  entries: StatementEntry[];
+
+  /**
+   * Paging state.
+   *
+   * @generated from field: common.v1.PageInfo page = 3;
+   */
+  page?: PageInfo | undefined;
+};
+
+/**
+ * Describes the message ledger.v1.GetEntityStatementResponse.
+ * Use `create(GetEntityStatementResponseSchema)` to create a new message.
+ */
+export const GetEntityStatementResponseSchema: GenMessage<GetEntityStatementResponse> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_ledger, 12);
 
 /**
  * ListEntitiesRequest selects a page of entities.
@@ -562,7 +785,7 @@ export type ListEntitiesRequest = Message<"ledger.v1.ListEntitiesRequest"> & {
  * Use `create(ListEntitiesRequestSchema)` to create a new message.
  */
 export const ListEntitiesRequestSchema: GenMessage<ListEntitiesRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 9);
+  messageDesc(file_ledger_v1_ledger, 13);
 
 /**
  * ListEntitiesResponse is one page of entities.
@@ -590,7 +813,7 @@ export type ListEntitiesResponse = Message<"ledger.v1.ListEntitiesResponse"> & {
  * Use `create(ListEntitiesResponseSchema)` to create a new message.
  */
 export const ListEntitiesResponseSchema: GenMessage<ListEntitiesResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 10);
+  messageDesc(file_ledger_v1_ledger, 14);
 
 /**
  * FundEntityRequest describes a deposit.
@@ -632,7 +855,7 @@ export type FundEntityRequest = Message<"ledger.v1.FundEntityRequest"> & {
  * Use `create(FundEntityRequestSchema)` to create a new message.
  */
 export const FundEntityRequestSchema: GenMessage<FundEntityRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 11);
+  messageDesc(file_ledger_v1_ledger, 15);
 
 /**
  * FundEntityResponse returns the posted deposit.
@@ -660,7 +883,7 @@ export type FundEntityResponse = Message<"ledger.v1.FundEntityResponse"> & {
  * Use `create(FundEntityResponseSchema)` to create a new message.
  */
 export const FundEntityResponseSchema: GenMessage<FundEntityResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 12);
+  messageDesc(file_ledger_v1_ledger, 16);
 
 /**
  * DefundEntityRequest describes a withdrawal.
@@ -702,7 +925,7 @@ export type DefundEntityRequest = Message<"ledger.v1.DefundEntityRequest"> & {
  * Use `create(DefundEntityRequestSchema)` to create a new message.
  */
 export const DefundEntityRequestSchema: GenMessage<DefundEntityRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 13);
+  messageDesc(file_ledger_v1_ledger, 17);
 
 /**
  * DefundEntityResponse returns the posted withdrawal.
@@ -730,7 +953,7 @@ export type DefundEntityResponse = Message<"ledger.v1.DefundEntityResponse"> & {
  * Use `create(DefundEntityResponseSchema)` to create a new message.
  */
 export const DefundEntityResponseSchema: GenMessage<DefundEntityResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 14);
+  messageDesc(file_ledger_v1_ledger, 18);
 
 /**
  * Transfer is the two-party form of a transaction.
@@ -765,7 +988,7 @@ export type Transfer = Message<"ledger.v1.Transfer"> & {
  * Use `create(TransferSchema)` to create a new message.
  */
 export const TransferSchema: GenMessage<Transfer> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 15);
+  messageDesc(file_ledger_v1_ledger, 19);
 
 /**
  * Entry is one leg of the multi-leg form of a transaction.
@@ -800,7 +1023,7 @@ export type Entry = Message<"ledger.v1.Entry"> & {
  * Use `create(EntrySchema)` to create a new message.
  */
 export const EntrySchema: GenMessage<Entry> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 16);
+  messageDesc(file_ledger_v1_ledger, 20);
 
 /**
  * Entries is the multi-leg form of a transaction; debits must equal credits.
@@ -821,7 +1044,7 @@ export type Entries = Message<"ledger.v1.Entries"> & {
  * Use `create(EntriesSchema)` to create a new message.
  */
 export const EntriesSchema: GenMessage<Entries> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 17);
+  messageDesc(file_ledger_v1_ledger, 21);
 
 /**
  * CreateTransactionRequest describes a balanced transaction in one of two forms.
@@ -886,7 +1109,7 @@ export type CreateTransactionRequest = Message<"ledger.v1.CreateTransactionReque
  * Use `create(CreateTransactionRequestSchema)` to create a new message.
  */
 export const CreateTransactionRequestSchema: GenMessage<CreateTransactionRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 18);
+  messageDesc(file_ledger_v1_ledger, 22);
 
 /**
  * CreateTransactionResponse returns the new group.
@@ -907,7 +1130,7 @@ export type CreateTransactionResponse = Message<"ledger.v1.CreateTransactionResp
  * Use `create(CreateTransactionResponseSchema)` to create a new message.
  */
 export const CreateTransactionResponseSchema: GenMessage<CreateTransactionResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 19);
+  messageDesc(file_ledger_v1_ledger, 23);
 
 /**
  * CreateTransactionsItem is one transaction of a batch.
@@ -937,7 +1160,7 @@ export type CreateTransactionsItem = Message<"ledger.v1.CreateTransactionsItem">
  * Use `create(CreateTransactionsItemSchema)` to create a new message.
  */
 export const CreateTransactionsItemSchema: GenMessage<CreateTransactionsItem> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 20);
+  messageDesc(file_ledger_v1_ledger, 24);
 
 /**
  * CreateTransactionsRequest carries 1 to 1,000 transactions applied in order.
@@ -973,7 +1196,7 @@ export type CreateTransactionsRequest = Message<"ledger.v1.CreateTransactionsReq
  * Use `create(CreateTransactionsRequestSchema)` to create a new message.
  */
 export const CreateTransactionsRequestSchema: GenMessage<CreateTransactionsRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 21);
+  messageDesc(file_ledger_v1_ledger, 25);
 
 /**
  * CreateTransactionsError is why one item was refused; the item changed nothing.
@@ -1008,7 +1231,7 @@ export type CreateTransactionsError = Message<"ledger.v1.CreateTransactionsError
  * Use `create(CreateTransactionsErrorSchema)` to create a new message.
  */
 export const CreateTransactionsErrorSchema: GenMessage<CreateTransactionsError> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 22);
+  messageDesc(file_ledger_v1_ledger, 26);
 
 /**
  * CreateTransactionsResult is the outcome of one item, in request order.
@@ -1053,7 +1276,7 @@ export type CreateTransactionsResult = Message<"ledger.v1.CreateTransactionsResu
  * Use `create(CreateTransactionsResultSchema)` to create a new message.
  */
 export const CreateTransactionsResultSchema: GenMessage<CreateTransactionsResult> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 23);
+  messageDesc(file_ledger_v1_ledger, 27);
 
 /**
  * CreateTransactionsResponse lists one result per item, in request order.
@@ -1088,7 +1311,7 @@ export type CreateTransactionsResponse = Message<"ledger.v1.CreateTransactionsRe
  * Use `create(CreateTransactionsResponseSchema)` to create a new message.
  */
 export const CreateTransactionsResponseSchema: GenMessage<CreateTransactionsResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 24);
+  messageDesc(file_ledger_v1_ledger, 28);
 
 /**
  * GetTransactionRequest names one leg of one entity.
@@ -1123,7 +1346,7 @@ export type GetTransactionRequest = Message<"ledger.v1.GetTransactionRequest"> &
  * Use `create(GetTransactionRequestSchema)` to create a new message.
  */
 export const GetTransactionRequestSchema: GenMessage<GetTransactionRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 25);
+  messageDesc(file_ledger_v1_ledger, 29);
 
 /**
  * GetTransactionResponse returns one leg.
@@ -1144,7 +1367,7 @@ export type GetTransactionResponse = Message<"ledger.v1.GetTransactionResponse">
  * Use `create(GetTransactionResponseSchema)` to create a new message.
  */
 export const GetTransactionResponseSchema: GenMessage<GetTransactionResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 26);
+  messageDesc(file_ledger_v1_ledger, 30);
 
 /**
  * ListTransactionsRequest selects a page of one entity's legs.
@@ -1193,7 +1416,7 @@ export type ListTransactionsRequest = Message<"ledger.v1.ListTransactionsRequest
  * Use `create(ListTransactionsRequestSchema)` to create a new message.
  */
 export const ListTransactionsRequestSchema: GenMessage<ListTransactionsRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 27);
+  messageDesc(file_ledger_v1_ledger, 31);
 
 /**
  * ListTransactionsResponse is one page of legs.
@@ -1221,7 +1444,7 @@ export type ListTransactionsResponse = Message<"ledger.v1.ListTransactionsRespon
  * Use `create(ListTransactionsResponseSchema)` to create a new message.
  */
 export const ListTransactionsResponseSchema: GenMessage<ListTransactionsResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 28);
+  messageDesc(file_ledger_v1_ledger, 32);
 
 /**
  * GetTransactionGroupRequest names one group.
@@ -1249,7 +1472,7 @@ export type GetTransactionGroupRequest = Message<"ledger.v1.GetTransactionGroupR
  * Use `create(GetTransactionGroupRequestSchema)` to create a new message.
  */
 export const GetTransactionGroupRequestSchema: GenMessage<GetTransactionGroupRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 29);
+  messageDesc(file_ledger_v1_ledger, 33);
 
 /**
  * GetTransactionGroupResponse returns one group.
@@ -1270,7 +1493,7 @@ export type GetTransactionGroupResponse = Message<"ledger.v1.GetTransactionGroup
  * Use `create(GetTransactionGroupResponseSchema)` to create a new message.
  */
 export const GetTransactionGroupResponseSchema: GenMessage<GetTransactionGroupResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 30);
+  messageDesc(file_ledger_v1_ledger, 34);
 
 /**
  * PostTransactionRequest names a pending group to settle.
@@ -1298,7 +1521,7 @@ export type PostTransactionRequest = Message<"ledger.v1.PostTransactionRequest">
  * Use `create(PostTransactionRequestSchema)` to create a new message.
  */
 export const PostTransactionRequestSchema: GenMessage<PostTransactionRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 31);
+  messageDesc(file_ledger_v1_ledger, 35);
 
 /**
  * PostTransactionResponse returns the settled group.
@@ -1319,7 +1542,7 @@ export type PostTransactionResponse = Message<"ledger.v1.PostTransactionResponse
  * Use `create(PostTransactionResponseSchema)` to create a new message.
  */
 export const PostTransactionResponseSchema: GenMessage<PostTransactionResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 32);
+  messageDesc(file_ledger_v1_ledger, 36);
 
 /**
  * CancelTransactionRequest names a pending group to cancel.
@@ -1347,7 +1570,7 @@ export type CancelTransactionRequest = Message<"ledger.v1.CancelTransactionReque
  * Use `create(CancelTransactionRequestSchema)` to create a new message.
  */
 export const CancelTransactionRequestSchema: GenMessage<CancelTransactionRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 33);
+  messageDesc(file_ledger_v1_ledger, 37);
 
 /**
  * CancelTransactionResponse returns the canceled group.
@@ -1368,7 +1591,7 @@ export type CancelTransactionResponse = Message<"ledger.v1.CancelTransactionResp
  * Use `create(CancelTransactionResponseSchema)` to create a new message.
  */
 export const CancelTransactionResponseSchema: GenMessage<CancelTransactionResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 34);
+  messageDesc(file_ledger_v1_ledger, 38);
 
 /**
  * FailTransactionRequest names a pending group that failed.
@@ -1403,7 +1626,7 @@ export type FailTransactionRequest = Message<"ledger.v1.FailTransactionRequest">
  * Use `create(FailTransactionRequestSchema)` to create a new message.
  */
 export const FailTransactionRequestSchema: GenMessage<FailTransactionRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 35);
+  messageDesc(file_ledger_v1_ledger, 39);
 
 /**
  * FailTransactionResponse returns the failed group.
@@ -1424,7 +1647,7 @@ export type FailTransactionResponse = Message<"ledger.v1.FailTransactionResponse
  * Use `create(FailTransactionResponseSchema)` to create a new message.
  */
 export const FailTransactionResponseSchema: GenMessage<FailTransactionResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 36);
+  messageDesc(file_ledger_v1_ledger, 40);
 
 /**
  * ReverseTransactionRequest names a posted group to undo.
@@ -1459,7 +1682,7 @@ export type ReverseTransactionRequest = Message<"ledger.v1.ReverseTransactionReq
  * Use `create(ReverseTransactionRequestSchema)` to create a new message.
  */
 export const ReverseTransactionRequestSchema: GenMessage<ReverseTransactionRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 37);
+  messageDesc(file_ledger_v1_ledger, 41);
 
 /**
  * ReverseTransactionResponse returns the reversed group and names its reversal.
@@ -1494,7 +1717,7 @@ export type ReverseTransactionResponse = Message<"ledger.v1.ReverseTransactionRe
  * Use `create(ReverseTransactionResponseSchema)` to create a new message.
  */
 export const ReverseTransactionResponseSchema: GenMessage<ReverseTransactionResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 38);
+  messageDesc(file_ledger_v1_ledger, 42);
 
 /**
  * DisputeTransactionRequest names a posted group to flag.
@@ -1529,7 +1752,7 @@ export type DisputeTransactionRequest = Message<"ledger.v1.DisputeTransactionReq
  * Use `create(DisputeTransactionRequestSchema)` to create a new message.
  */
 export const DisputeTransactionRequestSchema: GenMessage<DisputeTransactionRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 39);
+  messageDesc(file_ledger_v1_ledger, 43);
 
 /**
  * DisputeTransactionResponse returns the disputed group.
@@ -1550,7 +1773,7 @@ export type DisputeTransactionResponse = Message<"ledger.v1.DisputeTransactionRe
  * Use `create(DisputeTransactionResponseSchema)` to create a new message.
  */
 export const DisputeTransactionResponseSchema: GenMessage<DisputeTransactionResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 40);
+  messageDesc(file_ledger_v1_ledger, 44);
 
 /**
  * CreateProgramRequest names a new program.
@@ -1578,7 +1801,7 @@ export type CreateProgramRequest = Message<"ledger.v1.CreateProgramRequest"> & {
  * Use `create(CreateProgramRequestSchema)` to create a new message.
  */
 export const CreateProgramRequestSchema: GenMessage<CreateProgramRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 41);
+  messageDesc(file_ledger_v1_ledger, 45);
 
 /**
  * CreateProgramResponse returns the new program.
@@ -1599,7 +1822,7 @@ export type CreateProgramResponse = Message<"ledger.v1.CreateProgramResponse"> &
  * Use `create(CreateProgramResponseSchema)` to create a new message.
  */
 export const CreateProgramResponseSchema: GenMessage<CreateProgramResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 42);
+  messageDesc(file_ledger_v1_ledger, 46);
 
 /**
  * GetProgramRequest names one program.
@@ -1620,7 +1843,7 @@ export type GetProgramRequest = Message<"ledger.v1.GetProgramRequest"> & {
  * Use `create(GetProgramRequestSchema)` to create a new message.
  */
 export const GetProgramRequestSchema: GenMessage<GetProgramRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 43);
+  messageDesc(file_ledger_v1_ledger, 47);
 
 /**
  * GetProgramResponse returns one program.
@@ -1641,7 +1864,7 @@ export type GetProgramResponse = Message<"ledger.v1.GetProgramResponse"> & {
  * Use `create(GetProgramResponseSchema)` to create a new message.
  */
 export const GetProgramResponseSchema: GenMessage<GetProgramResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 44);
+  messageDesc(file_ledger_v1_ledger, 48);
 
 /**
  * ListProgramsRequest selects a page of programs.
@@ -1669,7 +1892,7 @@ export type ListProgramsRequest = Message<"ledger.v1.ListProgramsRequest"> & {
  * Use `create(ListProgramsRequestSchema)` to create a new message.
  */
 export const ListProgramsRequestSchema: GenMessage<ListProgramsRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 45);
+  messageDesc(file_ledger_v1_ledger, 49);
 
 /**
  * ListProgramsResponse is one page of programs.
@@ -1697,7 +1920,7 @@ export type ListProgramsResponse = Message<"ledger.v1.ListProgramsResponse"> & {
  * Use `create(ListProgramsResponseSchema)` to create a new message.
  */
 export const ListProgramsResponseSchema: GenMessage<ListProgramsResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 46);
+  messageDesc(file_ledger_v1_ledger, 50);
 
 /**
  * UpdateEntityRequest names an entity and what to change; a field left unset stays as it is.
@@ -1753,7 +1976,7 @@ export type UpdateEntityRequest = Message<"ledger.v1.UpdateEntityRequest"> & {
  * Use `create(UpdateEntityRequestSchema)` to create a new message.
  */
 export const UpdateEntityRequestSchema: GenMessage<UpdateEntityRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 47);
+  messageDesc(file_ledger_v1_ledger, 51);
 
 /**
  * UpdateEntityResponse returns the entity after the change.
@@ -1774,7 +1997,7 @@ export type UpdateEntityResponse = Message<"ledger.v1.UpdateEntityResponse"> & {
  * Use `create(UpdateEntityResponseSchema)` to create a new message.
  */
 export const UpdateEntityResponseSchema: GenMessage<UpdateEntityResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 48);
+  messageDesc(file_ledger_v1_ledger, 52);
 
 /**
  * FreezeEntityRequest names the entity to freeze.
@@ -1809,7 +2032,7 @@ export type FreezeEntityRequest = Message<"ledger.v1.FreezeEntityRequest"> & {
  * Use `create(FreezeEntityRequestSchema)` to create a new message.
  */
 export const FreezeEntityRequestSchema: GenMessage<FreezeEntityRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 49);
+  messageDesc(file_ledger_v1_ledger, 53);
 
 /**
  * FreezeEntityResponse returns the frozen entity.
@@ -1830,7 +2053,7 @@ export type FreezeEntityResponse = Message<"ledger.v1.FreezeEntityResponse"> & {
  * Use `create(FreezeEntityResponseSchema)` to create a new message.
  */
 export const FreezeEntityResponseSchema: GenMessage<FreezeEntityResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 50);
+  messageDesc(file_ledger_v1_ledger, 54);
 
 /**
  * UnfreezeEntityRequest names the entity to unfreeze.
@@ -1858,7 +2081,7 @@ export type UnfreezeEntityRequest = Message<"ledger.v1.UnfreezeEntityRequest"> &
  * Use `create(UnfreezeEntityRequestSchema)` to create a new message.
  */
 export const UnfreezeEntityRequestSchema: GenMessage<UnfreezeEntityRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 51);
+  messageDesc(file_ledger_v1_ledger, 55);
 
 /**
  * UnfreezeEntityResponse returns the active entity.
@@ -1879,7 +2102,7 @@ export type UnfreezeEntityResponse = Message<"ledger.v1.UnfreezeEntityResponse">
  * Use `create(UnfreezeEntityResponseSchema)` to create a new message.
  */
 export const UnfreezeEntityResponseSchema: GenMessage<UnfreezeEntityResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 52);
+  messageDesc(file_ledger_v1_ledger, 56);
 
 /**
  * CloseEntityRequest names the entity to close.
@@ -1907,7 +2130,7 @@ export type CloseEntityRequest = Message<"ledger.v1.CloseEntityRequest"> & {
  * Use `create(CloseEntityRequestSchema)` to create a new message.
  */
 export const CloseEntityRequestSchema: GenMessage<CloseEntityRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 53);
+  messageDesc(file_ledger_v1_ledger, 57);
 
 /**
  * CloseEntityResponse returns the closed entity.
@@ -1928,7 +2151,7 @@ export type CloseEntityResponse = Message<"ledger.v1.CloseEntityResponse"> & {
  * Use `create(CloseEntityResponseSchema)` to create a new message.
  */
 export const CloseEntityResponseSchema: GenMessage<CloseEntityResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 54);
+  messageDesc(file_ledger_v1_ledger, 58);
 
 /**
  * UpdateProgramRequest renames a program.
@@ -1956,7 +2179,7 @@ export type UpdateProgramRequest = Message<"ledger.v1.UpdateProgramRequest"> & {
  * Use `create(UpdateProgramRequestSchema)` to create a new message.
  */
 export const UpdateProgramRequestSchema: GenMessage<UpdateProgramRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 55);
+  messageDesc(file_ledger_v1_ledger, 59);
 
 /**
  * UpdateProgramResponse returns the renamed program.
@@ -1977,7 +2200,7 @@ export type UpdateProgramResponse = Message<"ledger.v1.UpdateProgramResponse"> &
  * Use `create(UpdateProgramResponseSchema)` to create a new message.
  */
 export const UpdateProgramResponseSchema: GenMessage<UpdateProgramResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 56);
+  messageDesc(file_ledger_v1_ledger, 60);
 
 /**
  * Direction of a leg. Entities are credit-normal: credits raise the balance, debits lower it.
@@ -2128,7 +2351,7 @@ export const LedgerService: GenService<{
     output: typeof CreateEntityResponseSchema;
   },
   /**
-   * GetEntity returns one entity with its balances.
+   * GetEntity returns one entity with its balances, now or as they stood at a moment (`as_of`).
    *
    * @generated from rpc ledger.v1.LedgerService.GetEntity
    */
@@ -2136,6 +2359,17 @@ export const LedgerService: GenService<{
     methodKind: "unary";
     input: typeof GetEntityRequestSchema;
     output: typeof GetEntityResponseSchema;
+  },
+  /**
+   * GetEntityStatement pages through the legs that became posted on an entity in a window of time,
+   * oldest first, with its posted balance after each and at both ends of the window.
+   *
+   * @generated from rpc ledger.v1.LedgerService.GetEntityStatement
+   */
+  getEntityStatement: {
+    methodKind: "unary";
+    input: typeof GetEntityStatementRequestSchema;
+    output: typeof GetEntityStatementResponseSchema;
   },
   /**
    * ListEntities pages through a program's entities, newest first.
