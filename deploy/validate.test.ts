@@ -52,6 +52,7 @@ function yamlFiles(dir: string): string[] {
 const CUSTOM = new Set([
   "postgresql.cnpg.io/v1/Cluster",
   "postgresql.cnpg.io/v1/ScheduledBackup",
+  "postgresql.cnpg.io/v1/Pooler",
   "barmancloud.cnpg.io/v1/ObjectStore",
   "monitoring.coreos.com/v1/ServiceMonitor",
   "monitoring.coreos.com/v1/PodMonitor",
@@ -95,7 +96,8 @@ function codeEnvNames(): Set<string> {
     "gateway/src/config.ts",
     "deploy/migrate.ts",
   ];
-  const names = new Set<string>();
+  // postgres.js reads these itself when a database URL has no user or password (the prod overlay's poolers).
+  const names = new Set<string>(["PGUSER", "PGPASSWORD"]);
   for (const f of files) {
     for (const m of readFileSync(join(ROOT, f), "utf8").matchAll(/["']([A-Z][A-Z0-9_]{2,})["']/g)) names.add(m[1]!);
   }
@@ -131,7 +133,15 @@ function checkAgainstCode(obj: Obj, envNames: Set<string>, imageName: string | u
     expect(existsSync(join(ROOT, entry)), `${where}: entry point ${entry} exists`).toBe(true);
     const env = new Map((c.env ?? []).map((e) => [e.name, e]));
     for (const name of env.keys()) expect(envNames.has(name), `${where}: env ${name} is read by the code`).toBe(true);
-    // Secrets are referenced, never inlined.
+    // Secrets are referenced, never inlined. A database URL may be written out only when it carries
+    // no password (a pooler's address, the password then in PGPASSWORD from a secret).
+    for (const name of ["DATABASE_URL", "LEDGER_DATABASE_URL", "HOLD_DATABASE_URL", "NOTIFICATION_DATABASE_URL"]) {
+      const value = env.get(name)?.value;
+      if (value === undefined) continue;
+      expect(new URL(value).password, `${where}: ${name} written out carries no password`).toBe("");
+      expect(env.get("PGPASSWORD"), `${where}: ${name} written out, with PGPASSWORD beside it`).toBeDefined();
+      env.delete(name);
+    }
     for (const secret of [
       "DATABASE_URL",
       "SERVICE_TOKEN",
@@ -140,6 +150,7 @@ function checkAgainstCode(obj: Obj, envNames: Set<string>, imageName: string | u
       "HOLD_DATABASE_URL",
       "NOTIFICATION_DATABASE_URL",
       "NATS_PASSWORD",
+      "PGPASSWORD",
     ]) {
       const e = env.get(secret);
       if (e)
@@ -216,11 +227,18 @@ function checkOperations(objects: Obj[], exampleSecrets: Obj[]): void {
     expect(specOf(deployment!)["replicas"], `Deployment ${target.name} has no replicas: its HPA decides`).toBeUndefined();
   }
 
-  const cluster = objects.find((o) => o.kind === "Cluster")!;
-  expect(specOf(cluster)["imageName"], "Postgres image pinned to a minor version or a digest").toMatch(
-    /^[\w./-]+(:\d+\.\d+[\w.-]*)?(@sha256:[0-9a-f]{64})?$/,
-  );
-  expect(specOf(cluster)["imageName"]).toMatch(/:\d+\.\d+|@sha256:/);
+  // The ledger's cluster (the prod overlay adds one each for the hold and notification services).
+  const cluster = named("Cluster", "ledger-postgres")!;
+  for (const each of objects.filter((o) => o.kind === "Cluster")) {
+    expect(specOf(each)["imageName"], "Postgres image pinned to a minor version or a digest").toMatch(
+      /^[\w./-]+(:\d+\.\d+[\w.-]*)?(@sha256:[0-9a-f]{64})?$/,
+    );
+    expect(specOf(each)["imageName"]).toMatch(/:\d+\.\d+|@sha256:/);
+  }
+  // Every Pooler serves a Cluster of the render.
+  for (const pooler of objects.filter((o) => o.kind === "Pooler")) {
+    expect(named("Cluster", specOf(pooler)["cluster"]["name"]), `Pooler ${pooler.metadata.name}'s Cluster`).toBeDefined();
+  }
 
   // NATS: a password from the Secret the clients read, and TLS from the Secret cert-manager writes.
   const conf = (named("ConfigMap", "nats-config")!["data"] as Record<string, string>)["nats.conf"]!;
