@@ -4,7 +4,11 @@ import { appError, errorCodeOf, invalidArgument } from "@ledger/common";
 import type { HoldService } from "@ledger/proto/hold/v1/hold_pb.js";
 import { Direction, TransactionStatus, TransactionStatusSchema, type LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { CreateTransactionRequestSchema, CreateTransactionsItemSchema } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import type {
+  CreateTransactionRequestSchema,
+  CreateTransactionsItemSchema,
+  CreateTransactionsResponse,
+} from "@ledger/proto/ledger/v1/ledger_pb.js";
 import type { NotificationService } from "@ledger/proto/notification/v1/notification_pb.js";
 import {
   amountField,
@@ -23,7 +27,6 @@ import {
   timeParam,
   type Fields,
 } from "./input.js";
-import type { BatchAnswer, CreateTransactionsCall } from "./batch-answer.js";
 import {
   renderEntity,
   renderGroup,
@@ -38,8 +41,6 @@ import {
 /** The RPC clients routes call. */
 export interface Clients {
   ledger: Client<typeof LedgerService>;
-  /** The ledger's CreateTransactions with its answer read by the wire reader (batch-answer.ts). */
-  createTransactions: CreateTransactionsCall;
   hold: Client<typeof HoldService>;
   notification: Client<typeof NotificationService>;
 }
@@ -342,12 +343,12 @@ export const ledgerRoutes: Route[] = [
     path: "/transaction/batch",
     body: ["transactions", "atomic"],
     largeBody: true,
-    async handle({ body, programId, call }, { createTransactions }) {
+    async handle({ body, programId, call }, { ledger }) {
       const atomic = booleanField(body, "atomic") ?? false;
       const { items, malformed } = batchItems(body);
-      let res: BatchAnswer;
+      let res: CreateTransactionsResponse;
       try {
-        res = await createTransactions({ programId, atomic, transactions: items }, call);
+        res = await ledger.createTransactions({ programId, atomic, transactions: items }, call);
       } catch (err) {
         const error = ConnectError.from(err);
         const index = errorCodeOf(error).details?.["index"];

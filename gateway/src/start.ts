@@ -15,7 +15,6 @@ import {
 import { HoldService } from "@ledger/proto/hold/v1/hold_pb.js";
 import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { NotificationService } from "@ledger/proto/notification/v1/notification_pb.js";
-import { createTransactionsCall } from "./batch-answer.js";
 import { defaultBodyBudget, type GatewayConfig } from "./config.js";
 import { createConsoleHandler } from "./console.js";
 import { createCors } from "./cors.js";
@@ -57,10 +56,8 @@ export async function startGateway(config: GatewayConfig, peers: GatewayPeers = 
       hold: peers.hold ?? config.holdUrl,
       notification: peers.notification ?? config.notificationUrl,
     };
-    const ledgerTransport = rpcTransport(targets.ledger, interceptors);
     const clients: Clients = {
-      ledger: createClient(LedgerService, ledgerTransport),
-      createTransactions: createTransactionsCall(ledgerTransport),
+      ledger: createClient(LedgerService, rpcTransport(targets.ledger, interceptors)),
       hold: createClient(HoldService, rpcTransport(targets.hold, interceptors)),
       notification: createClient(NotificationService, rpcTransport(targets.notification, interceptors)),
     };

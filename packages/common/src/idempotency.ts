@@ -1,12 +1,10 @@
 import { createHash } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
-import { create, type DescMessage, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
+import { create, fromBinary, toBinary, type DescMessage, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
 import { Code, type HandlerContext } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { pipelinedTransaction, sentWrites, sqlState, type Sql, type Tx } from "./db.js";
 import { appError, invalidArgument, ruleViolation } from "./errors.js";
-import { encodeBinary } from "./proto-binary.js";
-import { decodeBinary } from "./proto-binary-decode.js";
 
 /** Header that carries the key, on REST and on RPC alike. */
 export const IDEMPOTENCY_KEY_HEADER = "idempotency-key";
@@ -28,7 +26,7 @@ export function idempotencyKeyOf(ctx: HandlerContext): string | undefined {
  * makes the same message and so the same hash; any changed field makes another.
  */
 export function requestFingerprint<I extends DescMessage>(method: string, schema: I, request: MessageShape<I>): Buffer {
-  return createHash("sha256").update(method).update("\0").update(encodeBinary(schema, request)).digest();
+  return createHash("sha256").update(method).update("\0").update(toBinary(schema, request)).digest();
 }
 
 /** What a claim found. */
@@ -219,10 +217,10 @@ export async function runIdempotent<I extends DescMessage, O extends DescMessage
     const claim = await claimIdempotencyKey(tx, accountId, key, fingerprint);
     if (claim.kind === "replay") {
       ctx.responseHeader.set(IDEMPOTENT_REPLAYED_HEADER, "true");
-      return decodeBinary(responseSchema, args.codec ? args.codec.open(claim.response, aad) : claim.response);
+      return fromBinary(responseSchema, args.codec ? args.codec.open(claim.response, aad) : claim.response);
     }
     const response = create(responseSchema, await args.effect(tx));
-    const bytes = encodeBinary(responseSchema, response);
+    const bytes = toBinary(responseSchema, response);
     await completeIdempotencyKey(tx, accountId, key, args.codec ? args.codec.seal(bytes, aad) : bytes);
     return response;
   });

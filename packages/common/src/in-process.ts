@@ -1,7 +1,5 @@
 import type { Interceptor, Transport } from "@connectrpc/connect";
 import { createHttp2Transport, type InProcessService } from "@ledger/connect-fast";
-import { decodeBinary } from "./proto-binary-decode.js";
-import { encodeBinary } from "./proto-binary.js";
 
 export type { InProcessService } from "@ledger/connect-fast";
 
@@ -12,9 +10,6 @@ export type { InProcessService } from "@ledger/connect-fast";
  * calls is the same.
  */
 export type ServiceTarget = string | InProcessService;
-
-/** The services' binary protobuf (proto-binary.ts), for @ledger/connect-fast's fast paths. */
-export const protoBinaryCodec = { encode: encodeBinary, decode: decodeBinary };
 
 /**
  * The most a caller reads of one answer from a service at a URL: far above any answer a service
@@ -36,7 +31,6 @@ export function rpcTransport(target: ServiceTarget, interceptors: Interceptor[] 
     interceptors,
     pingIntervalMs: 30_000,
     readMaxBytes: ANSWER_MAX_BYTES,
-    codec: protoBinaryCodec,
   });
 }
 

@@ -11,8 +11,6 @@ export * from "./metrics.js";
 export * from "./nats.js";
 export * from "./outbox.js";
 export * from "./pagination.js";
-export * from "./proto-binary.js";
-export * from "./proto-binary-decode.js";
 export * from "./rate-limit.js";
 export * from "./auth.js";
 export * from "./database-errors.js";

@@ -1,3 +1,4 @@
+import { toBinary } from "@bufbuild/protobuf";
 import { EventSchema, type Event } from "@ledger/proto/events/v1/events_pb.js";
 import type { Logger } from "pino";
 import { Counter, Gauge } from "prom-client";
@@ -15,7 +16,6 @@ import {
   type StreamMessage,
   type StreamSettings,
 } from "./nats.js";
-import { encodeBinary } from "./proto-binary.js";
 
 const published = new Counter({
   name: "outbox_published_total",
@@ -152,7 +152,7 @@ export function createOutbox(options: OutboxOptions): Outbox {
       events.map((event) => ({
         id: event.id,
         subject: eventSubject(options.stream.subjectPrefix, event.type),
-        payload: encodeBinary(EventSchema, event),
+        payload: toBinary(EventSchema, event),
       })),
     );
   }

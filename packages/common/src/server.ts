@@ -8,7 +8,7 @@ import { createUnaryFastPath, inProcessService } from "@ledger/connect-fast";
 import type { Logger } from "pino";
 import { DEFAULT_HEADER_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS, DEFAULT_RPC_BODY_LIMIT_BYTES } from "./config.js";
 import { addDiscovery } from "./discovery.js";
-import { protoBinaryCodec, type InProcessService } from "./in-process.js";
+import type { InProcessService } from "./in-process.js";
 import { metricsRegistry } from "./metrics.js";
 
 /** Checks a dependency for /readyz; resolves true when it is reachable. */
@@ -332,7 +332,6 @@ export async function listen(options: ServeOptions): Promise<RunningServer> {
         contextValues: (stream) => peerValues(stream.session?.socket.remoteAddress),
         shutdownSignal: stopping.signal,
         unaryFastPath: options.unaryFastPath,
-        codec: protoBinaryCodec,
       })
     : undefined;
   const rpc = routes
@@ -460,7 +459,6 @@ export async function listen(options: ServeOptions): Promise<RunningServer> {
         interceptors: options.interceptors ?? [],
         readMaxBytes,
         unaryFastPath: options.unaryFastPath,
-        codec: protoBinaryCodec,
       })
     : undefined;
   const host = options.host === "0.0.0.0" || options.host === "::" ? "127.0.0.1" : options.host;

@@ -1,7 +1,7 @@
 // Unary Connect calls to a service at a URL, over node:http2 without Connect-ES's per-call layers.
 // Why: docs/decisions/lean-http2-client.md.
 import * as http2 from "node:http2";
-import type { DescMessage, DescMethodUnary, MessageShape } from "@bufbuild/protobuf";
+import { fromBinary, toBinary, type DescMessage, type DescMethodUnary, type MessageShape } from "@bufbuild/protobuf";
 import {
   appendHeaders,
   Code,
@@ -14,7 +14,6 @@ import {
 import { createConnectTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { errorFromJsonBytes, requestHeader, trailerDemux, validateResponseWithCompression } from "@connectrpc/connect/protocol-connect";
 import { runCallerUnary } from "./caller.js";
-import { protobufEsCodec, type BinaryCodec } from "./codec.js";
 import { unaryFastPathEnabled } from "./switch.js";
 
 /** What `createHttp2Transport` needs. */
@@ -29,8 +28,6 @@ export interface Http2TransportOptions {
   readMaxBytes: number;
   /** Unary calls go the lean way; unset, RPC_UNARY_FAST_PATH decides (`unaryFastPathEnabled`). */
   unaryFastPath?: boolean | undefined;
-  /** How requests are encoded and answers decoded on the lean way; protobuf-es's own by default. */
-  codec?: BinaryCodec | undefined;
 }
 
 /**
@@ -68,7 +65,6 @@ export function createHttp2Transport(options: Http2TransportOptions): Transport 
     sessionManager: sessions,
   });
   if (!(options.unaryFastPath ?? unaryFastPathEnabled())) return connect;
-  const codec = options.codec ?? protobufEsCodec;
   const { origin, pathname } = new URL(options.baseUrl);
   const basePath = pathname.replace(/\/+$/, "");
 
@@ -77,7 +73,7 @@ export function createHttp2Transport(options: Http2TransportOptions): Transport 
       // As Connect: no timeout, or one of zero or less, is no deadline.
       const deadline = timeoutMs === undefined || timeoutMs <= 0 ? undefined : timeoutMs;
       const path = `${basePath}/${method.parent.typeName}/${method.name}`;
-      const exchange = new Exchange(sessions, method, path, options.readMaxBytes, codec);
+      const exchange = new Exchange(sessions, method, path, options.readMaxBytes);
       return runCallerUnary(options.interceptors, (req) => exchange.send(req), {
         method,
         url: `${origin}${path}`,
@@ -104,7 +100,6 @@ class Exchange<I extends DescMessage, O extends DescMessage> {
     private readonly method: DescMethodUnary<I, O>,
     private readonly path: string,
     private readonly readMaxBytes: number,
-    private readonly codec: BinaryCodec,
   ) {}
 
   /** The caller's deadline or signal ended the call: its stream, if any, is reset with CANCEL. */
@@ -115,7 +110,7 @@ class Exchange<I extends DescMessage, O extends DescMessage> {
   }
 
   async send(req: UnaryRequest): Promise<UnaryResponse> {
-    const body = this.codec.encode(this.method.input, req.message as MessageShape<I>);
+    const body = toBinary(this.method.input, req.message as MessageShape<I>);
     const headers: http2.OutgoingHttpHeaders = {};
     req.header.forEach((value, name) => {
       headers[name] = value;
@@ -126,7 +121,7 @@ class Exchange<I extends DescMessage, O extends DescMessage> {
     if (isUnaryError) throw errorFromJsonBytes(bytes, appendHeaders(header, trailer), unaryError!);
     let message: MessageShape<O>;
     try {
-      message = this.codec.decode(this.method.output, bytes);
+      message = fromBinary(this.method.output, bytes);
     } catch (e) {
       throw new ConnectError(`parse binary: ${e instanceof Error ? e.message : String(e)}`, Code.Internal);
     }

@@ -1,4 +1,5 @@
 // Calls between a caller and a service in the same process (`npm start`), in memory.
+import { fromBinary, toBinary } from "@bufbuild/protobuf";
 import {
   Code,
   ConnectError,
@@ -11,7 +12,6 @@ import {
 } from "@connectrpc/connect";
 import { errorFromJsonBytes, errorToJsonBytes } from "@connectrpc/connect/protocol-connect";
 import { runCallerUnary } from "./caller.js";
-import { protobufEsCodec, type BinaryCodec } from "./codec.js";
 import { unaryFastPathEnabled } from "./switch.js";
 import { CallContext, invoke, parseRequest, unaryMethods, type UnaryFn } from "./unary-fast-path.js";
 
@@ -37,8 +37,6 @@ export interface InProcessOptions {
   readMaxBytes: number;
   /** Unary calls skip Connect's router and client; unset, RPC_UNARY_FAST_PATH decides (`unaryFastPathEnabled`). */
   unaryFastPath?: boolean | undefined;
-  /** How messages are encoded and decoded on the fast path; protobuf-es's own by default. */
-  codec?: BinaryCodec | undefined;
 }
 
 /**
@@ -78,7 +76,6 @@ export function inProcessService(options: InProcessOptions): InProcessService {
  */
 function createInProcessTransport(options: InProcessOptions, fallback: () => Transport, callerInterceptors: Interceptor[]): Transport {
   const methods = unaryMethods(options.routes);
-  const codec = options.codec ?? protobufEsCodec;
   return {
     unary(method, signal, timeoutMs, header, input, contextValues) {
       const target = methods.get(`/${method.parent.typeName}/${method.name}`);
@@ -88,9 +85,9 @@ function createInProcessTransport(options: InProcessOptions, fallback: () => Tra
       const send: UnaryFn = async (req) => {
         const call = new CallContext(target, url, new Headers(req.header), createContextValues(), timeoutMs, undefined);
         try {
-          const input = parseRequest(codec, method.input, codec.encode(method.input, req.message as never), options.readMaxBytes);
+          const input = parseRequest(method.input, toBinary(method.input, req.message as never), options.readMaxBytes);
           const output = await invoke(target, call, input, options.interceptors);
-          const message = codec.decode(method.output, codec.encode(target.method.output, output));
+          const message = fromBinary(method.output, toBinary(target.method.output, output));
           return { stream: false, service, method, header: call.responseHeader, trailer: call.responseTrailer, message } as UnaryResponse;
         } catch (e) {
           call.abort(e);

@@ -3,7 +3,7 @@
 // `invoke`, `parseRequest`) also serve calls in one process (in-process.ts). Why:
 // docs/decisions/unary-fast-path.md; what the package is: its README.md.
 import type * as http2 from "node:http2";
-import { create, type DescMethod, type DescService, type Message, type DescMessage } from "@bufbuild/protobuf";
+import { create, fromBinary, toBinary, type DescMethod, type DescService, type Message, type DescMessage } from "@bufbuild/protobuf";
 import {
   Code,
   ConnectError,
@@ -17,7 +17,6 @@ import {
   type UnaryResponse,
 } from "@connectrpc/connect";
 import { codeToHttpStatus, errorToJsonBytes, parseTimeout } from "@connectrpc/connect/protocol-connect";
-import { protobufEsCodec, type BinaryCodec } from "./codec.js";
 import { unaryFastPathEnabled } from "./switch.js";
 
 /** What the fast path needs to serve the routes' unary methods. */
@@ -30,8 +29,6 @@ export interface UnaryFastPathOptions {
   shutdownSignal?: AbortSignal;
   /** Whether there is a fast path at all; unset, RPC_UNARY_FAST_PATH decides (`unaryFastPathEnabled`). */
   unaryFastPath?: boolean | undefined;
-  /** How requests are read and answers written; protobuf-es's own by default. */
-  codec?: BinaryCodec | undefined;
 }
 
 /**
@@ -57,7 +54,7 @@ const CONTENT_TYPE_JSON = "application/json";
  * Connect's `invokeUnaryImplementation` runs them; a handler context with what Connect's
  * `createHandlerContext` gives (deadline, signal, headers, context values; see `CallContext`);
  * the same body limits and parse errors (Connect's words, `parseRequest`; the bytes read and
- * written by the codec); the same error JSON and HTTP status (`errorToJsonBytes`,
+ * written by protobuf-es, as Connect's binary serialization reads and writes them); the same error JSON and HTTP status (`errorToJsonBytes`,
  * `codeToHttpStatus`); and trailers as `trailer-` headers, as `trailerMux` writes them. A request
  * of any other shape (JSON, GET, compressed, streaming, HTTP/1.1, an unknown path or protocol
  * version) returns undefined and goes to connect-node as before. `unary-fast-path.test.ts` holds
@@ -69,7 +66,6 @@ const CONTENT_TYPE_JSON = "application/json";
 export function createUnaryFastPath(options: UnaryFastPathOptions): UnaryFastPath | undefined {
   if (!(options.unaryFastPath ?? unaryFastPathEnabled())) return undefined;
   const methods = unaryMethods(options.routes);
-  const codec = options.codec ?? protobufEsCodec;
 
   return (stream, headers) => {
     if (headers[":method"] !== "POST") return undefined;
@@ -80,7 +76,7 @@ export function createUnaryFastPath(options: UnaryFastPathOptions): UnaryFastPat
     if (encoding !== undefined && encoding !== "identity") return undefined;
     const version = headers["connect-protocol-version"];
     if (version !== undefined && version !== "1") return undefined;
-    return serve(spec, stream, headers, options, codec);
+    return serve(spec, stream, headers, options);
   };
 }
 
@@ -107,13 +103,7 @@ export function unaryMethods(routes: (router: ConnectRouter) => void): Map<strin
 // The stream's own API, not node's compatibility request and response: those two objects (a
 // Readable the body is copied through, a response with its own state, a dozen listeners on the
 // stream) cost CPU on every call for nothing the fast path needs (docs/decisions/unary-fast-path.md).
-async function serve(
-  spec: UnarySpec,
-  stream: http2.ServerHttp2Stream,
-  headers: http2.IncomingHttpHeaders,
-  options: UnaryFastPathOptions,
-  codec: BinaryCodec,
-) {
+async function serve(spec: UnarySpec, stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, options: UnaryFastPathOptions) {
   // A stream error with no listener would end the process; what it means (the client went away)
   // reaches the call through "close".
   stream.on("error", ignoreStreamError);
@@ -144,9 +134,9 @@ async function serve(
   try {
     if (timeout.error) throw timeout.error;
     const bytes = await readBody(stream, headers, options.readMaxBytes);
-    const input = parseRequest(codec, spec.method.input, bytes, options.readMaxBytes);
+    const input = parseRequest(spec.method.input, bytes, options.readMaxBytes);
     const output = await invoke(spec, call, input, options.interceptors);
-    body = codec.encode(spec.method.output, output);
+    body = toBinary(spec.method.output, output);
   } catch (e) {
     call.abort(e);
     const error = e instanceof ConnectError ? e : new ConnectError("internal error", Code.Internal, undefined, undefined, e);
@@ -179,9 +169,9 @@ function ignoreStreamError(): void {}
 /**
  * A request's message, as Connect's binary serialization parses it (its size limit and its errors,
  * word for word, and its code: bytes that are not the message are internal to Connect, a documented
- * difference from the rest of our API, docs/api.md), decoded by `codec`.
+ * difference from the rest of our API, docs/api.md), decoded by protobuf-es's `fromBinary`.
  */
-export function parseRequest(codec: BinaryCodec, desc: DescMessage, bytes: Uint8Array, readMaxBytes: number): Message {
+export function parseRequest(desc: DescMessage, bytes: Uint8Array, readMaxBytes: number): Message {
   if (bytes.byteLength > readMaxBytes) {
     throw new ConnectError(
       `message size ${bytes.byteLength} is larger than configured readMaxBytes ${readMaxBytes}`,
@@ -189,7 +179,7 @@ export function parseRequest(codec: BinaryCodec, desc: DescMessage, bytes: Uint8
     );
   }
   try {
-    return codec.decode(desc, bytes);
+    return fromBinary(desc, bytes);
   } catch (e) {
     throw new ConnectError(`parse binary: ${e instanceof Error ? e.message : String(e)}`, Code.Internal);
   }

@@ -1,6 +1,8 @@
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
-import { BinaryReader } from "@bufbuild/protobuf/wire";
+import { create, createFileRegistry, fromBinary, toJson } from "@bufbuild/protobuf";
+import { protoCamelCase } from "@bufbuild/protobuf/reflect";
+import { FieldDescriptorProto_Label, FieldDescriptorProto_Type, FileDescriptorProtoSchema } from "@bufbuild/protobuf/wkt";
 
 /** One span as an OTLP/HTTP JSON export carried it, flattened with its service's name. */
 export interface ReceivedSpan {
@@ -72,91 +74,60 @@ function attributeMap(list: JsonAttribute[] | undefined): Record<string, string 
 }
 
 /**
- * Reads a protobuf `ExportTraceServiceRequest` (opentelemetry/proto/collector/trace/v1) into the
- * shape of its JSON form, ids in hex: only the fields the tests look at, the rest skipped. The
- * field numbers are those of opentelemetry-proto's trace.proto, common.proto and resource.proto.
+ * The part of OTLP's `ExportTraceServiceRequest` (opentelemetry/proto/collector/trace/v1) the tests
+ * look at, as a protobuf-es schema built from its descriptor: the same field numbers and types as
+ * opentelemetry-proto's trace.proto, common.proto and resource.proto, in one file, with the enums
+ * read as their numbers (`int32`, the same varint on the wire). Every other field is kept by
+ * protobuf-es as an unknown field and left out of the JSON form.
  */
-function decodeProtobufExport(bytes: Uint8Array): JsonExport {
-  /** Calls `field` for each field of the message in `buf`, skipping those it does not take. */
-  const fields = (buf: Uint8Array, field: (no: number, r: BinaryReader) => boolean) => {
-    const r = new BinaryReader(buf);
-    while (r.pos < r.len) {
-      const [no, wire] = r.tag();
-      if (!field(no, r)) r.skip(wire, no);
-    }
-  };
-  const value = (buf: Uint8Array): JsonValue => {
-    const v: JsonValue = {};
-    fields(buf, (no, r) => {
-      if (no === 1) v.stringValue = r.string();
-      else if (no === 2) v.boolValue = r.bool();
-      else if (no === 3) v.intValue = String(r.int64());
-      else if (no === 4) v.doubleValue = r.double();
-      else return false;
-      return true;
-    });
-    return v;
-  };
-  const attribute = (buf: Uint8Array): JsonAttribute => {
-    const a: JsonAttribute = { key: "", value: {} };
-    fields(buf, (no, r) => {
-      if (no === 1) a.key = r.string();
-      else if (no === 2) a.value = value(r.bytes());
-      else return false;
-      return true;
-    });
-    return a;
-  };
-  const hex = (b: Uint8Array) => Buffer.from(b).toString("hex");
-  const span = (buf: Uint8Array): JsonSpan => {
-    const s: JsonSpan = { traceId: "", spanId: "", name: "", kind: 0, attributes: [], status: {} };
-    fields(buf, (no, r) => {
-      if (no === 1) s.traceId = hex(r.bytes());
-      else if (no === 2) s.spanId = hex(r.bytes());
-      else if (no === 4) s.parentSpanId = hex(r.bytes());
-      else if (no === 5) s.name = r.string();
-      else if (no === 6) s.kind = r.int32();
-      else if (no === 9) s.attributes!.push(attribute(r.bytes()));
-      else if (no === 15) {
-        fields(r.bytes(), (n, st) => {
-          if (n !== 3) return false;
-          s.status!.code = st.int32();
-          return true;
-        });
-      } else return false;
-      return true;
-    });
-    return s;
-  };
-  const out: Required<JsonExport> = { resourceSpans: [] };
-  fields(bytes, (no, r) => {
-    if (no !== 1) return false;
-    const resourceSpans: { resource: { attributes: JsonAttribute[] }; scopeSpans: Array<{ spans: JsonSpan[] }> } = {
-      resource: { attributes: [] },
-      scopeSpans: [],
-    };
-    fields(r.bytes(), (n, rs) => {
-      if (n === 1) {
-        fields(rs.bytes(), (m, res) => {
-          if (m !== 1) return false;
-          resourceSpans.resource.attributes.push(attribute(res.bytes()));
-          return true;
-        });
-      } else if (n === 2) {
-        const scope = { spans: [] as JsonSpan[] };
-        fields(rs.bytes(), (m, ss) => {
-          if (m !== 2) return false;
-          scope.spans.push(span(ss.bytes()));
-          return true;
-        });
-        resourceSpans.scopeSpans.push(scope);
-      } else return false;
-      return true;
-    });
-    out.resourceSpans.push(resourceSpans);
-    return true;
+const exportTraceRequestSchema = (() => {
+  const { OPTIONAL: one, REPEATED: many } = FieldDescriptorProto_Label;
+  const { STRING, BYTES, BOOL, INT32, INT64, DOUBLE, MESSAGE } = FieldDescriptorProto_Type;
+  // protoc fills in every field's JSON name; protobuf-es reads it from the descriptor as given.
+  const field = (name: string, number: number, type: FieldDescriptorProto_Type, label = one, typeName?: string) =>
+    Object.assign({ name, jsonName: protoCamelCase(name), number, type, label }, typeName ? { typeName: `.otlp.${typeName}` } : {});
+  const message = (name: string, fields: ReturnType<typeof field>[]) => ({ name, field: fields });
+  const file = create(FileDescriptorProtoSchema, {
+    name: "otlp-traces.proto",
+    package: "otlp",
+    syntax: "proto3",
+    messageType: [
+      message("ExportTraceServiceRequest", [field("resource_spans", 1, MESSAGE, many, "ResourceSpans")]),
+      message("ResourceSpans", [field("resource", 1, MESSAGE, one, "Resource"), field("scope_spans", 2, MESSAGE, many, "ScopeSpans")]),
+      message("Resource", [field("attributes", 1, MESSAGE, many, "KeyValue")]),
+      message("ScopeSpans", [field("spans", 2, MESSAGE, many, "Span")]),
+      message("Span", [
+        field("trace_id", 1, BYTES),
+        field("span_id", 2, BYTES),
+        field("parent_span_id", 4, BYTES),
+        field("name", 5, STRING),
+        field("kind", 6, INT32),
+        field("attributes", 9, MESSAGE, many, "KeyValue"),
+        field("status", 15, MESSAGE, one, "Status"),
+      ]),
+      message("Status", [field("code", 3, INT32)]),
+      message("KeyValue", [field("key", 1, STRING), field("value", 2, MESSAGE, one, "AnyValue")]),
+      {
+        name: "AnyValue",
+        field: [
+          field("string_value", 1, STRING),
+          field("bool_value", 2, BOOL),
+          field("int_value", 3, INT64),
+          field("double_value", 4, DOUBLE),
+        ].map((f) => Object.assign(f, { oneofIndex: 0 })),
+        oneofDecl: [{ name: "value" }],
+      },
+    ],
   });
-  return out;
+  const schema = createFileRegistry(file, () => undefined).getMessage("otlp.ExportTraceServiceRequest");
+  if (!schema) throw new Error("the OTLP descriptor has no ExportTraceServiceRequest");
+  return schema;
+})();
+
+/** A protobuf export request in the shape of its JSON form (ids in base64, as protobuf's JSON gives bytes). */
+function decodeProtobufExport(bytes: Uint8Array): JsonExport {
+  const request = fromBinary(exportTraceRequestSchema, bytes);
+  return toJson(exportTraceRequestSchema, request, { alwaysEmitImplicit: true }) as JsonExport;
 }
 
 /** Starts the receiver on 127.0.0.1, port 0. A body neither JSON nor protobuf answers 415 and fails the exporter loudly. */

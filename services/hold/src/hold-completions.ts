@@ -1,11 +1,10 @@
 // Steps two and three of each hold operation: the ledger's call, idempotent by hold id or capture
 // id, then the completion here with its event and the answer for the client's keys. Each is safe
 // to repeat, which is how recovery (hold-recovery.ts) finishes an intent a crash left.
-import { create, type MessageShape } from "@bufbuild/protobuf";
+import { create, toBinary, type MessageShape } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import {
   answerIdempotencyKeys,
-  encodeBinary,
   forgetIdempotencyKeys,
   outboxRowValues,
   type CallOrigin,
@@ -93,7 +92,7 @@ export async function finishCreate(
       select count(*)::int as n from done`.execute();
     writes.push(completing);
     // A key another completion answered first keeps that answer (`response is null` in the update).
-    if (keyed) writes.push(answerIdempotencyKeys(tx, operations.create(hold.id), encodeBinary(CreateHoldResponseSchema, response)));
+    if (keyed) writes.push(answerIdempotencyKeys(tx, operations.create(hold.id), toBinary(CreateHoldResponseSchema, response)));
   });
   const [written] = await completing!;
   if (written!.n === 0) {
@@ -192,7 +191,7 @@ async function completeCaptureAsSeen(
       ${
         keyed
           ? tx`, keys as (
-        update idempotency_keys set response = ${encodeBinary(CaptureHoldResponseSchema, response)}
+        update idempotency_keys set response = ${toBinary(CaptureHoldResponseSchema, response)}
         where operation = ${operations.capture(done.id)} and response is null and exists (select 1 from held))`
           : tx``
       }
@@ -234,7 +233,7 @@ async function completeCaptureAfresh(
     }
     const response = captureResponse(row, done);
     writes.push(outbox.enqueue(tx, [holdEvent("hold.captured", row, origin, done)]));
-    if (keyed) writes.push(answerIdempotencyKeys(tx, operations.capture(done.id), encodeBinary(CaptureHoldResponseSchema, response)));
+    if (keyed) writes.push(answerIdempotencyKeys(tx, operations.capture(done.id), toBinary(CaptureHoldResponseSchema, response)));
     return { response, completed: true };
   });
 }
@@ -259,7 +258,7 @@ export async function finishRelease(
     // Several keys may wait on one release (a request joined one in flight): this answers them all.
     writes.push(
       outbox.enqueue(tx, [holdEvent("hold.released", row, origin)]),
-      answerIdempotencyKeys(tx, operations.release(hold.id), encodeBinary(ReleaseHoldResponseSchema, released)),
+      answerIdempotencyKeys(tx, operations.release(hold.id), toBinary(ReleaseHoldResponseSchema, released)),
     );
     return released;
   });

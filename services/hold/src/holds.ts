@@ -1,7 +1,7 @@
 // The hold lifecycle as the RPC handlers use it: a client's create, capture and release, each
 // its steps in order, reads, and the background work of expiry and recovery.
-import type { DescMessage, MessageShape } from "@bufbuild/protobuf";
-import { decodeBinary, invalidArgument, isId, newId, notFound } from "@ledger/common";
+import { fromBinary, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
+import { invalidArgument, isId, newId, notFound } from "@ledger/common";
 import { CaptureHoldResponseSchema, CreateHoldResponseSchema, ReleaseHoldResponseSchema } from "@ledger/proto/hold/v1/hold_pb.js";
 import { finishCapture, finishCreate, finishRelease, type HoldDeps } from "./hold-completions.js";
 import { keyClaim, startCapture, startCreate, startRelease, type CaptureHold, type CreateHold, type ReleaseHold } from "./hold-intents.js";
@@ -27,7 +27,7 @@ export function createHolds(deps: HoldDeps) {
       const id = newId("hold");
       const claim = keyClaim(args.accountId, args.idempotency);
       const started = await startCreate(deps, id, args, claim);
-      if (started.kind === "replay") return { response: decodeBinary(CreateHoldResponseSchema, started.response), replayed: true };
+      if (started.kind === "replay") return { response: fromBinary(CreateHoldResponseSchema, started.response), replayed: true };
       const [hold] = await started.value;
       crash("after_create_intent");
       return { response: await finishCreate(deps, hold!, args.origin, claim !== undefined), replayed: false };
@@ -37,7 +37,7 @@ export function createHolds(deps: HoldDeps) {
       if (!isId("hold", args.holdId)) throw notFound("hold", args.holdId);
       const claim = keyClaim(args.accountId, args.idempotency);
       const started = await startCapture(deps, args, claim);
-      if (started.kind === "replay") return { response: decodeBinary(CaptureHoldResponseSchema, started.response), replayed: true };
+      if (started.kind === "replay") return { response: fromBinary(CaptureHoldResponseSchema, started.response), replayed: true };
       crash("after_capture_intent");
       const { hold, capture } = started.value;
       return { response: await finishCapture(deps, hold, capture, args.origin, claim !== undefined), replayed: false };
@@ -46,7 +46,7 @@ export function createHolds(deps: HoldDeps) {
     async release(args: ReleaseHold): Promise<Answer<typeof ReleaseHoldResponseSchema>> {
       const claim = keyClaim(args.accountId, args.idempotency);
       const started = await startRelease(deps, args, claim);
-      if (started.kind === "replay") return { response: decodeBinary(ReleaseHoldResponseSchema, started.response), replayed: true };
+      if (started.kind === "replay") return { response: fromBinary(ReleaseHoldResponseSchema, started.response), replayed: true };
       crash("after_release_intent");
       return { response: await finishRelease(deps, started.value, args.origin), replayed: false };
     },

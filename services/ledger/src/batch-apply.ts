@@ -1,8 +1,8 @@
 // Applying a transaction's units in order, with their idempotency keys: the part of group commit
 // (batcher.ts) that runs inside the transaction, whichever way the batch read its rows (batch-paths.ts).
-import { create, type DescMessage } from "@bufbuild/protobuf";
+import { create, fromBinary, toBinary, type DescMessage } from "@bufbuild/protobuf";
 import { ConnectError } from "@connectrpc/connect";
-import { decodeBinary, encodeBinary, ruleViolation, type Claim, type KeyClaim, type Tx } from "@ledger/common";
+import { ruleViolation, type Claim, type KeyClaim, type Tx } from "@ledger/common";
 import type { KeyStatements, StoredAnswer } from "./batch-store.js";
 import {
   AtomicRefusal,
@@ -218,7 +218,7 @@ function applyItem(
     if (state.kind === "whole") return keyConflict();
     if (state.kind === "answered") {
       if (!state.fingerprint.equals(claim.fingerprint)) return keyConflict();
-      return { response: decodeBinary(item.responseSchema, state.response), replayed: true };
+      return { response: fromBinary(item.responseSchema, state.response), replayed: true };
     }
   }
   const outcome = book.apply(item.command);
@@ -228,7 +228,7 @@ function applyItem(
   local.set(keyString(claim), {
     kind: "answered",
     fingerprint: claim.fingerprint,
-    response: encodeBinary(item.responseSchema, response),
+    response: toBinary(item.responseSchema, response),
     fresh: true,
   });
   return { response, replayed: false };
@@ -250,6 +250,6 @@ function answered(unit: Unit, pending: Array<ItemAnswer | LaterAnswer>, keys: Tr
   if (!unit.respondWhole || !unit.idempotency) return { answers: pending };
   const answers = pending.map((a) => (isLater(a) ? a.later() : a));
   const whole = wholeResponse(unit.respondWhole, answers);
-  keys.storeWhole(unit.idempotency, encodeBinary(unit.respondWhole.schema, whole));
+  keys.storeWhole(unit.idempotency, toBinary(unit.respondWhole.schema, whole));
   return { answers, whole };
 }

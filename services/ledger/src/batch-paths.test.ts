@@ -1,7 +1,7 @@
-import { create } from "@bufbuild/protobuf";
+import { create, toBinary } from "@bufbuild/protobuf";
 import { StringValueSchema } from "@bufbuild/protobuf/wkt";
 import { ConnectError } from "@connectrpc/connect";
-import { createLogger, encodeBinary, metricsRegistry, sentWrites, TransactionRolledBack, type Tx } from "@ledger/common";
+import { createLogger, metricsRegistry, sentWrites, TransactionRolledBack, type Tx } from "@ledger/common";
 import type { Counter } from "prom-client";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import type { BatchStore, KeyStatements, StoredAnswer, TransactionWork } from "./batch-store.js";
@@ -347,7 +347,7 @@ describe("which way a batch goes", () => {
   it("applies a keyed command refused on the cached path the locked way, which replays its key's earlier success", async () => {
     // The first call with the key took 95 of a's 100; the cache has a's rows as that left them.
     const store = new FakeStore([entity("a", 5n), entity("b", 95n)], true);
-    const earlier = encodeBinary(StringValueSchema, create(StringValueSchema, { value: "trx-grp_earlier" }));
+    const earlier = toBinary(StringValueSchema, create(StringValueSchema, { value: "trx-grp_earlier" }));
     const retry = transfer("retry", "a", "b", 95n, "pay-once");
     store.storedKeys.set(keyString(retry.idempotency!), { fingerprint: retry.idempotency!.fingerprint, response: earlier });
     const batcher = batcherOn(store);

@@ -1,7 +1,7 @@
 // Group commit: the queue money commands wait in, and what their callers get back.
-import type { DescMessage, MessageInitShape, MessageShape } from "@bufbuild/protobuf";
+import { fromBinary, type DescMessage, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
 import { ConnectError } from "@connectrpc/connect";
-import { createGroupScheduler, decodeBinary, type GroupCommitSettings, type Logger, type Outbox } from "@ledger/common";
+import { createGroupScheduler, type GroupCommitSettings, type Logger, type Outbox } from "@ledger/common";
 import { runBatch } from "./batch-paths.js";
 import type { BatchStore } from "./batch-store.js";
 import {
@@ -101,7 +101,7 @@ export function createBatcher(options: BatcherOptions) {
       });
       if ("refused" in result) throw result.refused;
       if ("error" in result) throw result.error;
-      if ("replay" in result) return { response: decodeBinary(batch.responseSchema, result.replay), replayed: true };
+      if ("replay" in result) return { response: fromBinary(batch.responseSchema, result.replay), replayed: true };
       return { response: result.whole as MessageShape<O>, replayed: false };
     },
   };

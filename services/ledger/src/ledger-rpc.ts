@@ -1,4 +1,4 @@
-import { create, type DescMessage } from "@bufbuild/protobuf";
+import { create, type DescMessage, type MessageInitShape } from "@bufbuild/protobuf";
 import { ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import {
   appError,
@@ -32,6 +32,8 @@ import {
   CreateTransactionsRequestSchema,
   CreateTransactionsResponseSchema,
   type CreateTransactionRequest,
+  type CreateTransactionResponse,
+  type CreateTransactionsResultSchema,
   DefundEntityRequestSchema,
   DefundEntityResponseSchema,
   Direction,
@@ -58,8 +60,7 @@ import {
   UpdateProgramRequestSchema,
   UpdateProgramResponseSchema,
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
-import { answersInJson, batchMessage, batchResponse } from "./batch-response.js";
-import { AtomicRefusal, type Applied, type Submission } from "./batch-units.js";
+import { AtomicRefusal, itemError, type Applied, type ItemAnswer, type Submission } from "./batch-units.js";
 import type { createBatcher } from "./batcher.js";
 import { createWritePath, groupOf } from "./write-path.js";
 import {
@@ -351,8 +352,7 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
           atomic: req.atomic,
           ...(wholeKey !== undefined ? { idempotency: { accountId: principal.accountId, key: wholeKey, fingerprint: fingerprint! } } : {}),
           responseSchema: CreateTransactionsResponseSchema,
-          // The hand-written results are unknown fields to protobuf-es, which writes them in binary only.
-          respond: answersInJson(ctx) ? batchMessage : batchResponse,
+          respond: batchAnswer,
         });
         if (answer.replayed) ctx.responseHeader.set(IDEMPOTENT_REPLAYED_HEADER, "true");
         return answer.response;
@@ -468,4 +468,17 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
       });
     },
   };
+}
+
+/** A batch call's answer: how many items succeeded and failed, and one result per item, in request order. */
+export function batchAnswer(answers: ItemAnswer[]): MessageInitShape<typeof CreateTransactionsResponseSchema> {
+  const failed = answers.filter((answer) => answer instanceof ConnectError).length;
+  return { succeeded: answers.length - failed, failed, results: answers.map(batchResult) };
+}
+
+/** One item's result: its group (and whether it was replayed), or why it was refused. */
+function batchResult(answer: ItemAnswer): MessageInitShape<typeof CreateTransactionsResultSchema> {
+  if (answer instanceof ConnectError) return { result: { case: "error", value: itemError(answer) } };
+  const group = (answer.response as CreateTransactionResponse).transactionGroup!;
+  return { result: { case: "transactionGroup", value: group }, replayed: answer.replayed };
 }

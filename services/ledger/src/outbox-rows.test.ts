@@ -282,7 +282,7 @@ describe("the outbox migration beside replicas of the previous version", () => {
       await release.gate;
       await tx`delete from outbox where seq = any(${rows.map((r) => `${r.seq}`)}::int8[])`;
     });
-    const oldWriter = sql.begin(async (tx) => {
+    const oldInsert = sql.begin(async (tx) => {
       await tx`insert into outbox ${tx(written.map(row), "event_id", "subject", "payload")}`;
       writerHolds.go();
       await release.gate;
@@ -293,7 +293,7 @@ describe("the outbox migration beside replicas of the previous version", () => {
     const first = await Promise.race([migrating.then(() => "migrated"), new Promise((resolve) => setTimeout(resolve, 300, "waiting"))]);
     expect(first).toBe("waiting");
     release.go();
-    await Promise.all([oldRelay, oldWriter, migrating]);
+    await Promise.all([oldRelay, oldInsert, migrating]);
     const moved = await sql<{ event_ids: string[] }[]>`select event_ids from outbox_writes order by seq`;
     // The relayed rows are gone for good; the waiting one and the one committed meanwhile moved, once each.
     expect(moved.flatMap((r) => r.event_ids)).toEqual([...waiting, ...written].map((e) => e.id));

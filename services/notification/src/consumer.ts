@@ -1,7 +1,7 @@
+import { fromBinary } from "@bufbuild/protobuf";
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type ConsumerMessages, type JsMsg } from "@nats-io/jetstream";
 import {
   backgroundLoop,
-  decodeBinary,
   ensureEventStream,
   installationOf,
   isId,
@@ -121,7 +121,7 @@ export function createEventConsumer(options: ConsumerOptions): EventConsumer {
     for await (const m of messages) {
       let event: Event;
       try {
-        event = decodeBinary(EventSchema, m.data);
+        event = fromBinary(EventSchema, m.data);
       } catch (err) {
         log.error({ subject: m.subject, seq: m.seq, err: (err as Error).message }, "event message is not an events.v1.Event; dropping it");
         m.term("not an events.v1.Event");
