@@ -54,7 +54,12 @@ describe("NATS with auth and TLS", () => {
 
 describe("NATS settings", () => {
   it("takes none by default, and a user only with its password", () => {
-    expect(natsConnectionOptions(readInfraConfig({}))).toEqual({ servers: "nats://127.0.0.1:4222" });
+    expect(natsConnectionOptions(readInfraConfig({}))).toEqual({ servers: ["nats://127.0.0.1:4222"] });
+    // A cluster's servers, comma-separated, each a URL of its own.
+    expect(natsConnectionOptions(readInfraConfig({ NATS_URL: "nats://a:4222, nats://b:4222" }))).toEqual({
+      servers: ["nats://a:4222", "nats://b:4222"],
+    });
+    expect(() => readInfraConfig({ NATS_URL: "nats://a:4222,http://b" })).toThrow(/NATS_URL must use/);
     expect(() => readInfraConfig({ NATS_USER: "ledger" })).toThrow(/NATS_PASSWORD/);
     expect(() => readInfraConfig({ NATS_PASSWORD: "x" })).toThrow(/NATS_USER/);
     expect(() => readInfraConfig({ NATS_TLS_CA: "/nonexistent/ca.pem" })).toThrow(ConfigError);
