@@ -310,11 +310,12 @@ describe("GET /entity/statement", () => {
       expect(res.body.error.code).toBe("not_found");
     }
     const theirs = stack.ledgerClient(account.api_key);
+    // Called one at a time: a second call made before the first is awaited would reject unhandled.
     for (const call of [
-      theirs.getEntity({ entityId: a, asOf: parseIsoTime(window.to)! }),
-      theirs.getEntityStatement({ entityId: a, from: parseIsoTime(window.from)!, to: parseIsoTime(window.to)! }),
+      () => theirs.getEntity({ entityId: a, asOf: parseIsoTime(window.to)! }),
+      () => theirs.getEntityStatement({ entityId: a, from: parseIsoTime(window.from)!, to: parseIsoTime(window.to)! }),
     ]) {
-      expect(await call.catch((e: unknown) => ConnectError.from(e))).toMatchObject({ code: Code.NotFound });
+      expect(await call().catch((e: unknown) => ConnectError.from(e))).toMatchObject({ code: Code.NotFound });
     }
   });
 
