@@ -57,6 +57,7 @@ import {
   UpdateProgramRequestSchema,
   UpdateProgramResponseSchema,
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import { createBalanceAlertHandlers } from "./balance-alert-rpc.js";
 import { answersInJson, batchMessage, batchResponse } from "./batch-response.js";
 import { AtomicRefusal, type Applied, type Submission } from "./batch-units.js";
 import type { createBatcher } from "./batcher.js";
@@ -455,5 +456,7 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
         return { program: programToProto(await findProgram(tx, accountId, programId)) };
       });
     },
+
+    ...createBalanceAlertHandlers(deps),
   };
 }

@@ -64,6 +64,7 @@ async function write(groups: GroupRow[]): Promise<string> {
         { eventIds: [], subjects: [], payloads: [] },
         new Date(),
         [],
+        [],
       ),
     );
     return "ok";

@@ -16,7 +16,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file ledger/v1/ledger.proto.
  */
 export const file_ledger_v1_ledger: GenFile = /*@__PURE__*/
-  fileDesc("ChZsZWRnZXIvdjEvbGVkZ2VyLnByb3RvEglsZWRnZXIudjEibAoIQmFsYW5jZXMSDgoGcG9zdGVkGAEgASgDEhYKDnBlbmRpbmdfZGViaXRzGAIgASgDEhcKD3BlbmRpbmdfY3JlZGl0cxgDIAEoAxIMCgRoZWxkGAQgASgDEhEKCWF2YWlsYWJsZRgFIAEoAyLmAgoGRW50aXR5EhEKCWVudGl0eV9pZBgBIAEoCRISCgpwcm9ncmFtX2lkGAIgASgJEhMKC2VudGl0eV9uYW1lGAMgASgJEhMKC2VudGl0eV90eXBlGAQgASgJEicKBnN0YXR1cxgLIAEoDjIXLmxlZGdlci52MS5FbnRpdHlTdGF0dXMSFQoNY3VycmVuY3lfY29kZRgGIAEoCRIpCghtZXRhZGF0YRgHIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEwoLaXNfZXh0ZXJuYWwYCCABKAgSLgoKY3JlYXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJQoIYmFsYW5jZXMYCiABKAsyEy5sZWRnZXIudjEuQmFsYW5jZXMSFwoPb3ZlcmRyYWZ0X2xpbWl0GAwgASgDEhUKDXN0YXR1c19yZWFzb24YDSABKAlKBAgFEAYi5QEKA0xlZxIWCg50cmFuc2FjdGlvbl9pZBgBIAEoCRIcChR0cmFuc2FjdGlvbl9ncm91cF9pZBgCIAEoCRIRCgllbnRpdHlfaWQYAyABKAkSJwoJZGlyZWN0aW9uGAQgASgOMhQubGVkZ2VyLnYxLkRpcmVjdGlvbhIOCgZhbW91bnQYBSABKAMSLAoGc3RhdHVzGAYgASgOMhwubGVkZ2VyLnYxLlRyYW5zYWN0aW9uU3RhdHVzEi4KCmNyZWF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIsoDChBUcmFuc2FjdGlvbkdyb3VwEhwKFHRyYW5zYWN0aW9uX2dyb3VwX2lkGAEgASgJEhIKCnByb2dyYW1faWQYAiABKAkSLAoGc3RhdHVzGAMgASgOMhwubGVkZ2VyLnYxLlRyYW5zYWN0aW9uU3RhdHVzEhMKC2Rlc2NyaXB0aW9uGAQgASgJEikKCG1ldGFkYXRhGAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIVCg1jdXJyZW5jeV9jb2RlGAYgASgJEhAKCGRpc3B1dGVkGAcgASgIEg4KBmFtb3VudBgIIAEoAxIcCgRsZWdzGAkgAygLMg4ubGVkZ2VyLnYxLkxlZxIuCgpjcmVhdGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIlCh1yZXZlcnNlc190cmFuc2FjdGlvbl9ncm91cF9pZBgMIAEoCRIoCiByZXZlcnNlZF9ieV90cmFuc2FjdGlvbl9ncm91cF9pZBgNIAEoCRIOCgZyZWFzb24YDiABKAkiqgEKB1Byb2dyYW0SEgoKcHJvZ3JhbV9pZBgBIAEoCRIUCgxwcm9ncmFtX25hbWUYAiABKAkSFQoNY3VycmVuY3lfY29kZRgDIAEoCRIaChJleHRlcm5hbF9lbnRpdHlfaWQYBCABKAkSEgoKaXNfZGVmYXVsdBgFIAEoCBIuCgpjcmVhdGVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKuAQoTQ3JlYXRlRW50aXR5UmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhMKC2VudGl0eV9uYW1lGAIgASgJEhMKC2VudGl0eV90eXBlGAMgASgJEikKCG1ldGFkYXRhGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIVCg1jdXJyZW5jeV9jb2RlGAUgASgJEhcKD292ZXJkcmFmdF9saW1pdBgGIAEoAyI5ChRDcmVhdGVFbnRpdHlSZXNwb25zZRIhCgZlbnRpdHkYASABKAsyES5sZWRnZXIudjEuRW50aXR5IjkKEEdldEVudGl0eVJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkiNgoRR2V0RW50aXR5UmVzcG9uc2USIQoGZW50aXR5GAEgASgLMhEubGVkZ2VyLnYxLkVudGl0eSJdChNMaXN0RW50aXRpZXNSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSDQoFbGltaXQYAiABKAUSDgoGY3Vyc29yGAMgASgJEhMKC2VudGl0eV90eXBlGAQgASgJIl4KFExpc3RFbnRpdGllc1Jlc3BvbnNlEiMKCGVudGl0aWVzGAEgAygLMhEubGVkZ2VyLnYxLkVudGl0eRIhCgRwYWdlGAIgASgLMhMuY29tbW9uLnYxLlBhZ2VJbmZvIl8KEUZ1bmRFbnRpdHlSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJEg4KBmFtb3VudBgDIAEoAxITCgtkZXNjcmlwdGlvbhgEIAEoCSJsChJGdW5kRW50aXR5UmVzcG9uc2USNgoRdHJhbnNhY3Rpb25fZ3JvdXAYASABKAsyGy5sZWRnZXIudjEuVHJhbnNhY3Rpb25Hcm91cBIeCgZjcmVkaXQYAiABKAsyDi5sZWRnZXIudjEuTGVnImEKE0RlZnVuZEVudGl0eVJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSDgoGYW1vdW50GAMgASgDEhMKC2Rlc2NyaXB0aW9uGAQgASgJIm0KFERlZnVuZEVudGl0eVJlc3BvbnNlEjYKEXRyYW5zYWN0aW9uX2dyb3VwGAEgASgLMhsubGVkZ2VyLnYxLlRyYW5zYWN0aW9uR3JvdXASHQoFZGViaXQYAiABKAsyDi5sZWRnZXIudjEuTGVnIkgKCFRyYW5zZmVyEhYKDmZyb21fZW50aXR5X2lkGAEgASgJEhQKDHRvX2VudGl0eV9pZBgCIAEoCRIOCgZhbW91bnQYAyABKAMiUwoFRW50cnkSEQoJZW50aXR5X2lkGAEgASgJEicKCWRpcmVjdGlvbhgCIAEoDjIULmxlZGdlci52MS5EaXJlY3Rpb24SDgoGYW1vdW50GAMgASgDIiwKB0VudHJpZXMSIQoHZW50cmllcxgBIAMoCzIQLmxlZGdlci52MS5FbnRyeSL0AQoYQ3JlYXRlVHJhbnNhY3Rpb25SZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSLAoGc3RhdHVzGAMgASgOMhwubGVkZ2VyLnYxLlRyYW5zYWN0aW9uU3RhdHVzEikKCG1ldGFkYXRhGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBInCgh0cmFuc2ZlchgFIAEoCzITLmxlZGdlci52MS5UcmFuc2ZlckgAEiUKB2VudHJpZXMYBiABKAsyEi5sZWRnZXIudjEuRW50cmllc0gAQgYKBGZvcm0iUwoZQ3JlYXRlVHJhbnNhY3Rpb25SZXNwb25zZRI2ChF0cmFuc2FjdGlvbl9ncm91cBgBIAEoCzIbLmxlZGdlci52MS5UcmFuc2FjdGlvbkdyb3VwImsKFkNyZWF0ZVRyYW5zYWN0aW9uc0l0ZW0SOAoLdHJhbnNhY3Rpb24YASABKAsyIy5sZWRnZXIudjEuQ3JlYXRlVHJhbnNhY3Rpb25SZXF1ZXN0EhcKD2lkZW1wb3RlbmN5X2tleRgCIAEoCSJ4ChlDcmVhdGVUcmFuc2FjdGlvbnNSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSNwoMdHJhbnNhY3Rpb25zGAIgAygLMiEubGVkZ2VyLnYxLkNyZWF0ZVRyYW5zYWN0aW9uc0l0ZW0SDgoGYXRvbWljGAMgASgIImIKF0NyZWF0ZVRyYW5zYWN0aW9uc0Vycm9yEgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCRIoCgdkZXRhaWxzGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCKlAQoYQ3JlYXRlVHJhbnNhY3Rpb25zUmVzdWx0EjgKEXRyYW5zYWN0aW9uX2dyb3VwGAEgASgLMhsubGVkZ2VyLnYxLlRyYW5zYWN0aW9uR3JvdXBIABIzCgVlcnJvchgCIAEoCzIiLmxlZGdlci52MS5DcmVhdGVUcmFuc2FjdGlvbnNFcnJvckgAEhAKCHJlcGxheWVkGAMgASgIQggKBnJlc3VsdCJ1ChpDcmVhdGVUcmFuc2FjdGlvbnNSZXNwb25zZRIRCglzdWNjZWVkZWQYASABKAUSDgoGZmFpbGVkGAIgASgFEjQKB3Jlc3VsdHMYAyADKAsyIy5sZWRnZXIudjEuQ3JlYXRlVHJhbnNhY3Rpb25zUmVzdWx0IlYKFUdldFRyYW5zYWN0aW9uUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhEKCWVudGl0eV9pZBgCIAEoCRIWCg50cmFuc2FjdGlvbl9pZBgDIAEoCSI1ChZHZXRUcmFuc2FjdGlvblJlc3BvbnNlEhsKA2xlZxgBIAEoCzIOLmxlZGdlci52MS5MZWcijQEKF0xpc3RUcmFuc2FjdGlvbnNSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJEg0KBWxpbWl0GAMgASgFEg4KBmN1cnNvchgEIAEoCRIsCgZzdGF0dXMYBSABKA4yHC5sZWRnZXIudjEuVHJhbnNhY3Rpb25TdGF0dXMiWwoYTGlzdFRyYW5zYWN0aW9uc1Jlc3BvbnNlEhwKBGxlZ3MYASADKAsyDi5sZWRnZXIudjEuTGVnEiEKBHBhZ2UYAiABKAsyEy5jb21tb24udjEuUGFnZUluZm8iTgoaR2V0VHJhbnNhY3Rpb25Hcm91cFJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIcChR0cmFuc2FjdGlvbl9ncm91cF9pZBgCIAEoCSJVChtHZXRUcmFuc2FjdGlvbkdyb3VwUmVzcG9uc2USNgoRdHJhbnNhY3Rpb25fZ3JvdXAYASABKAsyGy5sZWRnZXIudjEuVHJhbnNhY3Rpb25Hcm91cCJKChZQb3N0VHJhbnNhY3Rpb25SZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSHAoUdHJhbnNhY3Rpb25fZ3JvdXBfaWQYAiABKAkiUQoXUG9zdFRyYW5zYWN0aW9uUmVzcG9uc2USNgoRdHJhbnNhY3Rpb25fZ3JvdXAYASABKAsyGy5sZWRnZXIudjEuVHJhbnNhY3Rpb25Hcm91cCJMChhDYW5jZWxUcmFuc2FjdGlvblJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIcChR0cmFuc2FjdGlvbl9ncm91cF9pZBgCIAEoCSJTChlDYW5jZWxUcmFuc2FjdGlvblJlc3BvbnNlEjYKEXRyYW5zYWN0aW9uX2dyb3VwGAEgASgLMhsubGVkZ2VyLnYxLlRyYW5zYWN0aW9uR3JvdXAiWgoWRmFpbFRyYW5zYWN0aW9uUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhwKFHRyYW5zYWN0aW9uX2dyb3VwX2lkGAIgASgJEg4KBnJlYXNvbhgDIAEoCSJRChdGYWlsVHJhbnNhY3Rpb25SZXNwb25zZRI2ChF0cmFuc2FjdGlvbl9ncm91cBgBIAEoCzIbLmxlZGdlci52MS5UcmFuc2FjdGlvbkdyb3VwImIKGVJldmVyc2VUcmFuc2FjdGlvblJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIcChR0cmFuc2FjdGlvbl9ncm91cF9pZBgCIAEoCRITCgtkZXNjcmlwdGlvbhgDIAEoCSK8AQoaUmV2ZXJzZVRyYW5zYWN0aW9uUmVzcG9uc2USNgoRdHJhbnNhY3Rpb25fZ3JvdXAYASABKAsyGy5sZWRnZXIudjEuVHJhbnNhY3Rpb25Hcm91cBIlCh1yZXZlcnNhbF90cmFuc2FjdGlvbl9ncm91cF9pZBgCIAEoCRI/ChpyZXZlcnNhbF90cmFuc2FjdGlvbl9ncm91cBgDIAEoCzIbLmxlZGdlci52MS5UcmFuc2FjdGlvbkdyb3VwIl0KGURpc3B1dGVUcmFuc2FjdGlvblJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIcChR0cmFuc2FjdGlvbl9ncm91cF9pZBgCIAEoCRIOCgZyZWFzb24YAyABKAkiVAoaRGlzcHV0ZVRyYW5zYWN0aW9uUmVzcG9uc2USNgoRdHJhbnNhY3Rpb25fZ3JvdXAYASABKAsyGy5sZWRnZXIudjEuVHJhbnNhY3Rpb25Hcm91cCJDChRDcmVhdGVQcm9ncmFtUmVxdWVzdBIUCgxwcm9ncmFtX25hbWUYASABKAkSFQoNY3VycmVuY3lfY29kZRgCIAEoCSI8ChVDcmVhdGVQcm9ncmFtUmVzcG9uc2USIwoHcHJvZ3JhbRgBIAEoCzISLmxlZGdlci52MS5Qcm9ncmFtIicKEUdldFByb2dyYW1SZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkiOQoSR2V0UHJvZ3JhbVJlc3BvbnNlEiMKB3Byb2dyYW0YASABKAsyEi5sZWRnZXIudjEuUHJvZ3JhbSI0ChNMaXN0UHJvZ3JhbXNSZXF1ZXN0Eg0KBWxpbWl0GAEgASgFEg4KBmN1cnNvchgCIAEoCSJfChRMaXN0UHJvZ3JhbXNSZXNwb25zZRIkCghwcm9ncmFtcxgBIAMoCzISLmxlZGdlci52MS5Qcm9ncmFtEiEKBHBhZ2UYAiABKAsyEy5jb21tb24udjEuUGFnZUluZm8i7QEKE1VwZGF0ZUVudGl0eVJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSGAoLZW50aXR5X25hbWUYAyABKAlIAIgBARIYCgtlbnRpdHlfdHlwZRgEIAEoCUgBiAEBEikKCG1ldGFkYXRhGAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIcCg9vdmVyZHJhZnRfbGltaXQYBiABKANIAogBAUIOCgxfZW50aXR5X25hbWVCDgoMX2VudGl0eV90eXBlQhIKEF9vdmVyZHJhZnRfbGltaXQiOQoUVXBkYXRlRW50aXR5UmVzcG9uc2USIQoGZW50aXR5GAEgASgLMhEubGVkZ2VyLnYxLkVudGl0eSJMChNGcmVlemVFbnRpdHlSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJEg4KBnJlYXNvbhgDIAEoCSI5ChRGcmVlemVFbnRpdHlSZXNwb25zZRIhCgZlbnRpdHkYASABKAsyES5sZWRnZXIudjEuRW50aXR5Ij4KFVVuZnJlZXplRW50aXR5UmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhEKCWVudGl0eV9pZBgCIAEoCSI7ChZVbmZyZWV6ZUVudGl0eVJlc3BvbnNlEiEKBmVudGl0eRgBIAEoCzIRLmxlZGdlci52MS5FbnRpdHkiOwoSQ2xvc2VFbnRpdHlSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJIjgKE0Nsb3NlRW50aXR5UmVzcG9uc2USIQoGZW50aXR5GAEgASgLMhEubGVkZ2VyLnYxLkVudGl0eSJAChRVcGRhdGVQcm9ncmFtUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhQKDHByb2dyYW1fbmFtZRgCIAEoCSI8ChVVcGRhdGVQcm9ncmFtUmVzcG9uc2USIwoHcHJvZ3JhbRgBIAEoCzISLmxlZGdlci52MS5Qcm9ncmFtKlEKCURpcmVjdGlvbhIZChVESVJFQ1RJT05fVU5TUEVDSUZJRUQQABITCg9ESVJFQ1RJT05fREVCSVQQARIUChBESVJFQ1RJT05fQ1JFRElUEAIq1wEKEVRyYW5zYWN0aW9uU3RhdHVzEiIKHlRSQU5TQUNUSU9OX1NUQVRVU19VTlNQRUNJRklFRBAAEh4KGlRSQU5TQUNUSU9OX1NUQVRVU19QRU5ESU5HEAESHQoZVFJBTlNBQ1RJT05fU1RBVFVTX1BPU1RFRBACEh8KG1RSQU5TQUNUSU9OX1NUQVRVU19DQU5DRUxFRBADEh0KGVRSQU5TQUNUSU9OX1NUQVRVU19GQUlMRUQQBBIfChtUUkFOU0FDVElPTl9TVEFUVVNfUkVWRVJTRUQQBSp7CgxFbnRpdHlTdGF0dXMSHQoZRU5USVRZX1NUQVRVU19VTlNQRUNJRklFRBAAEhgKFEVOVElUWV9TVEFUVVNfQUNUSVZFEAESGAoURU5USVRZX1NUQVRVU19GUk9aRU4QAhIYChRFTlRJVFlfU1RBVFVTX0NMT1NFRBADMvoPCg1MZWRnZXJTZXJ2aWNlEk8KDENyZWF0ZUVudGl0eRIeLmxlZGdlci52MS5DcmVhdGVFbnRpdHlSZXF1ZXN0Gh8ubGVkZ2VyLnYxLkNyZWF0ZUVudGl0eVJlc3BvbnNlEksKCUdldEVudGl0eRIbLmxlZGdlci52MS5HZXRFbnRpdHlSZXF1ZXN0GhwubGVkZ2VyLnYxLkdldEVudGl0eVJlc3BvbnNlIgOQAgESVAoMTGlzdEVudGl0aWVzEh4ubGVkZ2VyLnYxLkxpc3RFbnRpdGllc1JlcXVlc3QaHy5sZWRnZXIudjEuTGlzdEVudGl0aWVzUmVzcG9uc2UiA5ACARJPCgxVcGRhdGVFbnRpdHkSHi5sZWRnZXIudjEuVXBkYXRlRW50aXR5UmVxdWVzdBofLmxlZGdlci52MS5VcGRhdGVFbnRpdHlSZXNwb25zZRJPCgxGcmVlemVFbnRpdHkSHi5sZWRnZXIudjEuRnJlZXplRW50aXR5UmVxdWVzdBofLmxlZGdlci52MS5GcmVlemVFbnRpdHlSZXNwb25zZRJVCg5VbmZyZWV6ZUVudGl0eRIgLmxlZGdlci52MS5VbmZyZWV6ZUVudGl0eVJlcXVlc3QaIS5sZWRnZXIudjEuVW5mcmVlemVFbnRpdHlSZXNwb25zZRJMCgtDbG9zZUVudGl0eRIdLmxlZGdlci52MS5DbG9zZUVudGl0eVJlcXVlc3QaHi5sZWRnZXIudjEuQ2xvc2VFbnRpdHlSZXNwb25zZRJJCgpGdW5kRW50aXR5EhwubGVkZ2VyLnYxLkZ1bmRFbnRpdHlSZXF1ZXN0Gh0ubGVkZ2VyLnYxLkZ1bmRFbnRpdHlSZXNwb25zZRJPCgxEZWZ1bmRFbnRpdHkSHi5sZWRnZXIudjEuRGVmdW5kRW50aXR5UmVxdWVzdBofLmxlZGdlci52MS5EZWZ1bmRFbnRpdHlSZXNwb25zZRJeChFDcmVhdGVUcmFuc2FjdGlvbhIjLmxlZGdlci52MS5DcmVhdGVUcmFuc2FjdGlvblJlcXVlc3QaJC5sZWRnZXIudjEuQ3JlYXRlVHJhbnNhY3Rpb25SZXNwb25zZRJhChJDcmVhdGVUcmFuc2FjdGlvbnMSJC5sZWRnZXIudjEuQ3JlYXRlVHJhbnNhY3Rpb25zUmVxdWVzdBolLmxlZGdlci52MS5DcmVhdGVUcmFuc2FjdGlvbnNSZXNwb25zZRJaCg5HZXRUcmFuc2FjdGlvbhIgLmxlZGdlci52MS5HZXRUcmFuc2FjdGlvblJlcXVlc3QaIS5sZWRnZXIudjEuR2V0VHJhbnNhY3Rpb25SZXNwb25zZSIDkAIBEmAKEExpc3RUcmFuc2FjdGlvbnMSIi5sZWRnZXIudjEuTGlzdFRyYW5zYWN0aW9uc1JlcXVlc3QaIy5sZWRnZXIudjEuTGlzdFRyYW5zYWN0aW9uc1Jlc3BvbnNlIgOQAgESaQoTR2V0VHJhbnNhY3Rpb25Hcm91cBIlLmxlZGdlci52MS5HZXRUcmFuc2FjdGlvbkdyb3VwUmVxdWVzdBomLmxlZGdlci52MS5HZXRUcmFuc2FjdGlvbkdyb3VwUmVzcG9uc2UiA5ACARJYCg9Qb3N0VHJhbnNhY3Rpb24SIS5sZWRnZXIudjEuUG9zdFRyYW5zYWN0aW9uUmVxdWVzdBoiLmxlZGdlci52MS5Qb3N0VHJhbnNhY3Rpb25SZXNwb25zZRJeChFDYW5jZWxUcmFuc2FjdGlvbhIjLmxlZGdlci52MS5DYW5jZWxUcmFuc2FjdGlvblJlcXVlc3QaJC5sZWRnZXIudjEuQ2FuY2VsVHJhbnNhY3Rpb25SZXNwb25zZRJYCg9GYWlsVHJhbnNhY3Rpb24SIS5sZWRnZXIudjEuRmFpbFRyYW5zYWN0aW9uUmVxdWVzdBoiLmxlZGdlci52MS5GYWlsVHJhbnNhY3Rpb25SZXNwb25zZRJhChJSZXZlcnNlVHJhbnNhY3Rpb24SJC5sZWRnZXIudjEuUmV2ZXJzZVRyYW5zYWN0aW9uUmVxdWVzdBolLmxlZGdlci52MS5SZXZlcnNlVHJhbnNhY3Rpb25SZXNwb25zZRJhChJEaXNwdXRlVHJhbnNhY3Rpb24SJC5sZWRnZXIudjEuRGlzcHV0ZVRyYW5zYWN0aW9uUmVxdWVzdBolLmxlZGdlci52MS5EaXNwdXRlVHJhbnNhY3Rpb25SZXNwb25zZRJSCg1DcmVhdGVQcm9ncmFtEh8ubGVkZ2VyLnYxLkNyZWF0ZVByb2dyYW1SZXF1ZXN0GiAubGVkZ2VyLnYxLkNyZWF0ZVByb2dyYW1SZXNwb25zZRJOCgpHZXRQcm9ncmFtEhwubGVkZ2VyLnYxLkdldFByb2dyYW1SZXF1ZXN0Gh0ubGVkZ2VyLnYxLkdldFByb2dyYW1SZXNwb25zZSIDkAIBElQKDExpc3RQcm9ncmFtcxIeLmxlZGdlci52MS5MaXN0UHJvZ3JhbXNSZXF1ZXN0Gh8ubGVkZ2VyLnYxLkxpc3RQcm9ncmFtc1Jlc3BvbnNlIgOQAgESUgoNVXBkYXRlUHJvZ3JhbRIfLmxlZGdlci52MS5VcGRhdGVQcm9ncmFtUmVxdWVzdBogLmxlZGdlci52MS5VcGRhdGVQcm9ncmFtUmVzcG9uc2ViBnByb3RvMw", [file_common_v1_common, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChZsZWRnZXIvdjEvbGVkZ2VyLnByb3RvEglsZWRnZXIudjEibAoIQmFsYW5jZXMSDgoGcG9zdGVkGAEgASgDEhYKDnBlbmRpbmdfZGViaXRzGAIgASgDEhcKD3BlbmRpbmdfY3JlZGl0cxgDIAEoAxIMCgRoZWxkGAQgASgDEhEKCWF2YWlsYWJsZRgFIAEoAyLmAgoGRW50aXR5EhEKCWVudGl0eV9pZBgBIAEoCRISCgpwcm9ncmFtX2lkGAIgASgJEhMKC2VudGl0eV9uYW1lGAMgASgJEhMKC2VudGl0eV90eXBlGAQgASgJEicKBnN0YXR1cxgLIAEoDjIXLmxlZGdlci52MS5FbnRpdHlTdGF0dXMSFQoNY3VycmVuY3lfY29kZRgGIAEoCRIpCghtZXRhZGF0YRgHIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEwoLaXNfZXh0ZXJuYWwYCCABKAgSLgoKY3JlYXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJQoIYmFsYW5jZXMYCiABKAsyEy5sZWRnZXIudjEuQmFsYW5jZXMSFwoPb3ZlcmRyYWZ0X2xpbWl0GAwgASgDEhUKDXN0YXR1c19yZWFzb24YDSABKAlKBAgFEAYi5QEKDEJhbGFuY2VBbGVydBIQCghhbGVydF9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSKwoFZmllbGQYAyABKA4yHC5sZWRnZXIudjEuQmFsYW5jZUFsZXJ0RmllbGQSMQoIb3BlcmF0b3IYBCABKA4yHy5sZWRnZXIudjEuQmFsYW5jZUFsZXJ0T3BlcmF0b3ISDQoFdmFsdWUYBSABKAMSEQoJdHJpZ2dlcmVkGAYgASgIEi4KCmNyZWF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIuUBCgNMZWcSFgoOdHJhbnNhY3Rpb25faWQYASABKAkSHAoUdHJhbnNhY3Rpb25fZ3JvdXBfaWQYAiABKAkSEQoJZW50aXR5X2lkGAMgASgJEicKCWRpcmVjdGlvbhgEIAEoDjIULmxlZGdlci52MS5EaXJlY3Rpb24SDgoGYW1vdW50GAUgASgDEiwKBnN0YXR1cxgGIAEoDjIcLmxlZGdlci52MS5UcmFuc2FjdGlvblN0YXR1cxIuCgpjcmVhdGVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLKAwoQVHJhbnNhY3Rpb25Hcm91cBIcChR0cmFuc2FjdGlvbl9ncm91cF9pZBgBIAEoCRISCgpwcm9ncmFtX2lkGAIgASgJEiwKBnN0YXR1cxgDIAEoDjIcLmxlZGdlci52MS5UcmFuc2FjdGlvblN0YXR1cxITCgtkZXNjcmlwdGlvbhgEIAEoCRIpCghtZXRhZGF0YRgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSFQoNY3VycmVuY3lfY29kZRgGIAEoCRIQCghkaXNwdXRlZBgHIAEoCBIOCgZhbW91bnQYCCABKAMSHAoEbGVncxgJIAMoCzIOLmxlZGdlci52MS5MZWcSLgoKY3JlYXRlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJQodcmV2ZXJzZXNfdHJhbnNhY3Rpb25fZ3JvdXBfaWQYDCABKAkSKAogcmV2ZXJzZWRfYnlfdHJhbnNhY3Rpb25fZ3JvdXBfaWQYDSABKAkSDgoGcmVhc29uGA4gASgJIqoBCgdQcm9ncmFtEhIKCnByb2dyYW1faWQYASABKAkSFAoMcHJvZ3JhbV9uYW1lGAIgASgJEhUKDWN1cnJlbmN5X2NvZGUYAyABKAkSGgoSZXh0ZXJuYWxfZW50aXR5X2lkGAQgASgJEhIKCmlzX2RlZmF1bHQYBSABKAgSLgoKY3JlYXRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAirgEKE0NyZWF0ZUVudGl0eVJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRITCgtlbnRpdHlfbmFtZRgCIAEoCRITCgtlbnRpdHlfdHlwZRgDIAEoCRIpCghtZXRhZGF0YRgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSFQoNY3VycmVuY3lfY29kZRgFIAEoCRIXCg9vdmVyZHJhZnRfbGltaXQYBiABKAMiOQoUQ3JlYXRlRW50aXR5UmVzcG9uc2USIQoGZW50aXR5GAEgASgLMhEubGVkZ2VyLnYxLkVudGl0eSI5ChBHZXRFbnRpdHlSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJIjYKEUdldEVudGl0eVJlc3BvbnNlEiEKBmVudGl0eRgBIAEoCzIRLmxlZGdlci52MS5FbnRpdHkiXQoTTGlzdEVudGl0aWVzUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEg0KBWxpbWl0GAIgASgFEg4KBmN1cnNvchgDIAEoCRITCgtlbnRpdHlfdHlwZRgEIAEoCSJeChRMaXN0RW50aXRpZXNSZXNwb25zZRIjCghlbnRpdGllcxgBIAMoCzIRLmxlZGdlci52MS5FbnRpdHkSIQoEcGFnZRgCIAEoCzITLmNvbW1vbi52MS5QYWdlSW5mbyKxAQoZQ3JlYXRlQmFsYW5jZUFsZXJ0UmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhEKCWVudGl0eV9pZBgCIAEoCRIrCgVmaWVsZBgDIAEoDjIcLmxlZGdlci52MS5CYWxhbmNlQWxlcnRGaWVsZBIxCghvcGVyYXRvchgEIAEoDjIfLmxlZGdlci52MS5CYWxhbmNlQWxlcnRPcGVyYXRvchINCgV2YWx1ZRgFIAEoAyJEChpDcmVhdGVCYWxhbmNlQWxlcnRSZXNwb25zZRImCgVhbGVydBgBIAEoCzIXLmxlZGdlci52MS5CYWxhbmNlQWxlcnQiQQoYTGlzdEJhbGFuY2VBbGVydHNSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJIkQKGUxpc3RCYWxhbmNlQWxlcnRzUmVzcG9uc2USJwoGYWxlcnRzGAEgAygLMhcubGVkZ2VyLnYxLkJhbGFuY2VBbGVydCJBChlEZWxldGVCYWxhbmNlQWxlcnRSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEAoIYWxlcnRfaWQYAiABKAkiHAoaRGVsZXRlQmFsYW5jZUFsZXJ0UmVzcG9uc2UiXwoRRnVuZEVudGl0eVJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSDgoGYW1vdW50GAMgASgDEhMKC2Rlc2NyaXB0aW9uGAQgASgJImwKEkZ1bmRFbnRpdHlSZXNwb25zZRI2ChF0cmFuc2FjdGlvbl9ncm91cBgBIAEoCzIbLmxlZGdlci52MS5UcmFuc2FjdGlvbkdyb3VwEh4KBmNyZWRpdBgCIAEoCzIOLmxlZGdlci52MS5MZWciYQoTRGVmdW5kRW50aXR5UmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhEKCWVudGl0eV9pZBgCIAEoCRIOCgZhbW91bnQYAyABKAMSEwoLZGVzY3JpcHRpb24YBCABKAkibQoURGVmdW5kRW50aXR5UmVzcG9uc2USNgoRdHJhbnNhY3Rpb25fZ3JvdXAYASABKAsyGy5sZWRnZXIudjEuVHJhbnNhY3Rpb25Hcm91cBIdCgVkZWJpdBgCIAEoCzIOLmxlZGdlci52MS5MZWciSAoIVHJhbnNmZXISFgoOZnJvbV9lbnRpdHlfaWQYASABKAkSFAoMdG9fZW50aXR5X2lkGAIgASgJEg4KBmFtb3VudBgDIAEoAyJTCgVFbnRyeRIRCgllbnRpdHlfaWQYASABKAkSJwoJZGlyZWN0aW9uGAIgASgOMhQubGVkZ2VyLnYxLkRpcmVjdGlvbhIOCgZhbW91bnQYAyABKAMiLAoHRW50cmllcxIhCgdlbnRyaWVzGAEgAygLMhAubGVkZ2VyLnYxLkVudHJ5IvQBChhDcmVhdGVUcmFuc2FjdGlvblJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCRIsCgZzdGF0dXMYAyABKA4yHC5sZWRnZXIudjEuVHJhbnNhY3Rpb25TdGF0dXMSKQoIbWV0YWRhdGEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EicKCHRyYW5zZmVyGAUgASgLMhMubGVkZ2VyLnYxLlRyYW5zZmVySAASJQoHZW50cmllcxgGIAEoCzISLmxlZGdlci52MS5FbnRyaWVzSABCBgoEZm9ybSJTChlDcmVhdGVUcmFuc2FjdGlvblJlc3BvbnNlEjYKEXRyYW5zYWN0aW9uX2dyb3VwGAEgASgLMhsubGVkZ2VyLnYxLlRyYW5zYWN0aW9uR3JvdXAiawoWQ3JlYXRlVHJhbnNhY3Rpb25zSXRlbRI4Cgt0cmFuc2FjdGlvbhgBIAEoCzIjLmxlZGdlci52MS5DcmVhdGVUcmFuc2FjdGlvblJlcXVlc3QSFwoPaWRlbXBvdGVuY3lfa2V5GAIgASgJIngKGUNyZWF0ZVRyYW5zYWN0aW9uc1JlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRI3Cgx0cmFuc2FjdGlvbnMYAiADKAsyIS5sZWRnZXIudjEuQ3JlYXRlVHJhbnNhY3Rpb25zSXRlbRIOCgZhdG9taWMYAyABKAgiYgoXQ3JlYXRlVHJhbnNhY3Rpb25zRXJyb3ISDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJEigKB2RldGFpbHMYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IqUBChhDcmVhdGVUcmFuc2FjdGlvbnNSZXN1bHQSOAoRdHJhbnNhY3Rpb25fZ3JvdXAYASABKAsyGy5sZWRnZXIudjEuVHJhbnNhY3Rpb25Hcm91cEgAEjMKBWVycm9yGAIgASgLMiIubGVkZ2VyLnYxLkNyZWF0ZVRyYW5zYWN0aW9uc0Vycm9ySAASEAoIcmVwbGF5ZWQYAyABKAhCCAoGcmVzdWx0InUKGkNyZWF0ZVRyYW5zYWN0aW9uc1Jlc3BvbnNlEhEKCXN1Y2NlZWRlZBgBIAEoBRIOCgZmYWlsZWQYAiABKAUSNAoHcmVzdWx0cxgDIAMoCzIjLmxlZGdlci52MS5DcmVhdGVUcmFuc2FjdGlvbnNSZXN1bHQiVgoVR2V0VHJhbnNhY3Rpb25SZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJEhYKDnRyYW5zYWN0aW9uX2lkGAMgASgJIjUKFkdldFRyYW5zYWN0aW9uUmVzcG9uc2USGwoDbGVnGAEgASgLMg4ubGVkZ2VyLnYxLkxlZyKNAQoXTGlzdFRyYW5zYWN0aW9uc1JlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSDQoFbGltaXQYAyABKAUSDgoGY3Vyc29yGAQgASgJEiwKBnN0YXR1cxgFIAEoDjIcLmxlZGdlci52MS5UcmFuc2FjdGlvblN0YXR1cyJbChhMaXN0VHJhbnNhY3Rpb25zUmVzcG9uc2USHAoEbGVncxgBIAMoCzIOLmxlZGdlci52MS5MZWcSIQoEcGFnZRgCIAEoCzITLmNvbW1vbi52MS5QYWdlSW5mbyJOChpHZXRUcmFuc2FjdGlvbkdyb3VwUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhwKFHRyYW5zYWN0aW9uX2dyb3VwX2lkGAIgASgJIlUKG0dldFRyYW5zYWN0aW9uR3JvdXBSZXNwb25zZRI2ChF0cmFuc2FjdGlvbl9ncm91cBgBIAEoCzIbLmxlZGdlci52MS5UcmFuc2FjdGlvbkdyb3VwIkoKFlBvc3RUcmFuc2FjdGlvblJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIcChR0cmFuc2FjdGlvbl9ncm91cF9pZBgCIAEoCSJRChdQb3N0VHJhbnNhY3Rpb25SZXNwb25zZRI2ChF0cmFuc2FjdGlvbl9ncm91cBgBIAEoCzIbLmxlZGdlci52MS5UcmFuc2FjdGlvbkdyb3VwIkwKGENhbmNlbFRyYW5zYWN0aW9uUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhwKFHRyYW5zYWN0aW9uX2dyb3VwX2lkGAIgASgJIlMKGUNhbmNlbFRyYW5zYWN0aW9uUmVzcG9uc2USNgoRdHJhbnNhY3Rpb25fZ3JvdXAYASABKAsyGy5sZWRnZXIudjEuVHJhbnNhY3Rpb25Hcm91cCJaChZGYWlsVHJhbnNhY3Rpb25SZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSHAoUdHJhbnNhY3Rpb25fZ3JvdXBfaWQYAiABKAkSDgoGcmVhc29uGAMgASgJIlEKF0ZhaWxUcmFuc2FjdGlvblJlc3BvbnNlEjYKEXRyYW5zYWN0aW9uX2dyb3VwGAEgASgLMhsubGVkZ2VyLnYxLlRyYW5zYWN0aW9uR3JvdXAiYgoZUmV2ZXJzZVRyYW5zYWN0aW9uUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhwKFHRyYW5zYWN0aW9uX2dyb3VwX2lkGAIgASgJEhMKC2Rlc2NyaXB0aW9uGAMgASgJIrwBChpSZXZlcnNlVHJhbnNhY3Rpb25SZXNwb25zZRI2ChF0cmFuc2FjdGlvbl9ncm91cBgBIAEoCzIbLmxlZGdlci52MS5UcmFuc2FjdGlvbkdyb3VwEiUKHXJldmVyc2FsX3RyYW5zYWN0aW9uX2dyb3VwX2lkGAIgASgJEj8KGnJldmVyc2FsX3RyYW5zYWN0aW9uX2dyb3VwGAMgASgLMhsubGVkZ2VyLnYxLlRyYW5zYWN0aW9uR3JvdXAiXQoZRGlzcHV0ZVRyYW5zYWN0aW9uUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhwKFHRyYW5zYWN0aW9uX2dyb3VwX2lkGAIgASgJEg4KBnJlYXNvbhgDIAEoCSJUChpEaXNwdXRlVHJhbnNhY3Rpb25SZXNwb25zZRI2ChF0cmFuc2FjdGlvbl9ncm91cBgBIAEoCzIbLmxlZGdlci52MS5UcmFuc2FjdGlvbkdyb3VwIkMKFENyZWF0ZVByb2dyYW1SZXF1ZXN0EhQKDHByb2dyYW1fbmFtZRgBIAEoCRIVCg1jdXJyZW5jeV9jb2RlGAIgASgJIjwKFUNyZWF0ZVByb2dyYW1SZXNwb25zZRIjCgdwcm9ncmFtGAEgASgLMhIubGVkZ2VyLnYxLlByb2dyYW0iJwoRR2V0UHJvZ3JhbVJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCSI5ChJHZXRQcm9ncmFtUmVzcG9uc2USIwoHcHJvZ3JhbRgBIAEoCzISLmxlZGdlci52MS5Qcm9ncmFtIjQKE0xpc3RQcm9ncmFtc1JlcXVlc3QSDQoFbGltaXQYASABKAUSDgoGY3Vyc29yGAIgASgJIl8KFExpc3RQcm9ncmFtc1Jlc3BvbnNlEiQKCHByb2dyYW1zGAEgAygLMhIubGVkZ2VyLnYxLlByb2dyYW0SIQoEcGFnZRgCIAEoCzITLmNvbW1vbi52MS5QYWdlSW5mbyLtAQoTVXBkYXRlRW50aXR5UmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhEKCWVudGl0eV9pZBgCIAEoCRIYCgtlbnRpdHlfbmFtZRgDIAEoCUgAiAEBEhgKC2VudGl0eV90eXBlGAQgASgJSAGIAQESKQoIbWV0YWRhdGEYBSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhwKD292ZXJkcmFmdF9saW1pdBgGIAEoA0gCiAEBQg4KDF9lbnRpdHlfbmFtZUIOCgxfZW50aXR5X3R5cGVCEgoQX292ZXJkcmFmdF9saW1pdCI5ChRVcGRhdGVFbnRpdHlSZXNwb25zZRIhCgZlbnRpdHkYASABKAsyES5sZWRnZXIudjEuRW50aXR5IkwKE0ZyZWV6ZUVudGl0eVJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSDgoGcmVhc29uGAMgASgJIjkKFEZyZWV6ZUVudGl0eVJlc3BvbnNlEiEKBmVudGl0eRgBIAEoCzIRLmxlZGdlci52MS5FbnRpdHkiPgoVVW5mcmVlemVFbnRpdHlSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJIjsKFlVuZnJlZXplRW50aXR5UmVzcG9uc2USIQoGZW50aXR5GAEgASgLMhEubGVkZ2VyLnYxLkVudGl0eSI7ChJDbG9zZUVudGl0eVJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkiOAoTQ2xvc2VFbnRpdHlSZXNwb25zZRIhCgZlbnRpdHkYASABKAsyES5sZWRnZXIudjEuRW50aXR5IkAKFFVwZGF0ZVByb2dyYW1SZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSFAoMcHJvZ3JhbV9uYW1lGAIgASgJIjwKFVVwZGF0ZVByb2dyYW1SZXNwb25zZRIjCgdwcm9ncmFtGAEgASgLMhIubGVkZ2VyLnYxLlByb2dyYW0qUQoJRGlyZWN0aW9uEhkKFURJUkVDVElPTl9VTlNQRUNJRklFRBAAEhMKD0RJUkVDVElPTl9ERUJJVBABEhQKEERJUkVDVElPTl9DUkVESVQQAirXAQoRVHJhbnNhY3Rpb25TdGF0dXMSIgoeVFJBTlNBQ1RJT05fU1RBVFVTX1VOU1BFQ0lGSUVEEAASHgoaVFJBTlNBQ1RJT05fU1RBVFVTX1BFTkRJTkcQARIdChlUUkFOU0FDVElPTl9TVEFUVVNfUE9TVEVEEAISHwobVFJBTlNBQ1RJT05fU1RBVFVTX0NBTkNFTEVEEAMSHQoZVFJBTlNBQ1RJT05fU1RBVFVTX0ZBSUxFRBAEEh8KG1RSQU5TQUNUSU9OX1NUQVRVU19SRVZFUlNFRBAFKnsKDEVudGl0eVN0YXR1cxIdChlFTlRJVFlfU1RBVFVTX1VOU1BFQ0lGSUVEEAASGAoURU5USVRZX1NUQVRVU19BQ1RJVkUQARIYChRFTlRJVFlfU1RBVFVTX0ZST1pFThACEhgKFEVOVElUWV9TVEFUVVNfQ0xPU0VEEAMqewoRQmFsYW5jZUFsZXJ0RmllbGQSIwofQkFMQU5DRV9BTEVSVF9GSUVMRF9VTlNQRUNJRklFRBAAEiEKHUJBTEFOQ0VfQUxFUlRfRklFTERfQVZBSUxBQkxFEAESHgoaQkFMQU5DRV9BTEVSVF9GSUVMRF9QT1NURUQQAiq8AQoUQmFsYW5jZUFsZXJ0T3BlcmF0b3ISJgoiQkFMQU5DRV9BTEVSVF9PUEVSQVRPUl9VTlNQRUNJRklFRBAAEh0KGUJBTEFOQ0VfQUxFUlRfT1BFUkFUT1JfTFQQARIeChpCQUxBTkNFX0FMRVJUX09QRVJBVE9SX0xURRACEh0KGUJBTEFOQ0VfQUxFUlRfT1BFUkFUT1JfR1QQAxIeChpCQUxBTkNFX0FMRVJUX09QRVJBVE9SX0dURRAEMqUSCg1MZWRnZXJTZXJ2aWNlEk8KDENyZWF0ZUVudGl0eRIeLmxlZGdlci52MS5DcmVhdGVFbnRpdHlSZXF1ZXN0Gh8ubGVkZ2VyLnYxLkNyZWF0ZUVudGl0eVJlc3BvbnNlEksKCUdldEVudGl0eRIbLmxlZGdlci52MS5HZXRFbnRpdHlSZXF1ZXN0GhwubGVkZ2VyLnYxLkdldEVudGl0eVJlc3BvbnNlIgOQAgESVAoMTGlzdEVudGl0aWVzEh4ubGVkZ2VyLnYxLkxpc3RFbnRpdGllc1JlcXVlc3QaHy5sZWRnZXIudjEuTGlzdEVudGl0aWVzUmVzcG9uc2UiA5ACARJPCgxVcGRhdGVFbnRpdHkSHi5sZWRnZXIudjEuVXBkYXRlRW50aXR5UmVxdWVzdBofLmxlZGdlci52MS5VcGRhdGVFbnRpdHlSZXNwb25zZRJPCgxGcmVlemVFbnRpdHkSHi5sZWRnZXIudjEuRnJlZXplRW50aXR5UmVxdWVzdBofLmxlZGdlci52MS5GcmVlemVFbnRpdHlSZXNwb25zZRJVCg5VbmZyZWV6ZUVudGl0eRIgLmxlZGdlci52MS5VbmZyZWV6ZUVudGl0eVJlcXVlc3QaIS5sZWRnZXIudjEuVW5mcmVlemVFbnRpdHlSZXNwb25zZRJMCgtDbG9zZUVudGl0eRIdLmxlZGdlci52MS5DbG9zZUVudGl0eVJlcXVlc3QaHi5sZWRnZXIudjEuQ2xvc2VFbnRpdHlSZXNwb25zZRJhChJDcmVhdGVCYWxhbmNlQWxlcnQSJC5sZWRnZXIudjEuQ3JlYXRlQmFsYW5jZUFsZXJ0UmVxdWVzdBolLmxlZGdlci52MS5DcmVhdGVCYWxhbmNlQWxlcnRSZXNwb25zZRJjChFMaXN0QmFsYW5jZUFsZXJ0cxIjLmxlZGdlci52MS5MaXN0QmFsYW5jZUFsZXJ0c1JlcXVlc3QaJC5sZWRnZXIudjEuTGlzdEJhbGFuY2VBbGVydHNSZXNwb25zZSIDkAIBEmEKEkRlbGV0ZUJhbGFuY2VBbGVydBIkLmxlZGdlci52MS5EZWxldGVCYWxhbmNlQWxlcnRSZXF1ZXN0GiUubGVkZ2VyLnYxLkRlbGV0ZUJhbGFuY2VBbGVydFJlc3BvbnNlEkkKCkZ1bmRFbnRpdHkSHC5sZWRnZXIudjEuRnVuZEVudGl0eVJlcXVlc3QaHS5sZWRnZXIudjEuRnVuZEVudGl0eVJlc3BvbnNlEk8KDERlZnVuZEVudGl0eRIeLmxlZGdlci52MS5EZWZ1bmRFbnRpdHlSZXF1ZXN0Gh8ubGVkZ2VyLnYxLkRlZnVuZEVudGl0eVJlc3BvbnNlEl4KEUNyZWF0ZVRyYW5zYWN0aW9uEiMubGVkZ2VyLnYxLkNyZWF0ZVRyYW5zYWN0aW9uUmVxdWVzdBokLmxlZGdlci52MS5DcmVhdGVUcmFuc2FjdGlvblJlc3BvbnNlEmEKEkNyZWF0ZVRyYW5zYWN0aW9ucxIkLmxlZGdlci52MS5DcmVhdGVUcmFuc2FjdGlvbnNSZXF1ZXN0GiUubGVkZ2VyLnYxLkNyZWF0ZVRyYW5zYWN0aW9uc1Jlc3BvbnNlEloKDkdldFRyYW5zYWN0aW9uEiAubGVkZ2VyLnYxLkdldFRyYW5zYWN0aW9uUmVxdWVzdBohLmxlZGdlci52MS5HZXRUcmFuc2FjdGlvblJlc3BvbnNlIgOQAgESYAoQTGlzdFRyYW5zYWN0aW9ucxIiLmxlZGdlci52MS5MaXN0VHJhbnNhY3Rpb25zUmVxdWVzdBojLmxlZGdlci52MS5MaXN0VHJhbnNhY3Rpb25zUmVzcG9uc2UiA5ACARJpChNHZXRUcmFuc2FjdGlvbkdyb3VwEiUubGVkZ2VyLnYxLkdldFRyYW5zYWN0aW9uR3JvdXBSZXF1ZXN0GiYubGVkZ2VyLnYxLkdldFRyYW5zYWN0aW9uR3JvdXBSZXNwb25zZSIDkAIBElgKD1Bvc3RUcmFuc2FjdGlvbhIhLmxlZGdlci52MS5Qb3N0VHJhbnNhY3Rpb25SZXF1ZXN0GiIubGVkZ2VyLnYxLlBvc3RUcmFuc2FjdGlvblJlc3BvbnNlEl4KEUNhbmNlbFRyYW5zYWN0aW9uEiMubGVkZ2VyLnYxLkNhbmNlbFRyYW5zYWN0aW9uUmVxdWVzdBokLmxlZGdlci52MS5DYW5jZWxUcmFuc2FjdGlvblJlc3BvbnNlElgKD0ZhaWxUcmFuc2FjdGlvbhIhLmxlZGdlci52MS5GYWlsVHJhbnNhY3Rpb25SZXF1ZXN0GiIubGVkZ2VyLnYxLkZhaWxUcmFuc2FjdGlvblJlc3BvbnNlEmEKElJldmVyc2VUcmFuc2FjdGlvbhIkLmxlZGdlci52MS5SZXZlcnNlVHJhbnNhY3Rpb25SZXF1ZXN0GiUubGVkZ2VyLnYxLlJldmVyc2VUcmFuc2FjdGlvblJlc3BvbnNlEmEKEkRpc3B1dGVUcmFuc2FjdGlvbhIkLmxlZGdlci52MS5EaXNwdXRlVHJhbnNhY3Rpb25SZXF1ZXN0GiUubGVkZ2VyLnYxLkRpc3B1dGVUcmFuc2FjdGlvblJlc3BvbnNlElIKDUNyZWF0ZVByb2dyYW0SHy5sZWRnZXIudjEuQ3JlYXRlUHJvZ3JhbVJlcXVlc3QaIC5sZWRnZXIudjEuQ3JlYXRlUHJvZ3JhbVJlc3BvbnNlEk4KCkdldFByb2dyYW0SHC5sZWRnZXIudjEuR2V0UHJvZ3JhbVJlcXVlc3QaHS5sZWRnZXIudjEuR2V0UHJvZ3JhbVJlc3BvbnNlIgOQAgESVAoMTGlzdFByb2dyYW1zEh4ubGVkZ2VyLnYxLkxpc3RQcm9ncmFtc1JlcXVlc3QaHy5sZWRnZXIudjEuTGlzdFByb2dyYW1zUmVzcG9uc2UiA5ACARJSCg1VcGRhdGVQcm9ncmFtEh8ubGVkZ2VyLnYxLlVwZGF0ZVByb2dyYW1SZXF1ZXN0GiAubGVkZ2VyLnYxLlVwZGF0ZVByb2dyYW1SZXNwb25zZWIGcHJvdG8z", [file_common_v1_common, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Balances of an entity, all in minor units.
@@ -166,6 +166,69 @@ export const EntitySchema: GenMessage<Entity> = /*@__PURE__*/
   messageDesc(file_ledger_v1_ledger, 1);
 
 /**
+ * BalanceAlert is a condition on one balance of an entity, such as `available lt 1000`.
+ *
+ * @generated from message ledger.v1.BalanceAlert
+ */
+export type BalanceAlert = Message<"ledger.v1.BalanceAlert"> & {
+  /**
+   * Identifier, prefix `bal_`.
+   *
+   * @generated from field: string alert_id = 1;
+   */
+  alertId: string;
+
+  /**
+   * The entity whose balance it watches.
+   *
+   * @generated from field: string entity_id = 2;
+   */
+  entityId: string;
+
+  /**
+   * The balance it watches.
+   *
+   * @generated from field: ledger.v1.BalanceAlertField field = 3;
+   */
+  field: BalanceAlertField;
+
+  /**
+   * How the balance is compared with `value`.
+   *
+   * @generated from field: ledger.v1.BalanceAlertOperator operator = 4;
+   */
+  operator: BalanceAlertOperator;
+
+  /**
+   * The threshold in minor units, within ±(2^53-1); negative and zero allowed.
+   *
+   * @generated from field: int64 value = 5;
+   */
+  value: bigint;
+
+  /**
+   * Whether the condition holds on the entity's balances now (in an event: after the crossing).
+   *
+   * @generated from field: bool triggered = 6;
+   */
+  triggered: boolean;
+
+  /**
+   * Creation time.
+   *
+   * @generated from field: google.protobuf.Timestamp created_at = 7;
+   */
+  createdAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message ledger.v1.BalanceAlert.
+ * Use `create(BalanceAlertSchema)` to create a new message.
+ */
+export const BalanceAlertSchema: GenMessage<BalanceAlert> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_ledger, 2);
+
+/**
  * Leg is one posting of a transaction group on one entity.
  *
  * @generated from message ledger.v1.Leg
@@ -226,7 +289,7 @@ export type Leg = Message<"ledger.v1.Leg"> & {
  * Use `create(LegSchema)` to create a new message.
  */
 export const LegSchema: GenMessage<Leg> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 2);
+  messageDesc(file_ledger_v1_ledger, 3);
 
 /**
  * TransactionGroup is a balanced set of legs that moves money atomically.
@@ -338,7 +401,7 @@ export type TransactionGroup = Message<"ledger.v1.TransactionGroup"> & {
  * Use `create(TransactionGroupSchema)` to create a new message.
  */
 export const TransactionGroupSchema: GenMessage<TransactionGroup> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 3);
+  messageDesc(file_ledger_v1_ledger, 4);
 
 /**
  * Program groups entities that share an external entity and a default currency.
@@ -394,7 +457,7 @@ export type Program = Message<"ledger.v1.Program"> & {
  * Use `create(ProgramSchema)` to create a new message.
  */
 export const ProgramSchema: GenMessage<Program> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 4);
+  messageDesc(file_ledger_v1_ledger, 5);
 
 /**
  * CreateEntityRequest names the new entity.
@@ -450,7 +513,7 @@ export type CreateEntityRequest = Message<"ledger.v1.CreateEntityRequest"> & {
  * Use `create(CreateEntityRequestSchema)` to create a new message.
  */
 export const CreateEntityRequestSchema: GenMessage<CreateEntityRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 5);
+  messageDesc(file_ledger_v1_ledger, 6);
 
 /**
  * CreateEntityResponse returns the new entity.
@@ -471,7 +534,7 @@ export type CreateEntityResponse = Message<"ledger.v1.CreateEntityResponse"> & {
  * Use `create(CreateEntityResponseSchema)` to create a new message.
  */
 export const CreateEntityResponseSchema: GenMessage<CreateEntityResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 6);
+  messageDesc(file_ledger_v1_ledger, 7);
 
 /**
  * GetEntityRequest names one entity.
@@ -499,7 +562,7 @@ export type GetEntityRequest = Message<"ledger.v1.GetEntityRequest"> & {
  * Use `create(GetEntityRequestSchema)` to create a new message.
  */
 export const GetEntityRequestSchema: GenMessage<GetEntityRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 7);
+  messageDesc(file_ledger_v1_ledger, 8);
 
 /**
  * GetEntityResponse returns one entity.
@@ -520,7 +583,7 @@ export type GetEntityResponse = Message<"ledger.v1.GetEntityResponse"> & {
  * Use `create(GetEntityResponseSchema)` to create a new message.
  */
 export const GetEntityResponseSchema: GenMessage<GetEntityResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 8);
+  messageDesc(file_ledger_v1_ledger, 9);
 
 /**
  * ListEntitiesRequest selects a page of entities.
@@ -562,7 +625,7 @@ export type ListEntitiesRequest = Message<"ledger.v1.ListEntitiesRequest"> & {
  * Use `create(ListEntitiesRequestSchema)` to create a new message.
  */
 export const ListEntitiesRequestSchema: GenMessage<ListEntitiesRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 9);
+  messageDesc(file_ledger_v1_ledger, 10);
 
 /**
  * ListEntitiesResponse is one page of entities.
@@ -590,7 +653,169 @@ export type ListEntitiesResponse = Message<"ledger.v1.ListEntitiesResponse"> & {
  * Use `create(ListEntitiesResponseSchema)` to create a new message.
  */
 export const ListEntitiesResponseSchema: GenMessage<ListEntitiesResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 10);
+  messageDesc(file_ledger_v1_ledger, 11);
+
+/**
+ * CreateBalanceAlertRequest names an entity and the condition to watch.
+ *
+ * @generated from message ledger.v1.CreateBalanceAlertRequest
+ */
+export type CreateBalanceAlertRequest = Message<"ledger.v1.CreateBalanceAlertRequest"> & {
+  /**
+   * Program; empty for the default program.
+   *
+   * @generated from field: string program_id = 1;
+   */
+  programId: string;
+
+  /**
+   * Entity to watch.
+   *
+   * @generated from field: string entity_id = 2;
+   */
+  entityId: string;
+
+  /**
+   * Balance to watch; required.
+   *
+   * @generated from field: ledger.v1.BalanceAlertField field = 3;
+   */
+  field: BalanceAlertField;
+
+  /**
+   * Comparison; required.
+   *
+   * @generated from field: ledger.v1.BalanceAlertOperator operator = 4;
+   */
+  operator: BalanceAlertOperator;
+
+  /**
+   * Threshold in minor units, within ±(2^53-1).
+   *
+   * @generated from field: int64 value = 5;
+   */
+  value: bigint;
+};
+
+/**
+ * Describes the message ledger.v1.CreateBalanceAlertRequest.
+ * Use `create(CreateBalanceAlertRequestSchema)` to create a new message.
+ */
+export const CreateBalanceAlertRequestSchema: GenMessage<CreateBalanceAlertRequest> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_ledger, 12);
+
+/**
+ * CreateBalanceAlertResponse returns the new alert.
+ *
+ * @generated from message ledger.v1.CreateBalanceAlertResponse
+ */
+export type CreateBalanceAlertResponse = Message<"ledger.v1.CreateBalanceAlertResponse"> & {
+  /**
+   * The new alert; `triggered` is the condition on the entity's balances at creation (no event).
+   *
+   * @generated from field: ledger.v1.BalanceAlert alert = 1;
+   */
+  alert?: BalanceAlert | undefined;
+};
+
+/**
+ * Describes the message ledger.v1.CreateBalanceAlertResponse.
+ * Use `create(CreateBalanceAlertResponseSchema)` to create a new message.
+ */
+export const CreateBalanceAlertResponseSchema: GenMessage<CreateBalanceAlertResponse> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_ledger, 13);
+
+/**
+ * ListBalanceAlertsRequest names an entity.
+ *
+ * @generated from message ledger.v1.ListBalanceAlertsRequest
+ */
+export type ListBalanceAlertsRequest = Message<"ledger.v1.ListBalanceAlertsRequest"> & {
+  /**
+   * Program; empty for the default program.
+   *
+   * @generated from field: string program_id = 1;
+   */
+  programId: string;
+
+  /**
+   * Entity whose alerts to list.
+   *
+   * @generated from field: string entity_id = 2;
+   */
+  entityId: string;
+};
+
+/**
+ * Describes the message ledger.v1.ListBalanceAlertsRequest.
+ * Use `create(ListBalanceAlertsRequestSchema)` to create a new message.
+ */
+export const ListBalanceAlertsRequestSchema: GenMessage<ListBalanceAlertsRequest> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_ledger, 14);
+
+/**
+ * ListBalanceAlertsResponse holds every alert of the entity.
+ *
+ * @generated from message ledger.v1.ListBalanceAlertsResponse
+ */
+export type ListBalanceAlertsResponse = Message<"ledger.v1.ListBalanceAlertsResponse"> & {
+  /**
+   * The alerts, oldest first (at most 10).
+   *
+   * @generated from field: repeated ledger.v1.BalanceAlert alerts = 1;
+   */
+  alerts: BalanceAlert[];
+};
+
+/**
+ * Describes the message ledger.v1.ListBalanceAlertsResponse.
+ * Use `create(ListBalanceAlertsResponseSchema)` to create a new message.
+ */
+export const ListBalanceAlertsResponseSchema: GenMessage<ListBalanceAlertsResponse> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_ledger, 15);
+
+/**
+ * DeleteBalanceAlertRequest names the alert to delete.
+ *
+ * @generated from message ledger.v1.DeleteBalanceAlertRequest
+ */
+export type DeleteBalanceAlertRequest = Message<"ledger.v1.DeleteBalanceAlertRequest"> & {
+  /**
+   * Program; empty for the default program.
+   *
+   * @generated from field: string program_id = 1;
+   */
+  programId: string;
+
+  /**
+   * Alert to delete.
+   *
+   * @generated from field: string alert_id = 2;
+   */
+  alertId: string;
+};
+
+/**
+ * Describes the message ledger.v1.DeleteBalanceAlertRequest.
+ * Use `create(DeleteBalanceAlertRequestSchema)` to create a new message.
+ */
+export const DeleteBalanceAlertRequestSchema: GenMessage<DeleteBalanceAlertRequest> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_ledger, 16);
+
+/**
+ * DeleteBalanceAlertResponse is empty: the alert is gone.
+ *
+ * @generated from message ledger.v1.DeleteBalanceAlertResponse
+ */
+export type DeleteBalanceAlertResponse = Message<"ledger.v1.DeleteBalanceAlertResponse"> & {
+};
+
+/**
+ * Describes the message ledger.v1.DeleteBalanceAlertResponse.
+ * Use `create(DeleteBalanceAlertResponseSchema)` to create a new message.
+ */
+export const DeleteBalanceAlertResponseSchema: GenMessage<DeleteBalanceAlertResponse> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_ledger, 17);
 
 /**
  * FundEntityRequest describes a deposit.
@@ -632,7 +857,7 @@ export type FundEntityRequest = Message<"ledger.v1.FundEntityRequest"> & {
  * Use `create(FundEntityRequestSchema)` to create a new message.
  */
 export const FundEntityRequestSchema: GenMessage<FundEntityRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 11);
+  messageDesc(file_ledger_v1_ledger, 18);
 
 /**
  * FundEntityResponse returns the posted deposit.
@@ -660,7 +885,7 @@ export type FundEntityResponse = Message<"ledger.v1.FundEntityResponse"> & {
  * Use `create(FundEntityResponseSchema)` to create a new message.
  */
 export const FundEntityResponseSchema: GenMessage<FundEntityResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 12);
+  messageDesc(file_ledger_v1_ledger, 19);
 
 /**
  * DefundEntityRequest describes a withdrawal.
@@ -702,7 +927,7 @@ export type DefundEntityRequest = Message<"ledger.v1.DefundEntityRequest"> & {
  * Use `create(DefundEntityRequestSchema)` to create a new message.
  */
 export const DefundEntityRequestSchema: GenMessage<DefundEntityRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 13);
+  messageDesc(file_ledger_v1_ledger, 20);
 
 /**
  * DefundEntityResponse returns the posted withdrawal.
@@ -730,7 +955,7 @@ export type DefundEntityResponse = Message<"ledger.v1.DefundEntityResponse"> & {
  * Use `create(DefundEntityResponseSchema)` to create a new message.
  */
 export const DefundEntityResponseSchema: GenMessage<DefundEntityResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 14);
+  messageDesc(file_ledger_v1_ledger, 21);
 
 /**
  * Transfer is the two-party form of a transaction.
@@ -765,7 +990,7 @@ export type Transfer = Message<"ledger.v1.Transfer"> & {
  * Use `create(TransferSchema)` to create a new message.
  */
 export const TransferSchema: GenMessage<Transfer> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 15);
+  messageDesc(file_ledger_v1_ledger, 22);
 
 /**
  * Entry is one leg of the multi-leg form of a transaction.
@@ -800,7 +1025,7 @@ export type Entry = Message<"ledger.v1.Entry"> & {
  * Use `create(EntrySchema)` to create a new message.
  */
 export const EntrySchema: GenMessage<Entry> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 16);
+  messageDesc(file_ledger_v1_ledger, 23);
 
 /**
  * Entries is the multi-leg form of a transaction; debits must equal credits.
@@ -821,7 +1046,7 @@ export type Entries = Message<"ledger.v1.Entries"> & {
  * Use `create(EntriesSchema)` to create a new message.
  */
 export const EntriesSchema: GenMessage<Entries> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 17);
+  messageDesc(file_ledger_v1_ledger, 24);
 
 /**
  * CreateTransactionRequest describes a balanced transaction in one of two forms.
@@ -886,7 +1111,7 @@ export type CreateTransactionRequest = Message<"ledger.v1.CreateTransactionReque
  * Use `create(CreateTransactionRequestSchema)` to create a new message.
  */
 export const CreateTransactionRequestSchema: GenMessage<CreateTransactionRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 18);
+  messageDesc(file_ledger_v1_ledger, 25);
 
 /**
  * CreateTransactionResponse returns the new group.
@@ -907,7 +1132,7 @@ export type CreateTransactionResponse = Message<"ledger.v1.CreateTransactionResp
  * Use `create(CreateTransactionResponseSchema)` to create a new message.
  */
 export const CreateTransactionResponseSchema: GenMessage<CreateTransactionResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 19);
+  messageDesc(file_ledger_v1_ledger, 26);
 
 /**
  * CreateTransactionsItem is one transaction of a batch.
@@ -937,7 +1162,7 @@ export type CreateTransactionsItem = Message<"ledger.v1.CreateTransactionsItem">
  * Use `create(CreateTransactionsItemSchema)` to create a new message.
  */
 export const CreateTransactionsItemSchema: GenMessage<CreateTransactionsItem> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 20);
+  messageDesc(file_ledger_v1_ledger, 27);
 
 /**
  * CreateTransactionsRequest carries 1 to 1,000 transactions applied in order.
@@ -973,7 +1198,7 @@ export type CreateTransactionsRequest = Message<"ledger.v1.CreateTransactionsReq
  * Use `create(CreateTransactionsRequestSchema)` to create a new message.
  */
 export const CreateTransactionsRequestSchema: GenMessage<CreateTransactionsRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 21);
+  messageDesc(file_ledger_v1_ledger, 28);
 
 /**
  * CreateTransactionsError is why one item was refused; the item changed nothing.
@@ -1008,7 +1233,7 @@ export type CreateTransactionsError = Message<"ledger.v1.CreateTransactionsError
  * Use `create(CreateTransactionsErrorSchema)` to create a new message.
  */
 export const CreateTransactionsErrorSchema: GenMessage<CreateTransactionsError> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 22);
+  messageDesc(file_ledger_v1_ledger, 29);
 
 /**
  * CreateTransactionsResult is the outcome of one item, in request order.
@@ -1053,7 +1278,7 @@ export type CreateTransactionsResult = Message<"ledger.v1.CreateTransactionsResu
  * Use `create(CreateTransactionsResultSchema)` to create a new message.
  */
 export const CreateTransactionsResultSchema: GenMessage<CreateTransactionsResult> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 23);
+  messageDesc(file_ledger_v1_ledger, 30);
 
 /**
  * CreateTransactionsResponse lists one result per item, in request order.
@@ -1088,7 +1313,7 @@ export type CreateTransactionsResponse = Message<"ledger.v1.CreateTransactionsRe
  * Use `create(CreateTransactionsResponseSchema)` to create a new message.
  */
 export const CreateTransactionsResponseSchema: GenMessage<CreateTransactionsResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 24);
+  messageDesc(file_ledger_v1_ledger, 31);
 
 /**
  * GetTransactionRequest names one leg of one entity.
@@ -1123,7 +1348,7 @@ export type GetTransactionRequest = Message<"ledger.v1.GetTransactionRequest"> &
  * Use `create(GetTransactionRequestSchema)` to create a new message.
  */
 export const GetTransactionRequestSchema: GenMessage<GetTransactionRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 25);
+  messageDesc(file_ledger_v1_ledger, 32);
 
 /**
  * GetTransactionResponse returns one leg.
@@ -1144,7 +1369,7 @@ export type GetTransactionResponse = Message<"ledger.v1.GetTransactionResponse">
  * Use `create(GetTransactionResponseSchema)` to create a new message.
  */
 export const GetTransactionResponseSchema: GenMessage<GetTransactionResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 26);
+  messageDesc(file_ledger_v1_ledger, 33);
 
 /**
  * ListTransactionsRequest selects a page of one entity's legs.
@@ -1193,7 +1418,7 @@ export type ListTransactionsRequest = Message<"ledger.v1.ListTransactionsRequest
  * Use `create(ListTransactionsRequestSchema)` to create a new message.
  */
 export const ListTransactionsRequestSchema: GenMessage<ListTransactionsRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 27);
+  messageDesc(file_ledger_v1_ledger, 34);
 
 /**
  * ListTransactionsResponse is one page of legs.
@@ -1221,7 +1446,7 @@ export type ListTransactionsResponse = Message<"ledger.v1.ListTransactionsRespon
  * Use `create(ListTransactionsResponseSchema)` to create a new message.
  */
 export const ListTransactionsResponseSchema: GenMessage<ListTransactionsResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 28);
+  messageDesc(file_ledger_v1_ledger, 35);
 
 /**
  * GetTransactionGroupRequest names one group.
@@ -1249,7 +1474,7 @@ export type GetTransactionGroupRequest = Message<"ledger.v1.GetTransactionGroupR
  * Use `create(GetTransactionGroupRequestSchema)` to create a new message.
  */
 export const GetTransactionGroupRequestSchema: GenMessage<GetTransactionGroupRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 29);
+  messageDesc(file_ledger_v1_ledger, 36);
 
 /**
  * GetTransactionGroupResponse returns one group.
@@ -1270,7 +1495,7 @@ export type GetTransactionGroupResponse = Message<"ledger.v1.GetTransactionGroup
  * Use `create(GetTransactionGroupResponseSchema)` to create a new message.
  */
 export const GetTransactionGroupResponseSchema: GenMessage<GetTransactionGroupResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 30);
+  messageDesc(file_ledger_v1_ledger, 37);
 
 /**
  * PostTransactionRequest names a pending group to settle.
@@ -1298,7 +1523,7 @@ export type PostTransactionRequest = Message<"ledger.v1.PostTransactionRequest">
  * Use `create(PostTransactionRequestSchema)` to create a new message.
  */
 export const PostTransactionRequestSchema: GenMessage<PostTransactionRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 31);
+  messageDesc(file_ledger_v1_ledger, 38);
 
 /**
  * PostTransactionResponse returns the settled group.
@@ -1319,7 +1544,7 @@ export type PostTransactionResponse = Message<"ledger.v1.PostTransactionResponse
  * Use `create(PostTransactionResponseSchema)` to create a new message.
  */
 export const PostTransactionResponseSchema: GenMessage<PostTransactionResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 32);
+  messageDesc(file_ledger_v1_ledger, 39);
 
 /**
  * CancelTransactionRequest names a pending group to cancel.
@@ -1347,7 +1572,7 @@ export type CancelTransactionRequest = Message<"ledger.v1.CancelTransactionReque
  * Use `create(CancelTransactionRequestSchema)` to create a new message.
  */
 export const CancelTransactionRequestSchema: GenMessage<CancelTransactionRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 33);
+  messageDesc(file_ledger_v1_ledger, 40);
 
 /**
  * CancelTransactionResponse returns the canceled group.
@@ -1368,7 +1593,7 @@ export type CancelTransactionResponse = Message<"ledger.v1.CancelTransactionResp
  * Use `create(CancelTransactionResponseSchema)` to create a new message.
  */
 export const CancelTransactionResponseSchema: GenMessage<CancelTransactionResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 34);
+  messageDesc(file_ledger_v1_ledger, 41);
 
 /**
  * FailTransactionRequest names a pending group that failed.
@@ -1403,7 +1628,7 @@ export type FailTransactionRequest = Message<"ledger.v1.FailTransactionRequest">
  * Use `create(FailTransactionRequestSchema)` to create a new message.
  */
 export const FailTransactionRequestSchema: GenMessage<FailTransactionRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 35);
+  messageDesc(file_ledger_v1_ledger, 42);
 
 /**
  * FailTransactionResponse returns the failed group.
@@ -1424,7 +1649,7 @@ export type FailTransactionResponse = Message<"ledger.v1.FailTransactionResponse
  * Use `create(FailTransactionResponseSchema)` to create a new message.
  */
 export const FailTransactionResponseSchema: GenMessage<FailTransactionResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 36);
+  messageDesc(file_ledger_v1_ledger, 43);
 
 /**
  * ReverseTransactionRequest names a posted group to undo.
@@ -1459,7 +1684,7 @@ export type ReverseTransactionRequest = Message<"ledger.v1.ReverseTransactionReq
  * Use `create(ReverseTransactionRequestSchema)` to create a new message.
  */
 export const ReverseTransactionRequestSchema: GenMessage<ReverseTransactionRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 37);
+  messageDesc(file_ledger_v1_ledger, 44);
 
 /**
  * ReverseTransactionResponse returns the reversed group and names its reversal.
@@ -1494,7 +1719,7 @@ export type ReverseTransactionResponse = Message<"ledger.v1.ReverseTransactionRe
  * Use `create(ReverseTransactionResponseSchema)` to create a new message.
  */
 export const ReverseTransactionResponseSchema: GenMessage<ReverseTransactionResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 38);
+  messageDesc(file_ledger_v1_ledger, 45);
 
 /**
  * DisputeTransactionRequest names a posted group to flag.
@@ -1529,7 +1754,7 @@ export type DisputeTransactionRequest = Message<"ledger.v1.DisputeTransactionReq
  * Use `create(DisputeTransactionRequestSchema)` to create a new message.
  */
 export const DisputeTransactionRequestSchema: GenMessage<DisputeTransactionRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 39);
+  messageDesc(file_ledger_v1_ledger, 46);
 
 /**
  * DisputeTransactionResponse returns the disputed group.
@@ -1550,7 +1775,7 @@ export type DisputeTransactionResponse = Message<"ledger.v1.DisputeTransactionRe
  * Use `create(DisputeTransactionResponseSchema)` to create a new message.
  */
 export const DisputeTransactionResponseSchema: GenMessage<DisputeTransactionResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 40);
+  messageDesc(file_ledger_v1_ledger, 47);
 
 /**
  * CreateProgramRequest names a new program.
@@ -1578,7 +1803,7 @@ export type CreateProgramRequest = Message<"ledger.v1.CreateProgramRequest"> & {
  * Use `create(CreateProgramRequestSchema)` to create a new message.
  */
 export const CreateProgramRequestSchema: GenMessage<CreateProgramRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 41);
+  messageDesc(file_ledger_v1_ledger, 48);
 
 /**
  * CreateProgramResponse returns the new program.
@@ -1599,7 +1824,7 @@ export type CreateProgramResponse = Message<"ledger.v1.CreateProgramResponse"> &
  * Use `create(CreateProgramResponseSchema)` to create a new message.
  */
 export const CreateProgramResponseSchema: GenMessage<CreateProgramResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 42);
+  messageDesc(file_ledger_v1_ledger, 49);
 
 /**
  * GetProgramRequest names one program.
@@ -1620,7 +1845,7 @@ export type GetProgramRequest = Message<"ledger.v1.GetProgramRequest"> & {
  * Use `create(GetProgramRequestSchema)` to create a new message.
  */
 export const GetProgramRequestSchema: GenMessage<GetProgramRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 43);
+  messageDesc(file_ledger_v1_ledger, 50);
 
 /**
  * GetProgramResponse returns one program.
@@ -1641,7 +1866,7 @@ export type GetProgramResponse = Message<"ledger.v1.GetProgramResponse"> & {
  * Use `create(GetProgramResponseSchema)` to create a new message.
  */
 export const GetProgramResponseSchema: GenMessage<GetProgramResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 44);
+  messageDesc(file_ledger_v1_ledger, 51);
 
 /**
  * ListProgramsRequest selects a page of programs.
@@ -1669,7 +1894,7 @@ export type ListProgramsRequest = Message<"ledger.v1.ListProgramsRequest"> & {
  * Use `create(ListProgramsRequestSchema)` to create a new message.
  */
 export const ListProgramsRequestSchema: GenMessage<ListProgramsRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 45);
+  messageDesc(file_ledger_v1_ledger, 52);
 
 /**
  * ListProgramsResponse is one page of programs.
@@ -1697,7 +1922,7 @@ export type ListProgramsResponse = Message<"ledger.v1.ListProgramsResponse"> & {
  * Use `create(ListProgramsResponseSchema)` to create a new message.
  */
 export const ListProgramsResponseSchema: GenMessage<ListProgramsResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 46);
+  messageDesc(file_ledger_v1_ledger, 53);
 
 /**
  * UpdateEntityRequest names an entity and what to change; a field left unset stays as it is.
@@ -1753,7 +1978,7 @@ export type UpdateEntityRequest = Message<"ledger.v1.UpdateEntityRequest"> & {
  * Use `create(UpdateEntityRequestSchema)` to create a new message.
  */
 export const UpdateEntityRequestSchema: GenMessage<UpdateEntityRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 47);
+  messageDesc(file_ledger_v1_ledger, 54);
 
 /**
  * UpdateEntityResponse returns the entity after the change.
@@ -1774,7 +1999,7 @@ export type UpdateEntityResponse = Message<"ledger.v1.UpdateEntityResponse"> & {
  * Use `create(UpdateEntityResponseSchema)` to create a new message.
  */
 export const UpdateEntityResponseSchema: GenMessage<UpdateEntityResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 48);
+  messageDesc(file_ledger_v1_ledger, 55);
 
 /**
  * FreezeEntityRequest names the entity to freeze.
@@ -1809,7 +2034,7 @@ export type FreezeEntityRequest = Message<"ledger.v1.FreezeEntityRequest"> & {
  * Use `create(FreezeEntityRequestSchema)` to create a new message.
  */
 export const FreezeEntityRequestSchema: GenMessage<FreezeEntityRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 49);
+  messageDesc(file_ledger_v1_ledger, 56);
 
 /**
  * FreezeEntityResponse returns the frozen entity.
@@ -1830,7 +2055,7 @@ export type FreezeEntityResponse = Message<"ledger.v1.FreezeEntityResponse"> & {
  * Use `create(FreezeEntityResponseSchema)` to create a new message.
  */
 export const FreezeEntityResponseSchema: GenMessage<FreezeEntityResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 50);
+  messageDesc(file_ledger_v1_ledger, 57);
 
 /**
  * UnfreezeEntityRequest names the entity to unfreeze.
@@ -1858,7 +2083,7 @@ export type UnfreezeEntityRequest = Message<"ledger.v1.UnfreezeEntityRequest"> &
  * Use `create(UnfreezeEntityRequestSchema)` to create a new message.
  */
 export const UnfreezeEntityRequestSchema: GenMessage<UnfreezeEntityRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 51);
+  messageDesc(file_ledger_v1_ledger, 58);
 
 /**
  * UnfreezeEntityResponse returns the active entity.
@@ -1879,7 +2104,7 @@ export type UnfreezeEntityResponse = Message<"ledger.v1.UnfreezeEntityResponse">
  * Use `create(UnfreezeEntityResponseSchema)` to create a new message.
  */
 export const UnfreezeEntityResponseSchema: GenMessage<UnfreezeEntityResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 52);
+  messageDesc(file_ledger_v1_ledger, 59);
 
 /**
  * CloseEntityRequest names the entity to close.
@@ -1907,7 +2132,7 @@ export type CloseEntityRequest = Message<"ledger.v1.CloseEntityRequest"> & {
  * Use `create(CloseEntityRequestSchema)` to create a new message.
  */
 export const CloseEntityRequestSchema: GenMessage<CloseEntityRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 53);
+  messageDesc(file_ledger_v1_ledger, 60);
 
 /**
  * CloseEntityResponse returns the closed entity.
@@ -1928,7 +2153,7 @@ export type CloseEntityResponse = Message<"ledger.v1.CloseEntityResponse"> & {
  * Use `create(CloseEntityResponseSchema)` to create a new message.
  */
 export const CloseEntityResponseSchema: GenMessage<CloseEntityResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 54);
+  messageDesc(file_ledger_v1_ledger, 61);
 
 /**
  * UpdateProgramRequest renames a program.
@@ -1956,7 +2181,7 @@ export type UpdateProgramRequest = Message<"ledger.v1.UpdateProgramRequest"> & {
  * Use `create(UpdateProgramRequestSchema)` to create a new message.
  */
 export const UpdateProgramRequestSchema: GenMessage<UpdateProgramRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 55);
+  messageDesc(file_ledger_v1_ledger, 62);
 
 /**
  * UpdateProgramResponse returns the renamed program.
@@ -1977,7 +2202,7 @@ export type UpdateProgramResponse = Message<"ledger.v1.UpdateProgramResponse"> &
  * Use `create(UpdateProgramResponseSchema)` to create a new message.
  */
 export const UpdateProgramResponseSchema: GenMessage<UpdateProgramResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 56);
+  messageDesc(file_ledger_v1_ledger, 63);
 
 /**
  * Direction of a leg. Entities are credit-normal: credits raise the balance, debits lower it.
@@ -2110,6 +2335,88 @@ export const EntityStatusSchema: GenEnum<EntityStatus> = /*@__PURE__*/
   enumDesc(file_ledger_v1_ledger, 2);
 
 /**
+ * The balance of an entity a balance alert watches.
+ *
+ * @generated from enum ledger.v1.BalanceAlertField
+ */
+export enum BalanceAlertField {
+  /**
+   * Not set; always rejected.
+   *
+   * @generated from enum value: BALANCE_ALERT_FIELD_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * posted - pending_debits - held.
+   *
+   * @generated from enum value: BALANCE_ALERT_FIELD_AVAILABLE = 1;
+   */
+  AVAILABLE = 1,
+
+  /**
+   * The posted balance.
+   *
+   * @generated from enum value: BALANCE_ALERT_FIELD_POSTED = 2;
+   */
+  POSTED = 2,
+}
+
+/**
+ * Describes the enum ledger.v1.BalanceAlertField.
+ */
+export const BalanceAlertFieldSchema: GenEnum<BalanceAlertField> = /*@__PURE__*/
+  enumDesc(file_ledger_v1_ledger, 3);
+
+/**
+ * How a balance alert compares the balance (on the left) with its value.
+ *
+ * @generated from enum ledger.v1.BalanceAlertOperator
+ */
+export enum BalanceAlertOperator {
+  /**
+   * Not set; always rejected.
+   *
+   * @generated from enum value: BALANCE_ALERT_OPERATOR_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * balance < value.
+   *
+   * @generated from enum value: BALANCE_ALERT_OPERATOR_LT = 1;
+   */
+  LT = 1,
+
+  /**
+   * balance <= value.
+   *
+   * @generated from enum value: BALANCE_ALERT_OPERATOR_LTE = 2;
+   */
+  LTE = 2,
+
+  /**
+   * balance > value.
+   *
+   * @generated from enum value: BALANCE_ALERT_OPERATOR_GT = 3;
+   */
+  GT = 3,
+
+  /**
+   * balance >= value.
+   *
+   * @generated from enum value: BALANCE_ALERT_OPERATOR_GTE = 4;
+   */
+  GTE = 4,
+}
+
+/**
+ * Describes the enum ledger.v1.BalanceAlertOperator.
+ */
+export const BalanceAlertOperatorSchema: GenEnum<BalanceAlertOperator> = /*@__PURE__*/
+  enumDesc(file_ledger_v1_ledger, 4);
+
+/**
  * LedgerService is the only writer of money. Every program-scoped request names its program in
  * `program_id`; an empty value means the caller's default program. Mutations accept an
  * `idempotency-key` request header.
@@ -2186,6 +2493,39 @@ export const LedgerService: GenService<{
     methodKind: "unary";
     input: typeof CloseEntityRequestSchema;
     output: typeof CloseEntityResponseSchema;
+  },
+  /**
+   * CreateBalanceAlert watches one balance of an entity against a threshold: every committed
+   * call (or batch) that turns the condition true emits `balance.alert_triggered`, and every one
+   * that turns it false `balance.alert_cleared`. At most 10 per entity; not on a program's external
+   * entity nor on a closed one.
+   *
+   * @generated from rpc ledger.v1.LedgerService.CreateBalanceAlert
+   */
+  createBalanceAlert: {
+    methodKind: "unary";
+    input: typeof CreateBalanceAlertRequestSchema;
+    output: typeof CreateBalanceAlertResponseSchema;
+  },
+  /**
+   * ListBalanceAlerts returns every alert of an entity, oldest first, with `triggered` as it is now.
+   *
+   * @generated from rpc ledger.v1.LedgerService.ListBalanceAlerts
+   */
+  listBalanceAlerts: {
+    methodKind: "unary";
+    input: typeof ListBalanceAlertsRequestSchema;
+    output: typeof ListBalanceAlertsResponseSchema;
+  },
+  /**
+   * DeleteBalanceAlert removes an alert; no event of it follows.
+   *
+   * @generated from rpc ledger.v1.LedgerService.DeleteBalanceAlert
+   */
+  deleteBalanceAlert: {
+    methodKind: "unary";
+    input: typeof DeleteBalanceAlertRequestSchema;
+    output: typeof DeleteBalanceAlertResponseSchema;
   },
   /**
    * FundEntity credits an entity with outside money, posted against the program's external entity.
