@@ -170,13 +170,14 @@ export function persist(
       select id, account_id, reservation_id, amount, group_id
       from json_to_recordset(${captures}::text::json) as r(id text, account_id text, reservation_id text, amount int8, group_id text)),
     -- Balance alerts: the new "triggered" of each alert the batch turned, worked out in the process
-    -- from the balances each call left (balance-alert-watch.ts); an empty list nearly always. Like
-    -- external balances, it waits for "unchanged": an alert's row is locked only after its
-    -- entity's, the order in which alerts are created and deleted too (balance-alerts.ts).
+    -- from the balances each call left (balance-alert-watch.ts); an empty list nearly always, and
+    -- then the step stops at its first condition. Like external balances, it waits for
+    -- "unchanged": an alert's row is locked only after its entity's, the order in which alerts are
+    -- created and deleted too (balance-alerts.ts).
     alert_flips as (
       update balance_alerts a set triggered = v.triggered
       from json_to_recordset(${json(alerts)}::text::json) as v(id text, triggered boolean)
-      where a.id = v.id and (select count(*) from unchanged) >= 0),
+      where ${alerts.length}::int > 0 and a.id = v.id and (select count(*) from unchanged) >= 0),
     new_events as (
       insert into outbox_writes (events, event_ids, subjects, payloads)
       select ${outboxRowValues(tx, outbox)} where ${outbox.eventIds.length}::int > 0)
