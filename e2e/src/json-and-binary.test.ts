@@ -3,7 +3,14 @@ import { createClient, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { HoldService } from "@ledger/proto/hold/v1/hold_pb.js";
 import { IdentityService } from "@ledger/proto/ledger/v1/identity_pb.js";
-import { type CreateTransactionsRequestSchema, Direction, LedgerService, TransactionStatus } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import {
+  BalanceAlertField,
+  BalanceAlertOperator,
+  type CreateTransactionsRequestSchema,
+  Direction,
+  LedgerService,
+  TransactionStatus,
+} from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { ReservationService } from "@ledger/proto/ledger/v1/reservation_pb.js";
 import { NotificationService } from "@ledger/proto/notification/v1/notification_pb.js";
 import { timestampOfMicros } from "@ledger/common";
@@ -39,7 +46,7 @@ interface Answer {
   message: JsonValue;
 }
 
-const ID = /\b(acct|prg|ent|trx-grp|trx|hold|evt|whe|whd|key)_[0-9a-hjkmnp-tv-z]{26}\b/g;
+const ID = /\b(acct|prg|ent|trx-grp|trx|hold|evt|whe|whd|key|bal)_[0-9a-hjkmnp-tv-z]{26}\b/g;
 const TIME = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$/;
 /** Fields whose values depend on how long something took. */
 const DURATIONS = new Set(["durationMs", "avgMs"]);
@@ -154,6 +161,14 @@ async function story(wire: Wire): Promise<Answer[]> {
   const [moment] = await stack.sql<{ us: bigint }[]>`select (extract(epoch from clock_timestamp()) * 1000000)::int8 as us`;
   await c.ledger.getEntity({ entityId: alice, asOf: timestampOfMicros(moment!.us) });
   await c.ledger.getEntityStatement({ entityId: alice, from: timestampOfMicros(0n), to: timestampOfMicros(moment!.us), limit: 1 });
+  // Crossed by the first pending transfer below, which takes available under 9,500.
+  const { alert } = await c.ledger.createBalanceAlert({
+    entityId: alice,
+    field: BalanceAlertField.AVAILABLE,
+    operator: BalanceAlertOperator.LT,
+    value: 9_500n,
+  });
+  await c.ledger.listBalanceAlerts({ entityId: alice });
 
   const transfer = (amount: bigint, status = TransactionStatus.PENDING) =>
     c.ledger
@@ -212,6 +227,7 @@ async function story(wire: Wire): Promise<Answer[]> {
   await c.ledger.getTransaction({ entityId: alice, transactionId: credit!.transactionId });
   await c.ledger.listTransactions({ entityId: alice, limit: 5 });
   await c.ledger.getTransactionGroup({ transactionGroupId: credit!.transactionGroupId });
+  await c.ledger.deleteBalanceAlert({ alertId: alert!.alertId });
 
   const held = (await c.hold.createHold({ entityId: alice, amount: 700n, description: "Deposit" })).hold!.holdId;
   await c.hold.getHold({ holdId: held });

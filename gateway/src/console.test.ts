@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startHandlers, type Handlers } from "@ledger/e2e";
 import { CONSOLE_CSP, CONSOLE_DIR } from "./console.js";
+import { loadOpenApi } from "./openapi-source.js";
 
 // The webhook console's files as the gateway serves them: no API key, no rate limit, a strict
 // Content-Security-Policy on the page and every asset. What the page does is console-browser.test.ts.
@@ -42,6 +43,14 @@ describe("GET /console", () => {
     const head = await fetch(`${base}/console/`, { method: "HEAD" });
     expect(head.status).toBe(200);
     expect(head.headers.get("content-security-policy")).toBe(CONSOLE_CSP);
+  });
+
+  it("names every event type a destination may subscribe to, as the OpenAPI description lists them", () => {
+    const html = readFileSync(`${CONSOLE_DIR}/index.html`, "utf8");
+    const hint = /<p id="create-types-help"[^>]*>(.*?)<\/p>/s.exec(html)![1]!;
+    const named = [...hint.matchAll(/<code>([^<]+)<\/code>/g)].map((m) => m[1]);
+    const schemas = (loadOpenApi()["components"] as { schemas: Record<string, { items: { enum: string[] } }> }).schemas;
+    expect(named).toEqual(schemas["EventTypes"]!.items.enum);
   });
 
   it("is neither counted against nor refused by the rate limit, even with a spent key", async () => {

@@ -1,6 +1,6 @@
-import type { JsonObject } from "@bufbuild/protobuf";
+import type { DescEnum, JsonObject } from "@bufbuild/protobuf";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
-import { invalidArgument, MAX_AMOUNT, MAX_PAGE_SIZE, parseIsoTime, parseMetadata } from "@ledger/common";
+import { enumWords, invalidArgument, MAX_AMOUNT, MAX_BALANCE, MAX_PAGE_SIZE, parseIsoTime, parseMetadata } from "@ledger/common";
 
 /** A parsed JSON body or query string, with the names it may contain. */
 export type Fields = Record<string, unknown>;
@@ -59,6 +59,36 @@ export function overdraftLimitField(fields: Fields, name = "overdraft_limit"): b
   if (value < 0) throw invalidArgument(`${name} must be zero or more`, { field: name });
   if (!Number.isSafeInteger(value)) throw invalidArgument(`${name} must be at most ${MAX_AMOUNT}`, { field: name });
   return BigInt(value);
+}
+
+/**
+ * A balance threshold: a JSON integer in minor units within ±(2^53-1), the bound of every balance;
+ * zero and negatives included (available may go below zero with an overdraft limit).
+ */
+export function balanceField(fields: Fields, name: string): bigint {
+  const value = fields[name];
+  if (value === undefined || value === null) throw invalidArgument(`${name} is required`, { field: name });
+  if (typeof value !== "number" || !Number.isInteger(value))
+    throw invalidArgument(`${name} must be an integer number of minor units`, { field: name });
+  if (!Number.isSafeInteger(value)) throw invalidArgument(`${name} must be from -${MAX_BALANCE} to ${MAX_BALANCE}`, { field: name });
+  return BigInt(value);
+}
+
+/**
+ * The proto enum value `word` names in REST (`available` for `BALANCE_ALERT_FIELD_AVAILABLE`);
+ * the unset value never is one. Anything else answers 400 `invalid_request` with `details`, which
+ * say where `name` was (`field` or `parameter`).
+ */
+export function enumOfWord<E extends number>(schema: DescEnum, word: string, name: string, details: JsonObject): E {
+  const known = [...enumWords(schema)].filter(([number]) => number !== 0);
+  const found = known.find(([, each]) => each === word);
+  if (!found) throw invalidArgument(`${name} must be one of ${known.map(([, each]) => each).join(", ")}`, details);
+  return found[0] as E;
+}
+
+/** A required body field naming a proto enum value by its REST word. */
+export function enumField<E extends number>(schema: DescEnum, fields: Fields, name: string): E {
+  return enumOfWord(schema, stringField(fields, name), name, { field: name });
 }
 
 /** The `metadata` field, within the limits every edge enforces (checked before any protobuf is built). */

@@ -270,5 +270,16 @@ describe("error details are typed per code", () => {
         "method_not_allowed",
       ]);
     });
+
+    it("too_many_alerts", async () => {
+      const { api } = stack;
+      const id = (await api.post("/entity", { entity_name: "watched", entity_type: "w" })).body.entity.entity_id as string;
+      const alert = (value: number) => api.post("/entity/alert", { entity_id: id, field: "available", operator: "lt", value });
+      for (let value = 0; value < 10; value++) expect((await alert(value)).status).toBe(200);
+      const refused = await alert(10);
+      expect(refused.status).toBe(422);
+      expect(refused.body.error).toMatchObject({ code: "too_many_alerts", details: { entity_id: id, limit: 10 } });
+      expectDocumentedError(refused.body);
+    });
   });
 });

@@ -1,18 +1,22 @@
 import type { DescEnum } from "@bufbuild/protobuf";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
-import { enumWordOr, enumWords, invalidArgument, isoMicros } from "@ledger/common";
+import { enumWordOr, isoMicros } from "@ledger/common";
 import type { PageInfo } from "@ledger/proto/common/v1/common_pb.js";
 import {
+  BalanceAlertFieldSchema,
+  BalanceAlertOperatorSchema,
   DirectionSchema,
   EntityStatusSchema,
   TransactionStatusSchema,
   type TransactionStatus,
+  type BalanceAlert,
   type Entity,
   type GetEntityStatementResponse,
   type Leg,
   type Program,
   type TransactionGroup,
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import { enumOfWord } from "./input.js";
 
 // Proto messages to the JSON shapes of gateway/openapi.yaml. Field names are snake_case, enums
 // are lowercase words, timestamps are ISO 8601 UTC, and amounts stay bigint until written.
@@ -32,10 +36,7 @@ export function enumWord(schema: DescEnum, value: number): string {
  */
 export function enumParam<E extends number>(schema: DescEnum, word: string, parameter: string): E {
   if (word === "") return 0 as E;
-  const known = [...enumWords(schema)].filter(([number]) => number !== 0);
-  const found = known.find(([, each]) => each === word);
-  if (!found) throw invalidArgument(`${parameter} must be one of ${known.map(([, each]) => each).join(", ")}`, { parameter });
-  return found[0] as E;
+  return enumOfWord(schema, word, parameter, { parameter });
 }
 
 /** The REST spelling of a transaction status. */
@@ -69,6 +70,19 @@ export function renderEntity(entity: Entity) {
       held: b?.held ?? 0n,
       available: b?.available ?? 0n,
     },
+  };
+}
+
+/** A balance alert (docs/api.md#balance-alerts). */
+export function renderBalanceAlert(alert: BalanceAlert) {
+  return {
+    alert_id: alert.alertId,
+    entity_id: alert.entityId,
+    field: enumWord(BalanceAlertFieldSchema, alert.field),
+    operator: enumWord(BalanceAlertOperatorSchema, alert.operator),
+    value: alert.value,
+    triggered: alert.triggered,
+    created_at: iso(alert.createdAt),
   };
 }
 

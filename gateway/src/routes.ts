@@ -2,7 +2,14 @@ import type { CallOptions, Client } from "@connectrpc/connect";
 import { ConnectError } from "@connectrpc/connect";
 import { appError, errorCodeOf, invalidArgument } from "@ledger/common";
 import type { HoldService } from "@ledger/proto/hold/v1/hold_pb.js";
-import { Direction, TransactionStatus, TransactionStatusSchema, type LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import {
+  BalanceAlertFieldSchema,
+  BalanceAlertOperatorSchema,
+  Direction,
+  TransactionStatus,
+  TransactionStatusSchema,
+  type LedgerService,
+} from "@ledger/proto/ledger/v1/ledger_pb.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type {
   CreateTransactionRequestSchema,
@@ -14,7 +21,9 @@ import {
   amountField,
   arrayField,
   asObject,
+  balanceField,
   booleanField,
+  enumField,
   limitParam,
   onlyKnown,
   metadataField,
@@ -28,6 +37,7 @@ import {
   type Fields,
 } from "./input.js";
 import {
+  renderBalanceAlert,
   renderEntity,
   renderGroup,
   renderLeg,
@@ -292,6 +302,42 @@ export const ledgerRoutes: Route[] = [
     async handle({ body, programId, call }, { ledger }) {
       const res = await ledger.closeEntity({ programId, entityId: stringField(body, "entity_id") }, call);
       return { entity: renderEntity(res.entity!) };
+    },
+  },
+  {
+    method: "POST",
+    path: "/entity/alert",
+    body: ["entity_id", "field", "operator", "value"],
+    async handle({ body, programId, call }, { ledger }) {
+      const res = await ledger.createBalanceAlert(
+        {
+          programId,
+          entityId: stringField(body, "entity_id"),
+          field: enumField(BalanceAlertFieldSchema, body, "field"),
+          operator: enumField(BalanceAlertOperatorSchema, body, "operator"),
+          value: balanceField(body, "value"),
+        },
+        call,
+      );
+      return { alert: renderBalanceAlert(res.alert!) };
+    },
+  },
+  {
+    method: "GET",
+    path: "/entity/alerts",
+    query: ["entity_id"],
+    async handle({ query, programId, call }, { ledger }) {
+      const res = await ledger.listBalanceAlerts({ programId, entityId: requiredParam(query, "entity_id") }, call);
+      return { alerts: res.alerts.map(renderBalanceAlert) };
+    },
+  },
+  {
+    method: "DELETE",
+    path: "/entity/alert",
+    query: ["alert_id"],
+    async handle({ query, programId, call }, { ledger }) {
+      await ledger.deleteBalanceAlert({ programId, alertId: requiredParam(query, "alert_id") }, call);
+      return {};
     },
   },
   {

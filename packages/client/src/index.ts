@@ -7,6 +7,30 @@ import { NotificationService } from "@ledger/proto/notification/v1/notification_
 export * as ledgerV1 from "@ledger/proto/ledger/v1/ledger_pb.js";
 export * as holdV1 from "@ledger/proto/hold/v1/hold_pb.js";
 export * as notificationV1 from "@ledger/proto/notification/v1/notification_pb.js";
+/** The event envelope on JetStream and each event's data (`BalanceAlertEventData` for `balance.*`). */
+export * as eventsV1 from "@ledger/proto/events/v1/events_pb.js";
+
+/**
+ * Every event type, as a webhook destination subscribes to them (`eventTypes` of
+ * `NotificationService.CreateEndpoint`; docs/webhooks.md#how-events-become-deliveries).
+ */
+export const EVENT_TYPES = [
+  "transaction.created",
+  "transaction.posted",
+  "transaction.reversed",
+  "transaction.failed",
+  "transaction.canceled",
+  "transaction.disputed",
+  "hold.created",
+  "hold.captured",
+  "hold.released",
+  "entity.updated",
+  "balance.alert_triggered",
+  "balance.alert_cleared",
+] as const;
+
+/** One event type. */
+export type EventType = (typeof EVENT_TYPES)[number];
 
 /** Where the services are and how to call them. */
 export interface ClientOptions {

@@ -17,6 +17,7 @@ export type ErrorCode =
   | "entity_frozen"
   | "entity_closed"
   | "entity_not_empty"
+  | "too_many_alerts"
   | "balance_out_of_range"
   | "currency_mismatch"
   | "unbalanced_entries"

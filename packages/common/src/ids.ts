@@ -17,6 +17,7 @@ export const ID_PREFIX = {
   endpoint: "whe_",
   delivery: "whd_",
   apiKey: "key_",
+  balanceAlert: "bal_",
 } as const;
 
 export type IdKind = keyof typeof ID_PREFIX;

@@ -66,8 +66,13 @@ export async function applyUnits(
   let bookWrite: (() => Promise<void>) | undefined;
   const commands = commandsOf(live.map(({ unit }) => unit));
   if (commands.length > 0) {
-    const { book, write } = await open(commands);
-    for (const { unit, u } of live) results[u] = applyUnit(book, unit, keys);
+    const { book, unitDone, write } = await open(commands);
+    for (const { unit, u } of live) {
+      results[u] = applyUnit(book, unit, keys);
+      // A balance alert crosses on what a whole call or batch call leaves, not on each of its items.
+      const origin = unit.items.find((item) => !(item.command instanceof ConnectError))?.command as MoneyCommand | undefined;
+      if (origin) unitDone(origin);
+    }
     bookWrite = write;
   } else {
     // Nothing to apply: every live unit holds only refused items (an atomic one is refused at its first).

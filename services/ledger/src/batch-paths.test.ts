@@ -93,7 +93,7 @@ class FakeStore implements BatchStore {
     const book = cachedBook(commands, this.cache);
     if (!(book instanceof Book)) return book;
     this.opened.push(`cached ${names(commands)}`);
-    return { book, writeOn: (on: unknown) => this.write(on, book) };
+    return { book, unitDone: () => {}, writeOn: (on: unknown) => this.write(on, book) };
   }
 
   async openBook(tx: Tx, commands: MoneyCommand[]) {
@@ -116,7 +116,7 @@ class FakeStore implements BatchStore {
       externalIdFor: () => undefined,
       now: new Date(),
     });
-    return { book, write: () => this.write(tx, book) };
+    return { book, unitDone: () => {}, write: () => this.write(tx, book) };
   }
 
   posted(id: string): bigint {

@@ -88,7 +88,7 @@ export async function runBatch(runner: BatchRunner, units: Unit[]): Promise<void
 
 /** A cached book as `applyUnits` opens books: its commands are the batch's, its write goes on `on`. */
 function openOn(open: CachedOpenBook, on: Sql | Tx): () => Promise<OpenBook> {
-  return () => Promise.resolve({ book: open.book, write: () => open.writeOn(on) });
+  return () => Promise.resolve({ book: open.book, unitDone: open.unitDone, write: () => open.writeOn(on) });
 }
 
 /**

@@ -60,6 +60,7 @@ import {
   UpdateProgramRequestSchema,
   UpdateProgramResponseSchema,
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import { createBalanceAlertHandlers } from "./balance-alert-rpc.js";
 import { AtomicRefusal, itemError, type Applied, type ItemAnswer, type Submission } from "./batch-units.js";
 import type { createBatcher } from "./batcher.js";
 import { createWritePath, groupOf } from "./write-path.js";
@@ -467,6 +468,8 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
         return { program: programToProto(await findProgram(tx, accountId, programId)) };
       });
     },
+
+    ...createBalanceAlertHandlers(deps),
   };
 }
 

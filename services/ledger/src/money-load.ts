@@ -1,4 +1,5 @@
 import { isId, type Tx } from "@ledger/common";
+import type { BalanceAlertRow } from "./balance-alerts.js";
 import type { EntityRow } from "./entities.js";
 import { loadGroups } from "./groups.js";
 import {
@@ -24,10 +25,11 @@ export const BOOK_ENTITY_COLUMNS =
  * it knows can skip the locked read (docs/architecture.md#cached-balances).
  *
  * Ordinary entities: each cached row is a version of the row that exists or existed in Postgres,
- * with the xmin of that version. A write that rests on cached rows succeeds only if every one of
- * them still has that version when the write locks it (money-persist.ts), so a stale entry, one
- * written by another process or by a transaction that rolled back, costs a retry and never a
- * wrong balance.
+ * with the xmin of that version and the balance alerts the entity had at that version (every
+ * change of its alerts makes a new version: balance-alerts.ts). A write that rests on cached rows
+ * succeeds only if every one of them still has that version when the write locks it
+ * (money-persist.ts), so a stale entry, one written by another process or by a transaction that
+ * rolled back, costs a retry and never a wrong balance or a missed alert.
  *
  * External entities never change but for their balance, which the ledger only ever adjusts by
  * deltas; so their rows are cached for the life of the process and never locked. Their cached
@@ -219,8 +221,25 @@ export async function loadBook(tx: Tx, commands: MoneyCommand[], cache: EntityCa
   const entities = new Map<string, EntityState>();
   const track = (row: BookEntity) => entities.set(row.id, entityState(row));
   if (ids.length > 0) {
-    for (const row of await tx<BookEntity[]>`
-      select ${tx.unsafe(BOOK_ENTITY_COLUMNS)} from entities where id = any(${ids}) and not is_external order by id for update`) {
+    // Each row with its balance alerts (balance-alert-watch.ts). Their select is sent with the
+    // lock's, not awaited between, so it costs no round trip: it runs once the rows are locked,
+    // on a snapshot taken then, which holds every alert committed before, and none is created or
+    // deleted until this transaction ends, since that takes the same lock. (A subquery of the
+    // locking select would read that select's snapshot, from before it waited for the locks.)
+    const [rows, alerts] = await Promise.all([
+      tx<BookEntity[]>`
+        select ${tx.unsafe(BOOK_ENTITY_COLUMNS)} from entities where id = any(${ids}) and not is_external order by id for update`.execute(),
+      tx<BalanceAlertRow[]>`select * from balance_alerts where entity_id = any(${ids}) order by id`.execute(),
+    ]);
+    const alertsOf = new Map<string, BalanceAlertRow[]>();
+    for (const alert of alerts) {
+      const list = alertsOf.get(alert.entity_id);
+      if (list) list.push(alert);
+      else alertsOf.set(alert.entity_id, [alert]);
+    }
+    for (const row of rows) {
+      const watched = alertsOf.get(row.id);
+      if (watched) row.alerts = watched;
       track(row);
       cache.remember(row);
     }

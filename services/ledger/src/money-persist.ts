@@ -1,4 +1,5 @@
 import { outboxRowValues, type OutboxWrite, type Tx } from "@ledger/common";
+import type { AlertChange } from "./balance-alert-watch.js";
 import type { ExternalBalances } from "./money-load.js";
 import type { BookEffects, EntityState } from "./money-rules.js";
 
@@ -27,6 +28,9 @@ export interface Written {
  * those rows in id order and fails as a whole (40001, `require_unchanged_entities`) unless every
  * one still has that version: that is what lets the rules run on cached rows with nothing read or
  * locked before (docs/architecture.md#cached-balances). After a locked read the check always holds.
+ *
+ * `alerts`: the balance alerts whose `triggered` the batch changed (balance-alert-watch.ts); their
+ * events are in `outbox` already. Nearly always none.
  */
 export function persist(
   tx: Tx,
@@ -34,6 +38,7 @@ export function persist(
   outbox: OutboxWrite,
   now: Date,
   read: EntityVersion[],
+  alerts: AlertChange[],
 ): Promise<Written> {
   const changed = batch.changedEntities;
   const balances = (states: EntityState[]) =>
@@ -185,6 +190,15 @@ export function persist(
       insert into reservation_captures (id, account_id, reservation_id, amount, group_id)
       select id, account_id, reservation_id, amount, group_id
       from json_to_recordset(${captures}::text::json) as r(id text, account_id text, reservation_id text, amount int8, group_id text)),
+    -- Balance alerts: the new "triggered" of each alert the batch turned, worked out in the process
+    -- from the balances each call left (balance-alert-watch.ts); an empty list nearly always, and
+    -- then the step stops at its first condition. Like external balances, it waits for
+    -- "unchanged": an alert's row is locked only after its entity's, the order in which alerts are
+    -- created and deleted too (balance-alerts.ts).
+    alert_flips as (
+      update balance_alerts a set triggered = v.triggered
+      from json_to_recordset(${json(alerts)}::text::json) as v(id text, triggered boolean)
+      where ${alerts.length}::int > 0 and a.id = v.id and (select count(*) from unchanged) >= 0),
     new_events as (
       insert into outbox_writes (events, event_ids, subjects, payloads)
       select ${outboxRowValues(tx, outbox)} where ${outbox.eventIds.length}::int > 0)

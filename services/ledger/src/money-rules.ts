@@ -3,6 +3,7 @@
 import type { JsonObject } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { invalidArgument, MAX_AMOUNT, MAX_BALANCE, newId, notFound, parseAmount, ruleViolation } from "@ledger/common";
+import type { BalanceAlertRow } from "./balance-alerts.js";
 import { availableOf, type EntityRow } from "./entities.js";
 import { encodeTransactionEvent, type EncodedEvent } from "./events.js";
 import type { GroupRow, LegDirection, LegRow } from "./groups.js";
@@ -108,7 +109,7 @@ export function parseLegs(legs: LegSpec[]): LegSpec[] {
 /**
  * What the rules read of an entity: who owns it, its currency, whether it is external, whether it
  * is active, frozen or closed, how far below zero it may go, and its balances, with `version`, the Postgres row version (xmin) those
- * are of.
+ * are of. `alerts`: its balance alerts as of that version, when it has any (balance-alert-watch.ts).
  */
 export type BookEntity = Pick<
   EntityRow,
@@ -123,7 +124,7 @@ export type BookEntity = Pick<
   | "pending_debits"
   | "pending_credits"
   | "held"
-> & { version: string };
+> & { version: string; alerts?: readonly BalanceAlertRow[] };
 
 /** Working state of one entity while commands are applied. */
 export interface EntityState {

@@ -5,7 +5,9 @@
 import { outboxWrite, type Sql, type Tx } from "@ledger/common";
 import { cachedBook, type EntityCache, loadBook } from "./money-load.js";
 import { persist } from "./money-persist.js";
-import { Book, type MoneyCommand } from "./money-rules.js";
+import { Book, type BookEntity, type MoneyCommand } from "./money-rules.js";
+import type { AlertOrigin } from "./balance-alert-events.js";
+import { AlertWatch } from "./balance-alert-watch.js";
 
 export { BOOK_ENTITY_COLUMNS, EntityCache, namedEntityIds } from "./money-load.js";
 export {
@@ -20,11 +22,13 @@ export {
 
 /**
  * A book to apply commands to, in order, with `book.apply` (and `checkpoint`/`rollback` for a run
- * that is all or nothing). `write` then sends the book's effects as one statement in the
- * transaction the book was opened in.
+ * that is all or nothing), calling `unitDone` after each unit (a call, or a batch call as a whole):
+ * balance alerts cross on the balances a unit leaves (balance-alert-watch.ts). `write` then sends
+ * the book's effects as one statement in the transaction the book was opened in.
  */
 export interface OpenBook {
   book: Book;
+  unitDone(origin: AlertOrigin): void;
   write(): Promise<void>;
 }
 
@@ -34,6 +38,7 @@ export interface OpenBook {
  */
 export interface CachedOpenBook {
   book: Book;
+  unitDone(origin: AlertOrigin): void;
   writeOn(on: Sql | Tx): Promise<void>;
 }
 
@@ -68,20 +73,39 @@ export function openCachedBook(
   const now = new Date();
   const book = cachedBook(commands, cache, now);
   if (!(book instanceof Book)) return book;
+  const alerts = new AlertWatch(book);
   // One statement outside BEGIN is a transaction of its own; persist only ever runs one statement.
-  return { book, writeOn: (on) => writeBook(on as Tx, book, cache, subjectOf, now) };
+  return {
+    book,
+    unitDone: (origin) => alerts.unitDone(origin),
+    writeOn: (on) => writeBook(on as Tx, book, alerts, cache, subjectOf, now),
+  };
 }
 
 function writable(tx: Tx, book: Book, cache: EntityCache, subjectOf: (type: string) => string, now: Date): OpenBook {
-  return { book, write: () => writeBook(tx, book, cache, subjectOf, now) };
+  const alerts = new AlertWatch(book);
+  return { book, unitDone: (origin) => alerts.unitDone(origin), write: () => writeBook(tx, book, alerts, cache, subjectOf, now) };
 }
 
-/** Sends `book`'s effects as one statement on `tx`, and caches the rows as that statement left them. */
-function writeBook(tx: Tx, book: Book, cache: EntityCache, subjectOf: (type: string) => string, now: Date): Promise<void> {
+/**
+ * Sends `book`'s effects, with its balance alerts' crossings, as one statement on `tx`, and caches
+ * the rows as that statement left them.
+ */
+function writeBook(
+  tx: Tx,
+  book: Book,
+  alerts: AlertWatch,
+  cache: EntityCache,
+  subjectOf: (type: string) => string,
+  now: Date,
+): Promise<void> {
   const effects = book.effects();
-  const outbox = outboxWrite(effects.events.map((e) => ({ id: e.id, subject: subjectOf(e.type), payload: e.payload })));
+  const crossed = alerts.writes(now);
+  const events: Array<{ id: string; type: string; payload: Uint8Array }> =
+    crossed.events.length === 0 ? effects.events : [...effects.events, ...crossed.events];
+  const outbox = outboxWrite(events.map((e) => ({ id: e.id, subject: subjectOf(e.type), payload: e.payload })));
   const read = book.rows().flatMap((row) => (row.is_external ? [] : [{ id: row.id, version: row.version }]));
-  return persist(tx, effects, outbox, now, read).then((written) => {
+  return persist(tx, effects, outbox, now, read, crossed.changes).then((written) => {
     cache.refreshExternalBalances(written.externals);
     // Each changed row as this write left it, under the version the write gave it. Cached
     // before COMMIT is answered: should the transaction roll back, no row ever has that
@@ -90,15 +114,16 @@ function writeBook(tx: Tx, book: Book, cache: EntityCache, subjectOf: (type: str
     for (const state of effects.changedEntities) {
       const version = versions.get(state.row.id);
       if (state.row.is_external || version === undefined) continue;
-      cache.remember(
-        Object.assign({}, state.row, {
-          posted: state.posted,
-          pending_debits: state.pendingDebits,
-          pending_credits: state.pendingCredits,
-          held: state.held,
-          version,
-        }),
-      );
+      const row: BookEntity = Object.assign({}, state.row, {
+        posted: state.posted,
+        pending_debits: state.pendingDebits,
+        pending_credits: state.pendingCredits,
+        held: state.held,
+        version,
+      });
+      const alertsAfter = crossed.alertsOf.get(row.id);
+      if (alertsAfter) row.alerts = alertsAfter;
+      cache.remember(row);
     }
   });
 }

@@ -72,6 +72,7 @@ async function write(groups: GroupRow[]): Promise<string> {
         { eventIds: [], subjects: [], payloads: [] },
         new Date(),
         [],
+        [],
       ),
     );
     return "ok";

@@ -18,6 +18,8 @@ export const EVENT_TYPES = [
   "hold.captured",
   "hold.released",
   "entity.updated",
+  "balance.alert_triggered",
+  "balance.alert_cleared",
 ] as const;
 
 /** An endpoints row, without its secrets. */

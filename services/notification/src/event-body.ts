@@ -1,9 +1,17 @@
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { amountToJson, enumWordOr } from "@ledger/common";
-import type { Event, HoldEventData, TransactionEventData } from "@ledger/proto/events/v1/events_pb.js";
+import type { BalanceAlertEventData, Event, HoldEventData, TransactionEventData } from "@ledger/proto/events/v1/events_pb.js";
 import { HoldReleaseReasonSchema, HoldStatusSchema } from "@ledger/proto/hold/v1/hold_pb.js";
-import { DirectionSchema, EntityStatusSchema, TransactionStatusSchema, type Entity } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import {
+  BalanceAlertFieldSchema,
+  BalanceAlertOperatorSchema,
+  DirectionSchema,
+  EntityStatusSchema,
+  TransactionStatusSchema,
+  type Balances,
+  type Entity,
+} from "@ledger/proto/ledger/v1/ledger_pb.js";
 
 // The delivered body (docs/webhooks.md#a-delivery), built once per event when it arrives and stored as text:
 // every attempt sends, and signs, exactly these bytes. Names are snake_case and amounts JSON
@@ -65,7 +73,6 @@ function holdData(d: HoldEventData): JsonObject {
 
 /** The entity after the change, as `GET /entity` shows it, with its program. */
 function entityData(d: Entity): JsonObject {
-  const b = d.balances;
   return {
     entity_id: d.entityId,
     entity_name: d.entityName,
@@ -78,13 +85,36 @@ function entityData(d: Entity): JsonObject {
     is_external: d.isExternal,
     overdraft_limit: amountToJson(d.overdraftLimit),
     created_at: iso(d.createdAt),
-    balances: {
-      posted: amountToJson(b?.posted ?? 0n),
-      pending_debits: amountToJson(b?.pendingDebits ?? 0n),
-      pending_credits: amountToJson(b?.pendingCredits ?? 0n),
-      held: amountToJson(b?.held ?? 0n),
-      available: amountToJson(b?.available ?? 0n),
+    balances: balancesData(d.balances),
+  };
+}
+
+function balancesData(b: Balances | undefined): JsonObject {
+  return {
+    posted: amountToJson(b?.posted ?? 0n),
+    pending_debits: amountToJson(b?.pendingDebits ?? 0n),
+    pending_credits: amountToJson(b?.pendingCredits ?? 0n),
+    held: amountToJson(b?.held ?? 0n),
+    available: amountToJson(b?.available ?? 0n),
+  };
+}
+
+/** A balance alert's crossing: the alert after it, and the entity's balances then. */
+function balanceAlertData(d: BalanceAlertEventData): JsonObject {
+  const alert = d.alert;
+  return {
+    alert: {
+      alert_id: alert?.alertId ?? "",
+      entity_id: alert?.entityId ?? "",
+      field: enumWordOr(BalanceAlertFieldSchema, alert?.field ?? 0, ""),
+      operator: enumWordOr(BalanceAlertOperatorSchema, alert?.operator ?? 0, ""),
+      value: amountToJson(alert?.value ?? 0n),
+      triggered: alert?.triggered ?? false,
+      created_at: iso(alert?.createdAt),
     },
+    entity_id: d.entityId,
+    program_id: d.programId,
+    balances: balancesData(d.balances),
   };
 }
 
@@ -97,6 +127,8 @@ export function eventData(event: Event): JsonObject {
       return holdData(event.data.value);
     case "entity":
       return entityData(event.data.value);
+    case "balanceAlert":
+      return balanceAlertData(event.data.value);
     default:
       return {};
   }

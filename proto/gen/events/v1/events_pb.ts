@@ -16,7 +16,7 @@ import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { HoldReleaseReason, HoldStatus } from "../../hold/v1/hold_pb.js";
 import { file_hold_v1_hold } from "../../hold/v1/hold_pb.js";
-import type { Direction, Entity, TransactionStatus } from "../../ledger/v1/ledger_pb.js";
+import type { BalanceAlert, Balances, Direction, Entity, TransactionStatus } from "../../ledger/v1/ledger_pb.js";
 import { file_ledger_v1_ledger } from "../../ledger/v1/ledger_pb.js";
 import type { JsonObject, Message } from "@bufbuild/protobuf";
 
@@ -24,7 +24,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file events/v1/events.proto.
  */
 export const file_events_v1_events: GenFile = /*@__PURE__*/
-  fileDesc("ChZldmVudHMvdjEvZXZlbnRzLnByb3RvEglldmVudHMudjEirgIKBUV2ZW50EgoKAmlkGAEgASgJEgwKBHR5cGUYAiABKAkSEgoKYWNjb3VudF9pZBgDIAEoCRISCgpwcm9ncmFtX2lkGAQgASgJEisKB2NyZWF0ZWQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnJlcXVlc3RfaWQYBiABKAkSEwoLdHJhY2VwYXJlbnQYByABKAkSNgoLdHJhbnNhY3Rpb24YCiABKAsyHy5ldmVudHMudjEuVHJhbnNhY3Rpb25FdmVudERhdGFIABIoCgRob2xkGAsgASgLMhguZXZlbnRzLnYxLkhvbGRFdmVudERhdGFIABIjCgZlbnRpdHkYDCABKAsyES5sZWRnZXIudjEuRW50aXR5SABCBgoEZGF0YSKQAwoUVHJhbnNhY3Rpb25FdmVudERhdGESHAoUdHJhbnNhY3Rpb25fZ3JvdXBfaWQYASABKAkSEgoKcHJvZ3JhbV9pZBgCIAEoCRIOCgZhbW91bnQYAyABKAMSFQoNY3VycmVuY3lfY29kZRgEIAEoCRISCgZzdGF0dXMYBSABKAlCAhgBEhMKC2Rlc2NyaXB0aW9uGAYgASgJEikKCG1ldGFkYXRhGAcgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIhCgRsZWdzGAggAygLMhMuZXZlbnRzLnYxLkV2ZW50TGVnEhAKCGRpc3B1dGVkGAkgASgIEiUKHXJldmVyc2FsX3RyYW5zYWN0aW9uX2dyb3VwX2lkGAogASgJEiUKHXJldmVyc2VzX3RyYW5zYWN0aW9uX2dyb3VwX2lkGAsgASgJEg4KBnJlYXNvbhgMIAEoCRI4ChJ0cmFuc2FjdGlvbl9zdGF0dXMYDSABKA4yHC5sZWRnZXIudjEuVHJhbnNhY3Rpb25TdGF0dXMiiQEKCEV2ZW50TGVnEhYKDnRyYW5zYWN0aW9uX2lkGAEgASgJEhEKCWVudGl0eV9pZBgCIAEoCRIVCglkaXJlY3Rpb24YAyABKAlCAhgBEg4KBmFtb3VudBgEIAEoAxIrCg1sZWdfZGlyZWN0aW9uGAUgASgOMhQubGVkZ2VyLnYxLkRpcmVjdGlvbiK5AwoNSG9sZEV2ZW50RGF0YRIPCgdob2xkX2lkGAEgASgJEhEKCWVudGl0eV9pZBgCIAEoCRIOCgZhbW91bnQYAyABKAMSFwoPY2FwdHVyZWRfYW1vdW50GAQgASgDEhIKBnN0YXR1cxgFIAEoCUICGAESLgoKZXhwaXJlc19hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLZGVzY3JpcHRpb24YByABKAkSGgoOcmVsZWFzZV9yZWFzb24YCCABKAlCAhgBEhIKCnByb2dyYW1faWQYCSABKAkSFQoNY3VycmVuY3lfY29kZRgKIAEoCRIoCghjYXB0dXJlZBgLIAEoCzIWLmV2ZW50cy52MS5Ib2xkQ2FwdHVyZRIuCgpjcmVhdGVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIoCgtob2xkX3N0YXR1cxgNIAEoDjITLmhvbGQudjEuSG9sZFN0YXR1cxI3ChNob2xkX3JlbGVhc2VfcmVhc29uGA4gASgOMhouaG9sZC52MS5Ib2xkUmVsZWFzZVJlYXNvbiJaCgtIb2xkQ2FwdHVyZRIOCgZhbW91bnQYASABKAMSHQoVZGVzdGluYXRpb25fZW50aXR5X2lkGAIgASgJEhwKFHRyYW5zYWN0aW9uX2dyb3VwX2lkGAMgASgJYgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp, file_hold_v1_hold, file_ledger_v1_ledger]);
+  fileDesc("ChZldmVudHMvdjEvZXZlbnRzLnByb3RvEglldmVudHMudjEi6QIKBUV2ZW50EgoKAmlkGAEgASgJEgwKBHR5cGUYAiABKAkSEgoKYWNjb3VudF9pZBgDIAEoCRISCgpwcm9ncmFtX2lkGAQgASgJEisKB2NyZWF0ZWQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnJlcXVlc3RfaWQYBiABKAkSEwoLdHJhY2VwYXJlbnQYByABKAkSNgoLdHJhbnNhY3Rpb24YCiABKAsyHy5ldmVudHMudjEuVHJhbnNhY3Rpb25FdmVudERhdGFIABIoCgRob2xkGAsgASgLMhguZXZlbnRzLnYxLkhvbGRFdmVudERhdGFIABIjCgZlbnRpdHkYDCABKAsyES5sZWRnZXIudjEuRW50aXR5SAASOQoNYmFsYW5jZV9hbGVydBgNIAEoCzIgLmV2ZW50cy52MS5CYWxhbmNlQWxlcnRFdmVudERhdGFIAEIGCgRkYXRhIpADChRUcmFuc2FjdGlvbkV2ZW50RGF0YRIcChR0cmFuc2FjdGlvbl9ncm91cF9pZBgBIAEoCRISCgpwcm9ncmFtX2lkGAIgASgJEg4KBmFtb3VudBgDIAEoAxIVCg1jdXJyZW5jeV9jb2RlGAQgASgJEhIKBnN0YXR1cxgFIAEoCUICGAESEwoLZGVzY3JpcHRpb24YBiABKAkSKQoIbWV0YWRhdGEYByABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EiEKBGxlZ3MYCCADKAsyEy5ldmVudHMudjEuRXZlbnRMZWcSEAoIZGlzcHV0ZWQYCSABKAgSJQodcmV2ZXJzYWxfdHJhbnNhY3Rpb25fZ3JvdXBfaWQYCiABKAkSJQodcmV2ZXJzZXNfdHJhbnNhY3Rpb25fZ3JvdXBfaWQYCyABKAkSDgoGcmVhc29uGAwgASgJEjgKEnRyYW5zYWN0aW9uX3N0YXR1cxgNIAEoDjIcLmxlZGdlci52MS5UcmFuc2FjdGlvblN0YXR1cyKJAQoIRXZlbnRMZWcSFgoOdHJhbnNhY3Rpb25faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJEhUKCWRpcmVjdGlvbhgDIAEoCUICGAESDgoGYW1vdW50GAQgASgDEisKDWxlZ19kaXJlY3Rpb24YBSABKA4yFC5sZWRnZXIudjEuRGlyZWN0aW9uIrkDCg1Ib2xkRXZlbnREYXRhEg8KB2hvbGRfaWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJEg4KBmFtb3VudBgDIAEoAxIXCg9jYXB0dXJlZF9hbW91bnQYBCABKAMSEgoGc3RhdHVzGAUgASgJQgIYARIuCgpleHBpcmVzX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtkZXNjcmlwdGlvbhgHIAEoCRIaCg5yZWxlYXNlX3JlYXNvbhgIIAEoCUICGAESEgoKcHJvZ3JhbV9pZBgJIAEoCRIVCg1jdXJyZW5jeV9jb2RlGAogASgJEigKCGNhcHR1cmVkGAsgASgLMhYuZXZlbnRzLnYxLkhvbGRDYXB0dXJlEi4KCmNyZWF0ZWRfYXQYDCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEigKC2hvbGRfc3RhdHVzGA0gASgOMhMuaG9sZC52MS5Ib2xkU3RhdHVzEjcKE2hvbGRfcmVsZWFzZV9yZWFzb24YDiABKA4yGi5ob2xkLnYxLkhvbGRSZWxlYXNlUmVhc29uIloKC0hvbGRDYXB0dXJlEg4KBmFtb3VudBgBIAEoAxIdChVkZXN0aW5hdGlvbl9lbnRpdHlfaWQYAiABKAkSHAoUdHJhbnNhY3Rpb25fZ3JvdXBfaWQYAyABKAkijQEKFUJhbGFuY2VBbGVydEV2ZW50RGF0YRImCgVhbGVydBgBIAEoCzIXLmxlZGdlci52MS5CYWxhbmNlQWxlcnQSEQoJZW50aXR5X2lkGAIgASgJEhIKCnByb2dyYW1faWQYAyABKAkSJQoIYmFsYW5jZXMYBCABKAsyEy5sZWRnZXIudjEuQmFsYW5jZXNiBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp, file_hold_v1_hold, file_ledger_v1_ledger]);
 
 /**
  * Event is the envelope of every domain event. Its id is also the JetStream `Nats-Msg-Id`,
@@ -111,6 +111,14 @@ export type Event = Message<"events.v1.Event"> & {
      */
     value: Entity;
     case: "entity";
+  } | {
+    /**
+     * Data of the `balance.*` events: an alert whose condition a committed write turned.
+     *
+     * @generated from field: events.v1.BalanceAlertEventData balance_alert = 13;
+     */
+    value: BalanceAlertEventData;
+    case: "balanceAlert";
   } | { case: undefined; value?: undefined };
 };
 
@@ -432,4 +440,48 @@ export type HoldCapture = Message<"events.v1.HoldCapture"> & {
  */
 export const HoldCaptureSchema: GenMessage<HoldCapture> = /*@__PURE__*/
   messageDesc(file_events_v1_events, 4);
+
+/**
+ * BalanceAlertEventData is the `data` of `balance.alert_triggered` (a committed call, or a batch
+ * as a whole, turned the alert's condition from false to true) and `balance.alert_cleared` (from
+ * true to false).
+ *
+ * @generated from message events.v1.BalanceAlertEventData
+ */
+export type BalanceAlertEventData = Message<"events.v1.BalanceAlertEventData"> & {
+  /**
+   * The alert after the crossing: `triggered` is its new state.
+   *
+   * @generated from field: ledger.v1.BalanceAlert alert = 1;
+   */
+  alert?: BalanceAlert | undefined;
+
+  /**
+   * The entity the alert watches.
+   *
+   * @generated from field: string entity_id = 2;
+   */
+  entityId: string;
+
+  /**
+   * Program of the entity.
+   *
+   * @generated from field: string program_id = 3;
+   */
+  programId: string;
+
+  /**
+   * The entity's balances as the call (or batch) that crossed left them.
+   *
+   * @generated from field: ledger.v1.Balances balances = 4;
+   */
+  balances?: Balances | undefined;
+};
+
+/**
+ * Describes the message events.v1.BalanceAlertEventData.
+ * Use `create(BalanceAlertEventDataSchema)` to create a new message.
+ */
+export const BalanceAlertEventDataSchema: GenMessage<BalanceAlertEventData> = /*@__PURE__*/
+  messageDesc(file_events_v1_events, 5);
 

@@ -1,0 +1,56 @@
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import { invalidArgument } from "@ledger/common";
+import {
+  CreateBalanceAlertRequestSchema,
+  CreateBalanceAlertResponseSchema,
+  DeleteBalanceAlertRequestSchema,
+  DeleteBalanceAlertResponseSchema,
+  type LedgerService,
+} from "@ledger/proto/ledger/v1/ledger_pb.js";
+import { alertToProto, createBalanceAlert, deleteBalanceAlert, listBalanceAlerts, parseAlertCondition } from "./balance-alerts.js";
+import { findEntity } from "./entities.js";
+import type { LedgerDeps } from "./ledger-rpc.js";
+import { commandScope } from "./programs.js";
+import { createWritePath } from "./write-path.js";
+
+/** The balance alert methods of the LedgerService (docs/api.md#balance-alerts). */
+export type BalanceAlertHandlers = Pick<
+  ServiceImpl<typeof LedgerService>,
+  "createBalanceAlert" | "listBalanceAlerts" | "deleteBalanceAlert"
+>;
+
+function requireId(value: string, field: string): string {
+  if (value === "") throw invalidArgument(`${field} is required`, { field });
+  return value;
+}
+
+/** Handlers of the balance alerts: each checks its request, then reads or changes them in the entity's program. */
+export function createBalanceAlertHandlers(deps: LedgerDeps): BalanceAlertHandlers {
+  const { mutate } = createWritePath(deps);
+  const scope = (ctx: HandlerContext, programId: string) => commandScope(ctx, deps.resolveProgram, programId);
+  return {
+    async createBalanceAlert(req, ctx) {
+      const { accountId, programId } = await scope(ctx, req.programId);
+      const entityId = requireId(req.entityId, "entity_id");
+      const condition = parseAlertCondition(req.field, req.operator, req.value);
+      return mutate(ctx, CreateBalanceAlertRequestSchema, req, CreateBalanceAlertResponseSchema, async (tx) => ({
+        alert: alertToProto(await createBalanceAlert(tx, { accountId, programId, entityId, condition })),
+      }));
+    },
+
+    async listBalanceAlerts(req, ctx) {
+      const { accountId, programId } = await scope(ctx, req.programId);
+      const entity = await findEntity(deps.sql, accountId, programId, requireId(req.entityId, "entity_id"));
+      return { alerts: (await listBalanceAlerts(deps.sql, entity.id)).map(alertToProto) };
+    },
+
+    async deleteBalanceAlert(req, ctx) {
+      const { accountId, programId } = await scope(ctx, req.programId);
+      const alertId = requireId(req.alertId, "alert_id");
+      return mutate(ctx, DeleteBalanceAlertRequestSchema, req, DeleteBalanceAlertResponseSchema, async (tx) => {
+        await deleteBalanceAlert(tx, accountId, programId, alertId);
+        return {};
+      });
+    },
+  };
+}
