@@ -30,3 +30,4 @@ export * from "./text.js";
 export * from "./metadata.js";
 export * from "./tracing.js";
 export * from "./transaction.js";
+export * from "./list-filters.js";

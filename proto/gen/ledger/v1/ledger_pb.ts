@@ -16,7 +16,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file ledger/v1/ledger.proto.
  */
 export const file_ledger_v1_ledger: GenFile = /*@__PURE__*/
-  fileDesc("ChZsZWRnZXIvdjEvbGVkZ2VyLnByb3RvEglsZWRnZXIudjEibAoIQmFsYW5jZXMSDgoGcG9zdGVkGAEgASgDEhYKDnBlbmRpbmdfZGViaXRzGAIgASgDEhcKD3BlbmRpbmdfY3JlZGl0cxgDIAEoAxIMCgRoZWxkGAQgASgDEhEKCWF2YWlsYWJsZRgFIAEoAyLmAgoGRW50aXR5EhEKCWVudGl0eV9pZBgBIAEoCRISCgpwcm9ncmFtX2lkGAIgASgJEhMKC2VudGl0eV9uYW1lGAMgASgJEhMKC2VudGl0eV90eXBlGAQgASgJEicKBnN0YXR1cxgLIAEoDjIXLmxlZGdlci52MS5FbnRpdHlTdGF0dXMSFQoNY3VycmVuY3lfY29kZRgGIAEoCRIpCghtZXRhZGF0YRgHIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEwoLaXNfZXh0ZXJuYWwYCCABKAgSLgoKY3JlYXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJQoIYmFsYW5jZXMYCiABKAsyEy5sZWRnZXIudjEuQmFsYW5jZXMSFwoPb3ZlcmRyYWZ0X2xpbWl0GAwgASgDEhUKDXN0YXR1c19yZWFzb24YDSABKAlKBAgFEAYi5QEKA0xlZxIWCg50cmFuc2FjdGlvbl9pZBgBIAEoCRIcChR0cmFuc2FjdGlvbl9ncm91cF9pZBgCIAEoCRIRCgllbnRpdHlfaWQYAyABKAkSJwoJZGlyZWN0aW9uGAQgASgOMhQubGVkZ2VyLnYxLkRpcmVjdGlvbhIOCgZhbW91bnQYBSABKAMSLAoGc3RhdHVzGAYgASgOMhwubGVkZ2VyLnYxLlRyYW5zYWN0aW9uU3RhdHVzEi4KCmNyZWF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIsoDChBUcmFuc2FjdGlvbkdyb3VwEhwKFHRyYW5zYWN0aW9uX2dyb3VwX2lkGAEgASgJEhIKCnByb2dyYW1faWQYAiABKAkSLAoGc3RhdHVzGAMgASgOMhwubGVkZ2VyLnYxLlRyYW5zYWN0aW9uU3RhdHVzEhMKC2Rlc2NyaXB0aW9uGAQgASgJEikKCG1ldGFkYXRhGAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIVCg1jdXJyZW5jeV9jb2RlGAYgASgJEhAKCGRpc3B1dGVkGAcgASgIEg4KBmFtb3VudBgIIAEoAxIcCgRsZWdzGAkgAygLMg4ubGVkZ2VyLnYxLkxlZxIuCgpjcmVhdGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIlCh1yZXZlcnNlc190cmFuc2FjdGlvbl9ncm91cF9pZBgMIAEoCRIoCiByZXZlcnNlZF9ieV90cmFuc2FjdGlvbl9ncm91cF9pZBgNIAEoCRIOCgZyZWFzb24YDiABKAkiqgEKB1Byb2dyYW0SEgoKcHJvZ3JhbV9pZBgBIAEoCRIUCgxwcm9ncmFtX25hbWUYAiABKAkSFQoNY3VycmVuY3lfY29kZRgDIAEoCRIaChJleHRlcm5hbF9lbnRpdHlfaWQYBCABKAkSEgoKaXNfZGVmYXVsdBgFIAEoCBIuCgpjcmVhdGVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKuAQoTQ3JlYXRlRW50aXR5UmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhMKC2VudGl0eV9uYW1lGAIgASgJEhMKC2VudGl0eV90eXBlGAMgASgJEikKCG1ldGFkYXRhGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIVCg1jdXJyZW5jeV9jb2RlGAUgASgJEhcKD292ZXJkcmFmdF9saW1pdBgGIAEoAyI5ChRDcmVhdGVFbnRpdHlSZXNwb25zZRIhCgZlbnRpdHkYASABKAsyES5sZWRnZXIudjEuRW50aXR5IjkKEEdldEVudGl0eVJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkiNgoRR2V0RW50aXR5UmVzcG9uc2USIQoGZW50aXR5GAEgASgLMhEubGVkZ2VyLnYxLkVudGl0eSJdChNMaXN0RW50aXRpZXNSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSDQoFbGltaXQYAiABKAUSDgoGY3Vyc29yGAMgASgJEhMKC2VudGl0eV90eXBlGAQgASgJIl4KFExpc3RFbnRpdGllc1Jlc3BvbnNlEiMKCGVudGl0aWVzGAEgAygLMhEubGVkZ2VyLnYxLkVudGl0eRIhCgRwYWdlGAIgASgLMhMuY29tbW9uLnYxLlBhZ2VJbmZvIl8KEUZ1bmRFbnRpdHlSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJEg4KBmFtb3VudBgDIAEoAxITCgtkZXNjcmlwdGlvbhgEIAEoCSJsChJGdW5kRW50aXR5UmVzcG9uc2USNgoRdHJhbnNhY3Rpb25fZ3JvdXAYASABKAsyGy5sZWRnZXIudjEuVHJhbnNhY3Rpb25Hcm91cBIeCgZjcmVkaXQYAiABKAsyDi5sZWRnZXIudjEuTGVnImEKE0RlZnVuZEVudGl0eVJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSDgoGYW1vdW50GAMgASgDEhMKC2Rlc2NyaXB0aW9uGAQgASgJIm0KFERlZnVuZEVudGl0eVJlc3BvbnNlEjYKEXRyYW5zYWN0aW9uX2dyb3VwGAEgASgLMhsubGVkZ2VyLnYxLlRyYW5zYWN0aW9uR3JvdXASHQoFZGViaXQYAiABKAsyDi5sZWRnZXIudjEuTGVnIkgKCFRyYW5zZmVyEhYKDmZyb21fZW50aXR5X2lkGAEgASgJEhQKDHRvX2VudGl0eV9pZBgCIAEoCRIOCgZhbW91bnQYAyABKAMiUwoFRW50cnkSEQoJZW50aXR5X2lkGAEgASgJEicKCWRpcmVjdGlvbhgCIAEoDjIULmxlZGdlci52MS5EaXJlY3Rpb24SDgoGYW1vdW50GAMgASgDIiwKB0VudHJpZXMSIQoHZW50cmllcxgBIAMoCzIQLmxlZGdlci52MS5FbnRyeSL0AQoYQ3JlYXRlVHJhbnNhY3Rpb25SZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSLAoGc3RhdHVzGAMgASgOMhwubGVkZ2VyLnYxLlRyYW5zYWN0aW9uU3RhdHVzEikKCG1ldGFkYXRhGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBInCgh0cmFuc2ZlchgFIAEoCzITLmxlZGdlci52MS5UcmFuc2ZlckgAEiUKB2VudHJpZXMYBiABKAsyEi5sZWRnZXIudjEuRW50cmllc0gAQgYKBGZvcm0iUwoZQ3JlYXRlVHJhbnNhY3Rpb25SZXNwb25zZRI2ChF0cmFuc2FjdGlvbl9ncm91cBgBIAEoCzIbLmxlZGdlci52MS5UcmFuc2FjdGlvbkdyb3VwImsKFkNyZWF0ZVRyYW5zYWN0aW9uc0l0ZW0SOAoLdHJhbnNhY3Rpb24YASABKAsyIy5sZWRnZXIudjEuQ3JlYXRlVHJhbnNhY3Rpb25SZXF1ZXN0EhcKD2lkZW1wb3RlbmN5X2tleRgCIAEoCSJ4ChlDcmVhdGVUcmFuc2FjdGlvbnNSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSNwoMdHJhbnNhY3Rpb25zGAIgAygLMiEubGVkZ2VyLnYxLkNyZWF0ZVRyYW5zYWN0aW9uc0l0ZW0SDgoGYXRvbWljGAMgASgIImIKF0NyZWF0ZVRyYW5zYWN0aW9uc0Vycm9yEgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCRIoCgdkZXRhaWxzGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCKlAQoYQ3JlYXRlVHJhbnNhY3Rpb25zUmVzdWx0EjgKEXRyYW5zYWN0aW9uX2dyb3VwGAEgASgLMhsubGVkZ2VyLnYxLlRyYW5zYWN0aW9uR3JvdXBIABIzCgVlcnJvchgCIAEoCzIiLmxlZGdlci52MS5DcmVhdGVUcmFuc2FjdGlvbnNFcnJvckgAEhAKCHJlcGxheWVkGAMgASgIQggKBnJlc3VsdCJ1ChpDcmVhdGVUcmFuc2FjdGlvbnNSZXNwb25zZRIRCglzdWNjZWVkZWQYASABKAUSDgoGZmFpbGVkGAIgASgFEjQKB3Jlc3VsdHMYAyADKAsyIy5sZWRnZXIudjEuQ3JlYXRlVHJhbnNhY3Rpb25zUmVzdWx0IlYKFUdldFRyYW5zYWN0aW9uUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhEKCWVudGl0eV9pZBgCIAEoCRIWCg50cmFuc2FjdGlvbl9pZBgDIAEoCSI1ChZHZXRUcmFuc2FjdGlvblJlc3BvbnNlEhsKA2xlZxgBIAEoCzIOLmxlZGdlci52MS5MZWcijQEKF0xpc3RUcmFuc2FjdGlvbnNSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJEg0KBWxpbWl0GAMgASgFEg4KBmN1cnNvchgEIAEoCRIsCgZzdGF0dXMYBSABKA4yHC5sZWRnZXIudjEuVHJhbnNhY3Rpb25TdGF0dXMiWwoYTGlzdFRyYW5zYWN0aW9uc1Jlc3BvbnNlEhwKBGxlZ3MYASADKAsyDi5sZWRnZXIudjEuTGVnEiEKBHBhZ2UYAiABKAsyEy5jb21tb24udjEuUGFnZUluZm8iTgoaR2V0VHJhbnNhY3Rpb25Hcm91cFJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIcChR0cmFuc2FjdGlvbl9ncm91cF9pZBgCIAEoCSJVChtHZXRUcmFuc2FjdGlvbkdyb3VwUmVzcG9uc2USNgoRdHJhbnNhY3Rpb25fZ3JvdXAYASABKAsyGy5sZWRnZXIudjEuVHJhbnNhY3Rpb25Hcm91cCJKChZQb3N0VHJhbnNhY3Rpb25SZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSHAoUdHJhbnNhY3Rpb25fZ3JvdXBfaWQYAiABKAkiUQoXUG9zdFRyYW5zYWN0aW9uUmVzcG9uc2USNgoRdHJhbnNhY3Rpb25fZ3JvdXAYASABKAsyGy5sZWRnZXIudjEuVHJhbnNhY3Rpb25Hcm91cCJMChhDYW5jZWxUcmFuc2FjdGlvblJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIcChR0cmFuc2FjdGlvbl9ncm91cF9pZBgCIAEoCSJTChlDYW5jZWxUcmFuc2FjdGlvblJlc3BvbnNlEjYKEXRyYW5zYWN0aW9uX2dyb3VwGAEgASgLMhsubGVkZ2VyLnYxLlRyYW5zYWN0aW9uR3JvdXAiWgoWRmFpbFRyYW5zYWN0aW9uUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhwKFHRyYW5zYWN0aW9uX2dyb3VwX2lkGAIgASgJEg4KBnJlYXNvbhgDIAEoCSJRChdGYWlsVHJhbnNhY3Rpb25SZXNwb25zZRI2ChF0cmFuc2FjdGlvbl9ncm91cBgBIAEoCzIbLmxlZGdlci52MS5UcmFuc2FjdGlvbkdyb3VwImIKGVJldmVyc2VUcmFuc2FjdGlvblJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIcChR0cmFuc2FjdGlvbl9ncm91cF9pZBgCIAEoCRITCgtkZXNjcmlwdGlvbhgDIAEoCSK8AQoaUmV2ZXJzZVRyYW5zYWN0aW9uUmVzcG9uc2USNgoRdHJhbnNhY3Rpb25fZ3JvdXAYASABKAsyGy5sZWRnZXIudjEuVHJhbnNhY3Rpb25Hcm91cBIlCh1yZXZlcnNhbF90cmFuc2FjdGlvbl9ncm91cF9pZBgCIAEoCRI/ChpyZXZlcnNhbF90cmFuc2FjdGlvbl9ncm91cBgDIAEoCzIbLmxlZGdlci52MS5UcmFuc2FjdGlvbkdyb3VwIl0KGURpc3B1dGVUcmFuc2FjdGlvblJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIcChR0cmFuc2FjdGlvbl9ncm91cF9pZBgCIAEoCRIOCgZyZWFzb24YAyABKAkiVAoaRGlzcHV0ZVRyYW5zYWN0aW9uUmVzcG9uc2USNgoRdHJhbnNhY3Rpb25fZ3JvdXAYASABKAsyGy5sZWRnZXIudjEuVHJhbnNhY3Rpb25Hcm91cCJDChRDcmVhdGVQcm9ncmFtUmVxdWVzdBIUCgxwcm9ncmFtX25hbWUYASABKAkSFQoNY3VycmVuY3lfY29kZRgCIAEoCSI8ChVDcmVhdGVQcm9ncmFtUmVzcG9uc2USIwoHcHJvZ3JhbRgBIAEoCzISLmxlZGdlci52MS5Qcm9ncmFtIicKEUdldFByb2dyYW1SZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkiOQoSR2V0UHJvZ3JhbVJlc3BvbnNlEiMKB3Byb2dyYW0YASABKAsyEi5sZWRnZXIudjEuUHJvZ3JhbSI0ChNMaXN0UHJvZ3JhbXNSZXF1ZXN0Eg0KBWxpbWl0GAEgASgFEg4KBmN1cnNvchgCIAEoCSJfChRMaXN0UHJvZ3JhbXNSZXNwb25zZRIkCghwcm9ncmFtcxgBIAMoCzISLmxlZGdlci52MS5Qcm9ncmFtEiEKBHBhZ2UYAiABKAsyEy5jb21tb24udjEuUGFnZUluZm8i7QEKE1VwZGF0ZUVudGl0eVJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSGAoLZW50aXR5X25hbWUYAyABKAlIAIgBARIYCgtlbnRpdHlfdHlwZRgEIAEoCUgBiAEBEikKCG1ldGFkYXRhGAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIcCg9vdmVyZHJhZnRfbGltaXQYBiABKANIAogBAUIOCgxfZW50aXR5X25hbWVCDgoMX2VudGl0eV90eXBlQhIKEF9vdmVyZHJhZnRfbGltaXQiOQoUVXBkYXRlRW50aXR5UmVzcG9uc2USIQoGZW50aXR5GAEgASgLMhEubGVkZ2VyLnYxLkVudGl0eSJMChNGcmVlemVFbnRpdHlSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJEg4KBnJlYXNvbhgDIAEoCSI5ChRGcmVlemVFbnRpdHlSZXNwb25zZRIhCgZlbnRpdHkYASABKAsyES5sZWRnZXIudjEuRW50aXR5Ij4KFVVuZnJlZXplRW50aXR5UmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhEKCWVudGl0eV9pZBgCIAEoCSI7ChZVbmZyZWV6ZUVudGl0eVJlc3BvbnNlEiEKBmVudGl0eRgBIAEoCzIRLmxlZGdlci52MS5FbnRpdHkiOwoSQ2xvc2VFbnRpdHlSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJIjgKE0Nsb3NlRW50aXR5UmVzcG9uc2USIQoGZW50aXR5GAEgASgLMhEubGVkZ2VyLnYxLkVudGl0eSJAChRVcGRhdGVQcm9ncmFtUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhQKDHByb2dyYW1fbmFtZRgCIAEoCSI8ChVVcGRhdGVQcm9ncmFtUmVzcG9uc2USIwoHcHJvZ3JhbRgBIAEoCzISLmxlZGdlci52MS5Qcm9ncmFtKlEKCURpcmVjdGlvbhIZChVESVJFQ1RJT05fVU5TUEVDSUZJRUQQABITCg9ESVJFQ1RJT05fREVCSVQQARIUChBESVJFQ1RJT05fQ1JFRElUEAIq1wEKEVRyYW5zYWN0aW9uU3RhdHVzEiIKHlRSQU5TQUNUSU9OX1NUQVRVU19VTlNQRUNJRklFRBAAEh4KGlRSQU5TQUNUSU9OX1NUQVRVU19QRU5ESU5HEAESHQoZVFJBTlNBQ1RJT05fU1RBVFVTX1BPU1RFRBACEh8KG1RSQU5TQUNUSU9OX1NUQVRVU19DQU5DRUxFRBADEh0KGVRSQU5TQUNUSU9OX1NUQVRVU19GQUlMRUQQBBIfChtUUkFOU0FDVElPTl9TVEFUVVNfUkVWRVJTRUQQBSp7CgxFbnRpdHlTdGF0dXMSHQoZRU5USVRZX1NUQVRVU19VTlNQRUNJRklFRBAAEhgKFEVOVElUWV9TVEFUVVNfQUNUSVZFEAESGAoURU5USVRZX1NUQVRVU19GUk9aRU4QAhIYChRFTlRJVFlfU1RBVFVTX0NMT1NFRBADMvoPCg1MZWRnZXJTZXJ2aWNlEk8KDENyZWF0ZUVudGl0eRIeLmxlZGdlci52MS5DcmVhdGVFbnRpdHlSZXF1ZXN0Gh8ubGVkZ2VyLnYxLkNyZWF0ZUVudGl0eVJlc3BvbnNlEksKCUdldEVudGl0eRIbLmxlZGdlci52MS5HZXRFbnRpdHlSZXF1ZXN0GhwubGVkZ2VyLnYxLkdldEVudGl0eVJlc3BvbnNlIgOQAgESVAoMTGlzdEVudGl0aWVzEh4ubGVkZ2VyLnYxLkxpc3RFbnRpdGllc1JlcXVlc3QaHy5sZWRnZXIudjEuTGlzdEVudGl0aWVzUmVzcG9uc2UiA5ACARJPCgxVcGRhdGVFbnRpdHkSHi5sZWRnZXIudjEuVXBkYXRlRW50aXR5UmVxdWVzdBofLmxlZGdlci52MS5VcGRhdGVFbnRpdHlSZXNwb25zZRJPCgxGcmVlemVFbnRpdHkSHi5sZWRnZXIudjEuRnJlZXplRW50aXR5UmVxdWVzdBofLmxlZGdlci52MS5GcmVlemVFbnRpdHlSZXNwb25zZRJVCg5VbmZyZWV6ZUVudGl0eRIgLmxlZGdlci52MS5VbmZyZWV6ZUVudGl0eVJlcXVlc3QaIS5sZWRnZXIudjEuVW5mcmVlemVFbnRpdHlSZXNwb25zZRJMCgtDbG9zZUVudGl0eRIdLmxlZGdlci52MS5DbG9zZUVudGl0eVJlcXVlc3QaHi5sZWRnZXIudjEuQ2xvc2VFbnRpdHlSZXNwb25zZRJJCgpGdW5kRW50aXR5EhwubGVkZ2VyLnYxLkZ1bmRFbnRpdHlSZXF1ZXN0Gh0ubGVkZ2VyLnYxLkZ1bmRFbnRpdHlSZXNwb25zZRJPCgxEZWZ1bmRFbnRpdHkSHi5sZWRnZXIudjEuRGVmdW5kRW50aXR5UmVxdWVzdBofLmxlZGdlci52MS5EZWZ1bmRFbnRpdHlSZXNwb25zZRJeChFDcmVhdGVUcmFuc2FjdGlvbhIjLmxlZGdlci52MS5DcmVhdGVUcmFuc2FjdGlvblJlcXVlc3QaJC5sZWRnZXIudjEuQ3JlYXRlVHJhbnNhY3Rpb25SZXNwb25zZRJhChJDcmVhdGVUcmFuc2FjdGlvbnMSJC5sZWRnZXIudjEuQ3JlYXRlVHJhbnNhY3Rpb25zUmVxdWVzdBolLmxlZGdlci52MS5DcmVhdGVUcmFuc2FjdGlvbnNSZXNwb25zZRJaCg5HZXRUcmFuc2FjdGlvbhIgLmxlZGdlci52MS5HZXRUcmFuc2FjdGlvblJlcXVlc3QaIS5sZWRnZXIudjEuR2V0VHJhbnNhY3Rpb25SZXNwb25zZSIDkAIBEmAKEExpc3RUcmFuc2FjdGlvbnMSIi5sZWRnZXIudjEuTGlzdFRyYW5zYWN0aW9uc1JlcXVlc3QaIy5sZWRnZXIudjEuTGlzdFRyYW5zYWN0aW9uc1Jlc3BvbnNlIgOQAgESaQoTR2V0VHJhbnNhY3Rpb25Hcm91cBIlLmxlZGdlci52MS5HZXRUcmFuc2FjdGlvbkdyb3VwUmVxdWVzdBomLmxlZGdlci52MS5HZXRUcmFuc2FjdGlvbkdyb3VwUmVzcG9uc2UiA5ACARJYCg9Qb3N0VHJhbnNhY3Rpb24SIS5sZWRnZXIudjEuUG9zdFRyYW5zYWN0aW9uUmVxdWVzdBoiLmxlZGdlci52MS5Qb3N0VHJhbnNhY3Rpb25SZXNwb25zZRJeChFDYW5jZWxUcmFuc2FjdGlvbhIjLmxlZGdlci52MS5DYW5jZWxUcmFuc2FjdGlvblJlcXVlc3QaJC5sZWRnZXIudjEuQ2FuY2VsVHJhbnNhY3Rpb25SZXNwb25zZRJYCg9GYWlsVHJhbnNhY3Rpb24SIS5sZWRnZXIudjEuRmFpbFRyYW5zYWN0aW9uUmVxdWVzdBoiLmxlZGdlci52MS5GYWlsVHJhbnNhY3Rpb25SZXNwb25zZRJhChJSZXZlcnNlVHJhbnNhY3Rpb24SJC5sZWRnZXIudjEuUmV2ZXJzZVRyYW5zYWN0aW9uUmVxdWVzdBolLmxlZGdlci52MS5SZXZlcnNlVHJhbnNhY3Rpb25SZXNwb25zZRJhChJEaXNwdXRlVHJhbnNhY3Rpb24SJC5sZWRnZXIudjEuRGlzcHV0ZVRyYW5zYWN0aW9uUmVxdWVzdBolLmxlZGdlci52MS5EaXNwdXRlVHJhbnNhY3Rpb25SZXNwb25zZRJSCg1DcmVhdGVQcm9ncmFtEh8ubGVkZ2VyLnYxLkNyZWF0ZVByb2dyYW1SZXF1ZXN0GiAubGVkZ2VyLnYxLkNyZWF0ZVByb2dyYW1SZXNwb25zZRJOCgpHZXRQcm9ncmFtEhwubGVkZ2VyLnYxLkdldFByb2dyYW1SZXF1ZXN0Gh0ubGVkZ2VyLnYxLkdldFByb2dyYW1SZXNwb25zZSIDkAIBElQKDExpc3RQcm9ncmFtcxIeLmxlZGdlci52MS5MaXN0UHJvZ3JhbXNSZXF1ZXN0Gh8ubGVkZ2VyLnYxLkxpc3RQcm9ncmFtc1Jlc3BvbnNlIgOQAgESUgoNVXBkYXRlUHJvZ3JhbRIfLmxlZGdlci52MS5VcGRhdGVQcm9ncmFtUmVxdWVzdBogLmxlZGdlci52MS5VcGRhdGVQcm9ncmFtUmVzcG9uc2ViBnByb3RvMw", [file_common_v1_common, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChZsZWRnZXIvdjEvbGVkZ2VyLnByb3RvEglsZWRnZXIudjEibAoIQmFsYW5jZXMSDgoGcG9zdGVkGAEgASgDEhYKDnBlbmRpbmdfZGViaXRzGAIgASgDEhcKD3BlbmRpbmdfY3JlZGl0cxgDIAEoAxIMCgRoZWxkGAQgASgDEhEKCWF2YWlsYWJsZRgFIAEoAyLmAgoGRW50aXR5EhEKCWVudGl0eV9pZBgBIAEoCRISCgpwcm9ncmFtX2lkGAIgASgJEhMKC2VudGl0eV9uYW1lGAMgASgJEhMKC2VudGl0eV90eXBlGAQgASgJEicKBnN0YXR1cxgLIAEoDjIXLmxlZGdlci52MS5FbnRpdHlTdGF0dXMSFQoNY3VycmVuY3lfY29kZRgGIAEoCRIpCghtZXRhZGF0YRgHIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEwoLaXNfZXh0ZXJuYWwYCCABKAgSLgoKY3JlYXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJQoIYmFsYW5jZXMYCiABKAsyEy5sZWRnZXIudjEuQmFsYW5jZXMSFwoPb3ZlcmRyYWZ0X2xpbWl0GAwgASgDEhUKDXN0YXR1c19yZWFzb24YDSABKAlKBAgFEAYi5QEKA0xlZxIWCg50cmFuc2FjdGlvbl9pZBgBIAEoCRIcChR0cmFuc2FjdGlvbl9ncm91cF9pZBgCIAEoCRIRCgllbnRpdHlfaWQYAyABKAkSJwoJZGlyZWN0aW9uGAQgASgOMhQubGVkZ2VyLnYxLkRpcmVjdGlvbhIOCgZhbW91bnQYBSABKAMSLAoGc3RhdHVzGAYgASgOMhwubGVkZ2VyLnYxLlRyYW5zYWN0aW9uU3RhdHVzEi4KCmNyZWF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIsoDChBUcmFuc2FjdGlvbkdyb3VwEhwKFHRyYW5zYWN0aW9uX2dyb3VwX2lkGAEgASgJEhIKCnByb2dyYW1faWQYAiABKAkSLAoGc3RhdHVzGAMgASgOMhwubGVkZ2VyLnYxLlRyYW5zYWN0aW9uU3RhdHVzEhMKC2Rlc2NyaXB0aW9uGAQgASgJEikKCG1ldGFkYXRhGAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIVCg1jdXJyZW5jeV9jb2RlGAYgASgJEhAKCGRpc3B1dGVkGAcgASgIEg4KBmFtb3VudBgIIAEoAxIcCgRsZWdzGAkgAygLMg4ubGVkZ2VyLnYxLkxlZxIuCgpjcmVhdGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIlCh1yZXZlcnNlc190cmFuc2FjdGlvbl9ncm91cF9pZBgMIAEoCRIoCiByZXZlcnNlZF9ieV90cmFuc2FjdGlvbl9ncm91cF9pZBgNIAEoCRIOCgZyZWFzb24YDiABKAkiqgEKB1Byb2dyYW0SEgoKcHJvZ3JhbV9pZBgBIAEoCRIUCgxwcm9ncmFtX25hbWUYAiABKAkSFQoNY3VycmVuY3lfY29kZRgDIAEoCRIaChJleHRlcm5hbF9lbnRpdHlfaWQYBCABKAkSEgoKaXNfZGVmYXVsdBgFIAEoCBIuCgpjcmVhdGVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKuAQoTQ3JlYXRlRW50aXR5UmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhMKC2VudGl0eV9uYW1lGAIgASgJEhMKC2VudGl0eV90eXBlGAMgASgJEikKCG1ldGFkYXRhGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIVCg1jdXJyZW5jeV9jb2RlGAUgASgJEhcKD292ZXJkcmFmdF9saW1pdBgGIAEoAyI5ChRDcmVhdGVFbnRpdHlSZXNwb25zZRIhCgZlbnRpdHkYASABKAsyES5sZWRnZXIudjEuRW50aXR5IjkKEEdldEVudGl0eVJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkiNgoRR2V0RW50aXR5UmVzcG9uc2USIQoGZW50aXR5GAEgASgLMhEubGVkZ2VyLnYxLkVudGl0eSLeAgoTTGlzdEVudGl0aWVzUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEg0KBWxpbWl0GAIgASgFEg4KBmN1cnNvchgDIAEoCRITCgtlbnRpdHlfdHlwZRgEIAEoCRInCgZzdGF0dXMYBSABKA4yFy5sZWRnZXIudjEuRW50aXR5U3RhdHVzEjEKDWNyZWF0ZWRfYWZ0ZXIYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKDmNyZWF0ZWRfYmVmb3JlGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI+CghtZXRhZGF0YRgIIAMoCzIsLmxlZGdlci52MS5MaXN0RW50aXRpZXNSZXF1ZXN0Lk1ldGFkYXRhRW50cnkaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIl4KFExpc3RFbnRpdGllc1Jlc3BvbnNlEiMKCGVudGl0aWVzGAEgAygLMhEubGVkZ2VyLnYxLkVudGl0eRIhCgRwYWdlGAIgASgLMhMuY29tbW9uLnYxLlBhZ2VJbmZvIl8KEUZ1bmRFbnRpdHlSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJEg4KBmFtb3VudBgDIAEoAxITCgtkZXNjcmlwdGlvbhgEIAEoCSJsChJGdW5kRW50aXR5UmVzcG9uc2USNgoRdHJhbnNhY3Rpb25fZ3JvdXAYASABKAsyGy5sZWRnZXIudjEuVHJhbnNhY3Rpb25Hcm91cBIeCgZjcmVkaXQYAiABKAsyDi5sZWRnZXIudjEuTGVnImEKE0RlZnVuZEVudGl0eVJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSDgoGYW1vdW50GAMgASgDEhMKC2Rlc2NyaXB0aW9uGAQgASgJIm0KFERlZnVuZEVudGl0eVJlc3BvbnNlEjYKEXRyYW5zYWN0aW9uX2dyb3VwGAEgASgLMhsubGVkZ2VyLnYxLlRyYW5zYWN0aW9uR3JvdXASHQoFZGViaXQYAiABKAsyDi5sZWRnZXIudjEuTGVnIkgKCFRyYW5zZmVyEhYKDmZyb21fZW50aXR5X2lkGAEgASgJEhQKDHRvX2VudGl0eV9pZBgCIAEoCRIOCgZhbW91bnQYAyABKAMiUwoFRW50cnkSEQoJZW50aXR5X2lkGAEgASgJEicKCWRpcmVjdGlvbhgCIAEoDjIULmxlZGdlci52MS5EaXJlY3Rpb24SDgoGYW1vdW50GAMgASgDIiwKB0VudHJpZXMSIQoHZW50cmllcxgBIAMoCzIQLmxlZGdlci52MS5FbnRyeSL0AQoYQ3JlYXRlVHJhbnNhY3Rpb25SZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSLAoGc3RhdHVzGAMgASgOMhwubGVkZ2VyLnYxLlRyYW5zYWN0aW9uU3RhdHVzEikKCG1ldGFkYXRhGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBInCgh0cmFuc2ZlchgFIAEoCzITLmxlZGdlci52MS5UcmFuc2ZlckgAEiUKB2VudHJpZXMYBiABKAsyEi5sZWRnZXIudjEuRW50cmllc0gAQgYKBGZvcm0iUwoZQ3JlYXRlVHJhbnNhY3Rpb25SZXNwb25zZRI2ChF0cmFuc2FjdGlvbl9ncm91cBgBIAEoCzIbLmxlZGdlci52MS5UcmFuc2FjdGlvbkdyb3VwImsKFkNyZWF0ZVRyYW5zYWN0aW9uc0l0ZW0SOAoLdHJhbnNhY3Rpb24YASABKAsyIy5sZWRnZXIudjEuQ3JlYXRlVHJhbnNhY3Rpb25SZXF1ZXN0EhcKD2lkZW1wb3RlbmN5X2tleRgCIAEoCSJ4ChlDcmVhdGVUcmFuc2FjdGlvbnNSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSNwoMdHJhbnNhY3Rpb25zGAIgAygLMiEubGVkZ2VyLnYxLkNyZWF0ZVRyYW5zYWN0aW9uc0l0ZW0SDgoGYXRvbWljGAMgASgIImIKF0NyZWF0ZVRyYW5zYWN0aW9uc0Vycm9yEgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCRIoCgdkZXRhaWxzGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCKlAQoYQ3JlYXRlVHJhbnNhY3Rpb25zUmVzdWx0EjgKEXRyYW5zYWN0aW9uX2dyb3VwGAEgASgLMhsubGVkZ2VyLnYxLlRyYW5zYWN0aW9uR3JvdXBIABIzCgVlcnJvchgCIAEoCzIiLmxlZGdlci52MS5DcmVhdGVUcmFuc2FjdGlvbnNFcnJvckgAEhAKCHJlcGxheWVkGAMgASgIQggKBnJlc3VsdCJ1ChpDcmVhdGVUcmFuc2FjdGlvbnNSZXNwb25zZRIRCglzdWNjZWVkZWQYASABKAUSDgoGZmFpbGVkGAIgASgFEjQKB3Jlc3VsdHMYAyADKAsyIy5sZWRnZXIudjEuQ3JlYXRlVHJhbnNhY3Rpb25zUmVzdWx0IlYKFUdldFRyYW5zYWN0aW9uUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhEKCWVudGl0eV9pZBgCIAEoCRIWCg50cmFuc2FjdGlvbl9pZBgDIAEoCSI1ChZHZXRUcmFuc2FjdGlvblJlc3BvbnNlEhsKA2xlZxgBIAEoCzIOLmxlZGdlci52MS5MZWci6QIKF0xpc3RUcmFuc2FjdGlvbnNSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJEg0KBWxpbWl0GAMgASgFEg4KBmN1cnNvchgEIAEoCRIsCgZzdGF0dXMYBSABKA4yHC5sZWRnZXIudjEuVHJhbnNhY3Rpb25TdGF0dXMSMQoNY3JlYXRlZF9hZnRlchgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMgoOY3JlYXRlZF9iZWZvcmUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEkIKCG1ldGFkYXRhGAggAygLMjAubGVkZ2VyLnYxLkxpc3RUcmFuc2FjdGlvbnNSZXF1ZXN0Lk1ldGFkYXRhRW50cnkaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIlsKGExpc3RUcmFuc2FjdGlvbnNSZXNwb25zZRIcCgRsZWdzGAEgAygLMg4ubGVkZ2VyLnYxLkxlZxIhCgRwYWdlGAIgASgLMhMuY29tbW9uLnYxLlBhZ2VJbmZvIk4KGkdldFRyYW5zYWN0aW9uR3JvdXBSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSHAoUdHJhbnNhY3Rpb25fZ3JvdXBfaWQYAiABKAkiVQobR2V0VHJhbnNhY3Rpb25Hcm91cFJlc3BvbnNlEjYKEXRyYW5zYWN0aW9uX2dyb3VwGAEgASgLMhsubGVkZ2VyLnYxLlRyYW5zYWN0aW9uR3JvdXAi4AIKHExpc3RUcmFuc2FjdGlvbkdyb3Vwc1JlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRINCgVsaW1pdBgCIAEoBRIOCgZjdXJzb3IYAyABKAkSLAoGc3RhdHVzGAQgASgOMhwubGVkZ2VyLnYxLlRyYW5zYWN0aW9uU3RhdHVzEjEKDWNyZWF0ZWRfYWZ0ZXIYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKDmNyZWF0ZWRfYmVmb3JlGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBJHCghtZXRhZGF0YRgHIAMoCzI1LmxlZGdlci52MS5MaXN0VHJhbnNhY3Rpb25Hcm91cHNSZXF1ZXN0Lk1ldGFkYXRhRW50cnkaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBInsKHUxpc3RUcmFuc2FjdGlvbkdyb3Vwc1Jlc3BvbnNlEjcKEnRyYW5zYWN0aW9uX2dyb3VwcxgBIAMoCzIbLmxlZGdlci52MS5UcmFuc2FjdGlvbkdyb3VwEiEKBHBhZ2UYAiABKAsyEy5jb21tb24udjEuUGFnZUluZm8iSgoWUG9zdFRyYW5zYWN0aW9uUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhwKFHRyYW5zYWN0aW9uX2dyb3VwX2lkGAIgASgJIlEKF1Bvc3RUcmFuc2FjdGlvblJlc3BvbnNlEjYKEXRyYW5zYWN0aW9uX2dyb3VwGAEgASgLMhsubGVkZ2VyLnYxLlRyYW5zYWN0aW9uR3JvdXAiTAoYQ2FuY2VsVHJhbnNhY3Rpb25SZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSHAoUdHJhbnNhY3Rpb25fZ3JvdXBfaWQYAiABKAkiUwoZQ2FuY2VsVHJhbnNhY3Rpb25SZXNwb25zZRI2ChF0cmFuc2FjdGlvbl9ncm91cBgBIAEoCzIbLmxlZGdlci52MS5UcmFuc2FjdGlvbkdyb3VwIloKFkZhaWxUcmFuc2FjdGlvblJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIcChR0cmFuc2FjdGlvbl9ncm91cF9pZBgCIAEoCRIOCgZyZWFzb24YAyABKAkiUQoXRmFpbFRyYW5zYWN0aW9uUmVzcG9uc2USNgoRdHJhbnNhY3Rpb25fZ3JvdXAYASABKAsyGy5sZWRnZXIudjEuVHJhbnNhY3Rpb25Hcm91cCJiChlSZXZlcnNlVHJhbnNhY3Rpb25SZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSHAoUdHJhbnNhY3Rpb25fZ3JvdXBfaWQYAiABKAkSEwoLZGVzY3JpcHRpb24YAyABKAkivAEKGlJldmVyc2VUcmFuc2FjdGlvblJlc3BvbnNlEjYKEXRyYW5zYWN0aW9uX2dyb3VwGAEgASgLMhsubGVkZ2VyLnYxLlRyYW5zYWN0aW9uR3JvdXASJQodcmV2ZXJzYWxfdHJhbnNhY3Rpb25fZ3JvdXBfaWQYAiABKAkSPwoacmV2ZXJzYWxfdHJhbnNhY3Rpb25fZ3JvdXAYAyABKAsyGy5sZWRnZXIudjEuVHJhbnNhY3Rpb25Hcm91cCJdChlEaXNwdXRlVHJhbnNhY3Rpb25SZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSHAoUdHJhbnNhY3Rpb25fZ3JvdXBfaWQYAiABKAkSDgoGcmVhc29uGAMgASgJIlQKGkRpc3B1dGVUcmFuc2FjdGlvblJlc3BvbnNlEjYKEXRyYW5zYWN0aW9uX2dyb3VwGAEgASgLMhsubGVkZ2VyLnYxLlRyYW5zYWN0aW9uR3JvdXAiQwoUQ3JlYXRlUHJvZ3JhbVJlcXVlc3QSFAoMcHJvZ3JhbV9uYW1lGAEgASgJEhUKDWN1cnJlbmN5X2NvZGUYAiABKAkiPAoVQ3JlYXRlUHJvZ3JhbVJlc3BvbnNlEiMKB3Byb2dyYW0YASABKAsyEi5sZWRnZXIudjEuUHJvZ3JhbSInChFHZXRQcm9ncmFtUmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJIjkKEkdldFByb2dyYW1SZXNwb25zZRIjCgdwcm9ncmFtGAEgASgLMhIubGVkZ2VyLnYxLlByb2dyYW0iNAoTTGlzdFByb2dyYW1zUmVxdWVzdBINCgVsaW1pdBgBIAEoBRIOCgZjdXJzb3IYAiABKAkiXwoUTGlzdFByb2dyYW1zUmVzcG9uc2USJAoIcHJvZ3JhbXMYASADKAsyEi5sZWRnZXIudjEuUHJvZ3JhbRIhCgRwYWdlGAIgASgLMhMuY29tbW9uLnYxLlBhZ2VJbmZvIu0BChNVcGRhdGVFbnRpdHlSZXF1ZXN0EhIKCnByb2dyYW1faWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgJEhgKC2VudGl0eV9uYW1lGAMgASgJSACIAQESGAoLZW50aXR5X3R5cGUYBCABKAlIAYgBARIpCghtZXRhZGF0YRgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSHAoPb3ZlcmRyYWZ0X2xpbWl0GAYgASgDSAKIAQFCDgoMX2VudGl0eV9uYW1lQg4KDF9lbnRpdHlfdHlwZUISChBfb3ZlcmRyYWZ0X2xpbWl0IjkKFFVwZGF0ZUVudGl0eVJlc3BvbnNlEiEKBmVudGl0eRgBIAEoCzIRLmxlZGdlci52MS5FbnRpdHkiTAoTRnJlZXplRW50aXR5UmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhEKCWVudGl0eV9pZBgCIAEoCRIOCgZyZWFzb24YAyABKAkiOQoURnJlZXplRW50aXR5UmVzcG9uc2USIQoGZW50aXR5GAEgASgLMhEubGVkZ2VyLnYxLkVudGl0eSI+ChVVbmZyZWV6ZUVudGl0eVJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkiOwoWVW5mcmVlemVFbnRpdHlSZXNwb25zZRIhCgZlbnRpdHkYASABKAsyES5sZWRnZXIudjEuRW50aXR5IjsKEkNsb3NlRW50aXR5UmVxdWVzdBISCgpwcm9ncmFtX2lkGAEgASgJEhEKCWVudGl0eV9pZBgCIAEoCSI4ChNDbG9zZUVudGl0eVJlc3BvbnNlEiEKBmVudGl0eRgBIAEoCzIRLmxlZGdlci52MS5FbnRpdHkiQAoUVXBkYXRlUHJvZ3JhbVJlcXVlc3QSEgoKcHJvZ3JhbV9pZBgBIAEoCRIUCgxwcm9ncmFtX25hbWUYAiABKAkiPAoVVXBkYXRlUHJvZ3JhbVJlc3BvbnNlEiMKB3Byb2dyYW0YASABKAsyEi5sZWRnZXIudjEuUHJvZ3JhbSpRCglEaXJlY3Rpb24SGQoVRElSRUNUSU9OX1VOU1BFQ0lGSUVEEAASEwoPRElSRUNUSU9OX0RFQklUEAESFAoQRElSRUNUSU9OX0NSRURJVBACKtcBChFUcmFuc2FjdGlvblN0YXR1cxIiCh5UUkFOU0FDVElPTl9TVEFUVVNfVU5TUEVDSUZJRUQQABIeChpUUkFOU0FDVElPTl9TVEFUVVNfUEVORElORxABEh0KGVRSQU5TQUNUSU9OX1NUQVRVU19QT1NURUQQAhIfChtUUkFOU0FDVElPTl9TVEFUVVNfQ0FOQ0VMRUQQAxIdChlUUkFOU0FDVElPTl9TVEFUVVNfRkFJTEVEEAQSHwobVFJBTlNBQ1RJT05fU1RBVFVTX1JFVkVSU0VEEAUqewoMRW50aXR5U3RhdHVzEh0KGUVOVElUWV9TVEFUVVNfVU5TUEVDSUZJRUQQABIYChRFTlRJVFlfU1RBVFVTX0FDVElWRRABEhgKFEVOVElUWV9TVEFUVVNfRlJPWkVOEAISGAoURU5USVRZX1NUQVRVU19DTE9TRUQQAzLrEAoNTGVkZ2VyU2VydmljZRJPCgxDcmVhdGVFbnRpdHkSHi5sZWRnZXIudjEuQ3JlYXRlRW50aXR5UmVxdWVzdBofLmxlZGdlci52MS5DcmVhdGVFbnRpdHlSZXNwb25zZRJLCglHZXRFbnRpdHkSGy5sZWRnZXIudjEuR2V0RW50aXR5UmVxdWVzdBocLmxlZGdlci52MS5HZXRFbnRpdHlSZXNwb25zZSIDkAIBElQKDExpc3RFbnRpdGllcxIeLmxlZGdlci52MS5MaXN0RW50aXRpZXNSZXF1ZXN0Gh8ubGVkZ2VyLnYxLkxpc3RFbnRpdGllc1Jlc3BvbnNlIgOQAgESTwoMVXBkYXRlRW50aXR5Eh4ubGVkZ2VyLnYxLlVwZGF0ZUVudGl0eVJlcXVlc3QaHy5sZWRnZXIudjEuVXBkYXRlRW50aXR5UmVzcG9uc2USTwoMRnJlZXplRW50aXR5Eh4ubGVkZ2VyLnYxLkZyZWV6ZUVudGl0eVJlcXVlc3QaHy5sZWRnZXIudjEuRnJlZXplRW50aXR5UmVzcG9uc2USVQoOVW5mcmVlemVFbnRpdHkSIC5sZWRnZXIudjEuVW5mcmVlemVFbnRpdHlSZXF1ZXN0GiEubGVkZ2VyLnYxLlVuZnJlZXplRW50aXR5UmVzcG9uc2USTAoLQ2xvc2VFbnRpdHkSHS5sZWRnZXIudjEuQ2xvc2VFbnRpdHlSZXF1ZXN0Gh4ubGVkZ2VyLnYxLkNsb3NlRW50aXR5UmVzcG9uc2USSQoKRnVuZEVudGl0eRIcLmxlZGdlci52MS5GdW5kRW50aXR5UmVxdWVzdBodLmxlZGdlci52MS5GdW5kRW50aXR5UmVzcG9uc2USTwoMRGVmdW5kRW50aXR5Eh4ubGVkZ2VyLnYxLkRlZnVuZEVudGl0eVJlcXVlc3QaHy5sZWRnZXIudjEuRGVmdW5kRW50aXR5UmVzcG9uc2USXgoRQ3JlYXRlVHJhbnNhY3Rpb24SIy5sZWRnZXIudjEuQ3JlYXRlVHJhbnNhY3Rpb25SZXF1ZXN0GiQubGVkZ2VyLnYxLkNyZWF0ZVRyYW5zYWN0aW9uUmVzcG9uc2USYQoSQ3JlYXRlVHJhbnNhY3Rpb25zEiQubGVkZ2VyLnYxLkNyZWF0ZVRyYW5zYWN0aW9uc1JlcXVlc3QaJS5sZWRnZXIudjEuQ3JlYXRlVHJhbnNhY3Rpb25zUmVzcG9uc2USWgoOR2V0VHJhbnNhY3Rpb24SIC5sZWRnZXIudjEuR2V0VHJhbnNhY3Rpb25SZXF1ZXN0GiEubGVkZ2VyLnYxLkdldFRyYW5zYWN0aW9uUmVzcG9uc2UiA5ACARJgChBMaXN0VHJhbnNhY3Rpb25zEiIubGVkZ2VyLnYxLkxpc3RUcmFuc2FjdGlvbnNSZXF1ZXN0GiMubGVkZ2VyLnYxLkxpc3RUcmFuc2FjdGlvbnNSZXNwb25zZSIDkAIBEmkKE0dldFRyYW5zYWN0aW9uR3JvdXASJS5sZWRnZXIudjEuR2V0VHJhbnNhY3Rpb25Hcm91cFJlcXVlc3QaJi5sZWRnZXIudjEuR2V0VHJhbnNhY3Rpb25Hcm91cFJlc3BvbnNlIgOQAgESbwoVTGlzdFRyYW5zYWN0aW9uR3JvdXBzEicubGVkZ2VyLnYxLkxpc3RUcmFuc2FjdGlvbkdyb3Vwc1JlcXVlc3QaKC5sZWRnZXIudjEuTGlzdFRyYW5zYWN0aW9uR3JvdXBzUmVzcG9uc2UiA5ACARJYCg9Qb3N0VHJhbnNhY3Rpb24SIS5sZWRnZXIudjEuUG9zdFRyYW5zYWN0aW9uUmVxdWVzdBoiLmxlZGdlci52MS5Qb3N0VHJhbnNhY3Rpb25SZXNwb25zZRJeChFDYW5jZWxUcmFuc2FjdGlvbhIjLmxlZGdlci52MS5DYW5jZWxUcmFuc2FjdGlvblJlcXVlc3QaJC5sZWRnZXIudjEuQ2FuY2VsVHJhbnNhY3Rpb25SZXNwb25zZRJYCg9GYWlsVHJhbnNhY3Rpb24SIS5sZWRnZXIudjEuRmFpbFRyYW5zYWN0aW9uUmVxdWVzdBoiLmxlZGdlci52MS5GYWlsVHJhbnNhY3Rpb25SZXNwb25zZRJhChJSZXZlcnNlVHJhbnNhY3Rpb24SJC5sZWRnZXIudjEuUmV2ZXJzZVRyYW5zYWN0aW9uUmVxdWVzdBolLmxlZGdlci52MS5SZXZlcnNlVHJhbnNhY3Rpb25SZXNwb25zZRJhChJEaXNwdXRlVHJhbnNhY3Rpb24SJC5sZWRnZXIudjEuRGlzcHV0ZVRyYW5zYWN0aW9uUmVxdWVzdBolLmxlZGdlci52MS5EaXNwdXRlVHJhbnNhY3Rpb25SZXNwb25zZRJSCg1DcmVhdGVQcm9ncmFtEh8ubGVkZ2VyLnYxLkNyZWF0ZVByb2dyYW1SZXF1ZXN0GiAubGVkZ2VyLnYxLkNyZWF0ZVByb2dyYW1SZXNwb25zZRJOCgpHZXRQcm9ncmFtEhwubGVkZ2VyLnYxLkdldFByb2dyYW1SZXF1ZXN0Gh0ubGVkZ2VyLnYxLkdldFByb2dyYW1SZXNwb25zZSIDkAIBElQKDExpc3RQcm9ncmFtcxIeLmxlZGdlci52MS5MaXN0UHJvZ3JhbXNSZXF1ZXN0Gh8ubGVkZ2VyLnYxLkxpc3RQcm9ncmFtc1Jlc3BvbnNlIgOQAgESUgoNVXBkYXRlUHJvZ3JhbRIfLmxlZGdlci52MS5VcGRhdGVQcm9ncmFtUmVxdWVzdBogLmxlZGdlci52MS5VcGRhdGVQcm9ncmFtUmVzcG9uc2ViBnByb3RvMw", [file_common_v1_common, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Balances of an entity, all in minor units.
@@ -555,6 +555,36 @@ export type ListEntitiesRequest = Message<"ledger.v1.ListEntitiesRequest"> & {
    * @generated from field: string entity_type = 4;
    */
   entityType: string;
+
+  /**
+   * Only entities in this status, when set.
+   *
+   * @generated from field: ledger.v1.EntityStatus status = 5;
+   */
+  status: EntityStatus;
+
+  /**
+   * Only entities created at or after this time, when set (to the microsecond).
+   *
+   * @generated from field: google.protobuf.Timestamp created_after = 6;
+   */
+  createdAfter?: Timestamp | undefined;
+
+  /**
+   * Only entities created before this time, when set; with created_after, it must be later.
+   *
+   * @generated from field: google.protobuf.Timestamp created_before = 7;
+   */
+  createdBefore?: Timestamp | undefined;
+
+  /**
+   * Only entities whose metadata has each of these keys at its top level with this value: a string
+   * equal to it, or the number or boolean it spells ("5" matches 5 and "5", "true" matches true
+   * and "true"). At most 10 keys of 1 to 256 characters, values of at most 1,000.
+   *
+   * @generated from field: map<string, string> metadata = 8;
+   */
+  metadata: { [key: string]: string };
 };
 
 /**
@@ -1186,6 +1216,29 @@ export type ListTransactionsRequest = Message<"ledger.v1.ListTransactionsRequest
    * @generated from field: ledger.v1.TransactionStatus status = 5;
    */
   status: TransactionStatus;
+
+  /**
+   * Only legs created at or after this time, when set (to the microsecond).
+   *
+   * @generated from field: google.protobuf.Timestamp created_after = 6;
+   */
+  createdAfter?: Timestamp | undefined;
+
+  /**
+   * Only legs created before this time, when set; with created_after, it must be later.
+   *
+   * @generated from field: google.protobuf.Timestamp created_before = 7;
+   */
+  createdBefore?: Timestamp | undefined;
+
+  /**
+   * Only legs whose group's metadata has each of these keys at its top level with this value: a
+   * string equal to it, or the number or boolean it spells ("5" matches 5 and "5", "true" matches
+   * true and "true"). At most 10 keys of 1 to 256 characters, values of at most 1,000.
+   *
+   * @generated from field: map<string, string> metadata = 8;
+   */
+  metadata: { [key: string]: string };
 };
 
 /**
@@ -1273,6 +1326,99 @@ export const GetTransactionGroupResponseSchema: GenMessage<GetTransactionGroupRe
   messageDesc(file_ledger_v1_ledger, 30);
 
 /**
+ * ListTransactionGroupsRequest selects a page of a program's transaction groups.
+ *
+ * @generated from message ledger.v1.ListTransactionGroupsRequest
+ */
+export type ListTransactionGroupsRequest = Message<"ledger.v1.ListTransactionGroupsRequest"> & {
+  /**
+   * Program; empty for the default program.
+   *
+   * @generated from field: string program_id = 1;
+   */
+  programId: string;
+
+  /**
+   * Page size, 1 to 100; 0 means 20.
+   *
+   * @generated from field: int32 limit = 2;
+   */
+  limit: number;
+
+  /**
+   * Cursor from the previous page.
+   *
+   * @generated from field: string cursor = 3;
+   */
+  cursor: string;
+
+  /**
+   * Only groups in this status, when set.
+   *
+   * @generated from field: ledger.v1.TransactionStatus status = 4;
+   */
+  status: TransactionStatus;
+
+  /**
+   * Only groups created at or after this time, when set (to the microsecond).
+   *
+   * @generated from field: google.protobuf.Timestamp created_after = 5;
+   */
+  createdAfter?: Timestamp | undefined;
+
+  /**
+   * Only groups created before this time, when set; with created_after, it must be later.
+   *
+   * @generated from field: google.protobuf.Timestamp created_before = 6;
+   */
+  createdBefore?: Timestamp | undefined;
+
+  /**
+   * Only groups whose metadata has each of these keys at its top level with this value: a string
+   * equal to it, or the number or boolean it spells ("5" matches 5 and "5", "true" matches true
+   * and "true"). At most 10 keys of 1 to 256 characters, values of at most 1,000.
+   *
+   * @generated from field: map<string, string> metadata = 7;
+   */
+  metadata: { [key: string]: string };
+};
+
+/**
+ * Describes the message ledger.v1.ListTransactionGroupsRequest.
+ * Use `create(ListTransactionGroupsRequestSchema)` to create a new message.
+ */
+export const ListTransactionGroupsRequestSchema: GenMessage<ListTransactionGroupsRequest> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_ledger, 31);
+
+/**
+ * ListTransactionGroupsResponse is one page of transaction groups.
+ *
+ * @generated from message ledger.v1.ListTransactionGroupsResponse
+ */
+export type ListTransactionGroupsResponse = Message<"ledger.v1.ListTransactionGroupsResponse"> & {
+  /**
+   * Groups with their legs, newest first.
+   *
+   * @generated from field: repeated ledger.v1.TransactionGroup transaction_groups = 1;
+   */
+  transactionGroups: TransactionGroup[];
+
+  /**
+   * Paging state.
+   *
+   * @generated from field: common.v1.PageInfo page = 2;
+   */
+  page?: PageInfo | undefined;
+};
+
+/**
+ * Describes the message ledger.v1.ListTransactionGroupsResponse.
+ * Use `create(ListTransactionGroupsResponseSchema)` to create a new message.
+ */
+export const ListTransactionGroupsResponseSchema: GenMessage<ListTransactionGroupsResponse> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_ledger, 32);
+
+/**
  * PostTransactionRequest names a pending group to settle.
  *
  * @generated from message ledger.v1.PostTransactionRequest
@@ -1298,7 +1444,7 @@ export type PostTransactionRequest = Message<"ledger.v1.PostTransactionRequest">
  * Use `create(PostTransactionRequestSchema)` to create a new message.
  */
 export const PostTransactionRequestSchema: GenMessage<PostTransactionRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 31);
+  messageDesc(file_ledger_v1_ledger, 33);
 
 /**
  * PostTransactionResponse returns the settled group.
@@ -1319,7 +1465,7 @@ export type PostTransactionResponse = Message<"ledger.v1.PostTransactionResponse
  * Use `create(PostTransactionResponseSchema)` to create a new message.
  */
 export const PostTransactionResponseSchema: GenMessage<PostTransactionResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 32);
+  messageDesc(file_ledger_v1_ledger, 34);
 
 /**
  * CancelTransactionRequest names a pending group to cancel.
@@ -1347,7 +1493,7 @@ export type CancelTransactionRequest = Message<"ledger.v1.CancelTransactionReque
  * Use `create(CancelTransactionRequestSchema)` to create a new message.
  */
 export const CancelTransactionRequestSchema: GenMessage<CancelTransactionRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 33);
+  messageDesc(file_ledger_v1_ledger, 35);
 
 /**
  * CancelTransactionResponse returns the canceled group.
@@ -1368,7 +1514,7 @@ export type CancelTransactionResponse = Message<"ledger.v1.CancelTransactionResp
  * Use `create(CancelTransactionResponseSchema)` to create a new message.
  */
 export const CancelTransactionResponseSchema: GenMessage<CancelTransactionResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 34);
+  messageDesc(file_ledger_v1_ledger, 36);
 
 /**
  * FailTransactionRequest names a pending group that failed.
@@ -1403,7 +1549,7 @@ export type FailTransactionRequest = Message<"ledger.v1.FailTransactionRequest">
  * Use `create(FailTransactionRequestSchema)` to create a new message.
  */
 export const FailTransactionRequestSchema: GenMessage<FailTransactionRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 35);
+  messageDesc(file_ledger_v1_ledger, 37);
 
 /**
  * FailTransactionResponse returns the failed group.
@@ -1424,7 +1570,7 @@ export type FailTransactionResponse = Message<"ledger.v1.FailTransactionResponse
  * Use `create(FailTransactionResponseSchema)` to create a new message.
  */
 export const FailTransactionResponseSchema: GenMessage<FailTransactionResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 36);
+  messageDesc(file_ledger_v1_ledger, 38);
 
 /**
  * ReverseTransactionRequest names a posted group to undo.
@@ -1459,7 +1605,7 @@ export type ReverseTransactionRequest = Message<"ledger.v1.ReverseTransactionReq
  * Use `create(ReverseTransactionRequestSchema)` to create a new message.
  */
 export const ReverseTransactionRequestSchema: GenMessage<ReverseTransactionRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 37);
+  messageDesc(file_ledger_v1_ledger, 39);
 
 /**
  * ReverseTransactionResponse returns the reversed group and names its reversal.
@@ -1494,7 +1640,7 @@ export type ReverseTransactionResponse = Message<"ledger.v1.ReverseTransactionRe
  * Use `create(ReverseTransactionResponseSchema)` to create a new message.
  */
 export const ReverseTransactionResponseSchema: GenMessage<ReverseTransactionResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 38);
+  messageDesc(file_ledger_v1_ledger, 40);
 
 /**
  * DisputeTransactionRequest names a posted group to flag.
@@ -1529,7 +1675,7 @@ export type DisputeTransactionRequest = Message<"ledger.v1.DisputeTransactionReq
  * Use `create(DisputeTransactionRequestSchema)` to create a new message.
  */
 export const DisputeTransactionRequestSchema: GenMessage<DisputeTransactionRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 39);
+  messageDesc(file_ledger_v1_ledger, 41);
 
 /**
  * DisputeTransactionResponse returns the disputed group.
@@ -1550,7 +1696,7 @@ export type DisputeTransactionResponse = Message<"ledger.v1.DisputeTransactionRe
  * Use `create(DisputeTransactionResponseSchema)` to create a new message.
  */
 export const DisputeTransactionResponseSchema: GenMessage<DisputeTransactionResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 40);
+  messageDesc(file_ledger_v1_ledger, 42);
 
 /**
  * CreateProgramRequest names a new program.
@@ -1578,7 +1724,7 @@ export type CreateProgramRequest = Message<"ledger.v1.CreateProgramRequest"> & {
  * Use `create(CreateProgramRequestSchema)` to create a new message.
  */
 export const CreateProgramRequestSchema: GenMessage<CreateProgramRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 41);
+  messageDesc(file_ledger_v1_ledger, 43);
 
 /**
  * CreateProgramResponse returns the new program.
@@ -1599,7 +1745,7 @@ export type CreateProgramResponse = Message<"ledger.v1.CreateProgramResponse"> &
  * Use `create(CreateProgramResponseSchema)` to create a new message.
  */
 export const CreateProgramResponseSchema: GenMessage<CreateProgramResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 42);
+  messageDesc(file_ledger_v1_ledger, 44);
 
 /**
  * GetProgramRequest names one program.
@@ -1620,7 +1766,7 @@ export type GetProgramRequest = Message<"ledger.v1.GetProgramRequest"> & {
  * Use `create(GetProgramRequestSchema)` to create a new message.
  */
 export const GetProgramRequestSchema: GenMessage<GetProgramRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 43);
+  messageDesc(file_ledger_v1_ledger, 45);
 
 /**
  * GetProgramResponse returns one program.
@@ -1641,7 +1787,7 @@ export type GetProgramResponse = Message<"ledger.v1.GetProgramResponse"> & {
  * Use `create(GetProgramResponseSchema)` to create a new message.
  */
 export const GetProgramResponseSchema: GenMessage<GetProgramResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 44);
+  messageDesc(file_ledger_v1_ledger, 46);
 
 /**
  * ListProgramsRequest selects a page of programs.
@@ -1669,7 +1815,7 @@ export type ListProgramsRequest = Message<"ledger.v1.ListProgramsRequest"> & {
  * Use `create(ListProgramsRequestSchema)` to create a new message.
  */
 export const ListProgramsRequestSchema: GenMessage<ListProgramsRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 45);
+  messageDesc(file_ledger_v1_ledger, 47);
 
 /**
  * ListProgramsResponse is one page of programs.
@@ -1697,7 +1843,7 @@ export type ListProgramsResponse = Message<"ledger.v1.ListProgramsResponse"> & {
  * Use `create(ListProgramsResponseSchema)` to create a new message.
  */
 export const ListProgramsResponseSchema: GenMessage<ListProgramsResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 46);
+  messageDesc(file_ledger_v1_ledger, 48);
 
 /**
  * UpdateEntityRequest names an entity and what to change; a field left unset stays as it is.
@@ -1753,7 +1899,7 @@ export type UpdateEntityRequest = Message<"ledger.v1.UpdateEntityRequest"> & {
  * Use `create(UpdateEntityRequestSchema)` to create a new message.
  */
 export const UpdateEntityRequestSchema: GenMessage<UpdateEntityRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 47);
+  messageDesc(file_ledger_v1_ledger, 49);
 
 /**
  * UpdateEntityResponse returns the entity after the change.
@@ -1774,7 +1920,7 @@ export type UpdateEntityResponse = Message<"ledger.v1.UpdateEntityResponse"> & {
  * Use `create(UpdateEntityResponseSchema)` to create a new message.
  */
 export const UpdateEntityResponseSchema: GenMessage<UpdateEntityResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 48);
+  messageDesc(file_ledger_v1_ledger, 50);
 
 /**
  * FreezeEntityRequest names the entity to freeze.
@@ -1809,7 +1955,7 @@ export type FreezeEntityRequest = Message<"ledger.v1.FreezeEntityRequest"> & {
  * Use `create(FreezeEntityRequestSchema)` to create a new message.
  */
 export const FreezeEntityRequestSchema: GenMessage<FreezeEntityRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 49);
+  messageDesc(file_ledger_v1_ledger, 51);
 
 /**
  * FreezeEntityResponse returns the frozen entity.
@@ -1830,7 +1976,7 @@ export type FreezeEntityResponse = Message<"ledger.v1.FreezeEntityResponse"> & {
  * Use `create(FreezeEntityResponseSchema)` to create a new message.
  */
 export const FreezeEntityResponseSchema: GenMessage<FreezeEntityResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 50);
+  messageDesc(file_ledger_v1_ledger, 52);
 
 /**
  * UnfreezeEntityRequest names the entity to unfreeze.
@@ -1858,7 +2004,7 @@ export type UnfreezeEntityRequest = Message<"ledger.v1.UnfreezeEntityRequest"> &
  * Use `create(UnfreezeEntityRequestSchema)` to create a new message.
  */
 export const UnfreezeEntityRequestSchema: GenMessage<UnfreezeEntityRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 51);
+  messageDesc(file_ledger_v1_ledger, 53);
 
 /**
  * UnfreezeEntityResponse returns the active entity.
@@ -1879,7 +2025,7 @@ export type UnfreezeEntityResponse = Message<"ledger.v1.UnfreezeEntityResponse">
  * Use `create(UnfreezeEntityResponseSchema)` to create a new message.
  */
 export const UnfreezeEntityResponseSchema: GenMessage<UnfreezeEntityResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 52);
+  messageDesc(file_ledger_v1_ledger, 54);
 
 /**
  * CloseEntityRequest names the entity to close.
@@ -1907,7 +2053,7 @@ export type CloseEntityRequest = Message<"ledger.v1.CloseEntityRequest"> & {
  * Use `create(CloseEntityRequestSchema)` to create a new message.
  */
 export const CloseEntityRequestSchema: GenMessage<CloseEntityRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 53);
+  messageDesc(file_ledger_v1_ledger, 55);
 
 /**
  * CloseEntityResponse returns the closed entity.
@@ -1928,7 +2074,7 @@ export type CloseEntityResponse = Message<"ledger.v1.CloseEntityResponse"> & {
  * Use `create(CloseEntityResponseSchema)` to create a new message.
  */
 export const CloseEntityResponseSchema: GenMessage<CloseEntityResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 54);
+  messageDesc(file_ledger_v1_ledger, 56);
 
 /**
  * UpdateProgramRequest renames a program.
@@ -1956,7 +2102,7 @@ export type UpdateProgramRequest = Message<"ledger.v1.UpdateProgramRequest"> & {
  * Use `create(UpdateProgramRequestSchema)` to create a new message.
  */
 export const UpdateProgramRequestSchema: GenMessage<UpdateProgramRequest> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 55);
+  messageDesc(file_ledger_v1_ledger, 57);
 
 /**
  * UpdateProgramResponse returns the renamed program.
@@ -1977,7 +2123,7 @@ export type UpdateProgramResponse = Message<"ledger.v1.UpdateProgramResponse"> &
  * Use `create(UpdateProgramResponseSchema)` to create a new message.
  */
 export const UpdateProgramResponseSchema: GenMessage<UpdateProgramResponse> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_ledger, 56);
+  messageDesc(file_ledger_v1_ledger, 58);
 
 /**
  * Direction of a leg. Entities are credit-normal: credits raise the balance, debits lower it.
@@ -2138,7 +2284,8 @@ export const LedgerService: GenService<{
     output: typeof GetEntityResponseSchema;
   },
   /**
-   * ListEntities pages through a program's entities, newest first.
+   * ListEntities pages through a program's entities, newest first, optionally filtered by type,
+   * status, creation time and metadata.
    *
    * @generated from rpc ledger.v1.LedgerService.ListEntities
    */
@@ -2239,7 +2386,8 @@ export const LedgerService: GenService<{
     output: typeof GetTransactionResponseSchema;
   },
   /**
-   * ListTransactions pages through the legs of one entity, newest first.
+   * ListTransactions pages through the legs of one entity, newest first, optionally filtered by
+   * status, creation time and the metadata of their groups.
    *
    * @generated from rpc ledger.v1.LedgerService.ListTransactions
    */
@@ -2257,6 +2405,18 @@ export const LedgerService: GenService<{
     methodKind: "unary";
     input: typeof GetTransactionGroupRequestSchema;
     output: typeof GetTransactionGroupResponseSchema;
+  },
+  /**
+   * ListTransactionGroups pages through a program's transaction groups, newest first, each with
+   * its legs as GetTransactionGroup returns it, optionally filtered by status, creation time and
+   * metadata.
+   *
+   * @generated from rpc ledger.v1.LedgerService.ListTransactionGroups
+   */
+  listTransactionGroups: {
+    methodKind: "unary";
+    input: typeof ListTransactionGroupsRequestSchema;
+    output: typeof ListTransactionGroupsResponseSchema;
   },
   /**
    * PostTransaction settles a pending group.
