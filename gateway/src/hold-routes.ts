@@ -1,7 +1,7 @@
-import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { enumWordOr, invalidArgument } from "@ledger/common";
 import { HoldReleaseReasonSchema, HoldStatusSchema, type Hold } from "@ledger/proto/hold/v1/hold_pb.js";
-import { amountField, limitParam, optionalParam, requiredParam, stringField, type Fields } from "./input.js";
+import { amountField, limitParam, optionalParam, parseIsoTime, requiredParam, stringField, type Fields } from "./input.js";
 import { enumParam, enumWord, renderPage } from "./render.js";
 import type { Route } from "./routes.js";
 
@@ -26,11 +26,10 @@ export function renderHold(hold: Hold) {
 function expiresAtField(body: Fields) {
   const raw = stringField(body, "expires_at");
   if (raw === "") return undefined;
-  // ISO 8601 with a time zone, so the moment is unambiguous.
-  if (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})$/.test(raw) || Number.isNaN(Date.parse(raw))) {
+  const time = parseIsoTime(raw);
+  if (!time)
     throw invalidArgument("expires_at must be an ISO 8601 time with a time zone, like 2026-12-01T12:00:00Z", { field: "expires_at" });
-  }
-  return timestampFromDate(new Date(raw));
+  return time;
 }
 
 /** The hold paths (docs/api.md#endpoints). */

@@ -1,13 +1,25 @@
-import type { JsonObject } from "@bufbuild/protobuf";
-import { invalidArgument, MAX_AMOUNT, MAX_PAGE_SIZE, parseMetadata } from "@ledger/common";
+import { create, type JsonObject } from "@bufbuild/protobuf";
+import { TimestampSchema, type Timestamp } from "@bufbuild/protobuf/wkt";
+import {
+  checkListFilters,
+  FILTER_QUERY_PARAMETERS,
+  invalidArgument,
+  MAX_AMOUNT,
+  MAX_PAGE_SIZE,
+  parseMetadata,
+  type ListFilters,
+} from "@ledger/common";
 
 /** A parsed JSON body or query string, with the names it may contain. */
 export type Fields = Record<string, unknown>;
 
-/** Refuses names the endpoint does not know: a typo such as `ammount` must not pass silently. */
+/**
+ * Refuses names the endpoint does not know: a typo such as `ammount` must not pass silently. In a
+ * query, `metadata[KEY]` is known where `metadata` is (the filters, gateway/openapi.yaml).
+ */
 export function onlyKnown(fields: Fields, known: readonly string[], where: "body" | "query"): void {
   for (const name of Object.keys(fields)) {
-    if (!known.includes(name)) {
+    if (!known.includes(where === "query" && METADATA_PARAMETER.test(name) ? "metadata" : name)) {
       const noun = where === "body" ? "field" : "query parameter";
       throw invalidArgument(`unknown ${noun} ${JSON.stringify(name)}; expected one of: ${known.join(", ")}`, {
         [where === "body" ? "field" : "parameter"]: name,
@@ -125,6 +137,59 @@ export function parseQuery(search: URLSearchParams): Fields {
     fields[name] = value;
   }
   return fields;
+}
+
+/** A metadata filter's query parameter, `metadata[KEY]`; the key is everything between the outer brackets. */
+const METADATA_PARAMETER = /^metadata\[(.*)\]$/s;
+
+/**
+ * The filters of a list query (docs/api.md#filters): `created_after` and `created_before` (ISO 8601
+ * times) and `metadata[KEY]=VALUE`, checked within the bounds the ledger checks, and named as
+ * query parameters when refused.
+ */
+export function listFilterParams(query: Fields): ListFilters {
+  // No prototype, so a key `__proto__` is kept as a key (and refused) rather than lost.
+  const filters: ListFilters = { metadata: Object.create(null) as Record<string, string> };
+  for (const [name, value] of Object.entries(query)) {
+    if (name === "metadata") throw invalidArgument("metadata filters are written metadata[KEY]=VALUE", { parameter: name });
+    const key = METADATA_PARAMETER.exec(name)?.[1];
+    if (key !== undefined) filters.metadata[key] = value as string;
+  }
+  for (const name of ["created_after", "created_before"] as const) {
+    const raw = optionalParam(query, name);
+    if (raw === "") continue;
+    const time = parseIsoTime(raw);
+    if (!time) throw invalidArgument(`${name} must be an ISO 8601 time with a time zone, like 2026-12-01T12:00:00Z`, { parameter: name });
+    if (name === "created_after") filters.createdAfter = time;
+    else filters.createdBefore = time;
+  }
+  checkListFilters(filters, FILTER_QUERY_PARAMETERS);
+  return filters;
+}
+
+/** ISO 8601 with a time zone, so the moment is unambiguous; seconds and their fraction optional. */
+const ISO_TIME = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?(?:Z|([+-])(\d{2}):(\d{2}))$/;
+
+/**
+ * An ISO 8601 time with a time zone (`2026-12-01T12:00:00Z`, `2026-12-01T13:00:00.123456+01:00`)
+ * as a Timestamp, to the nanosecond; undefined when it is not one or names no real time (a 30
+ * February, a 24th hour). The year is taken as written, 0000 included: bounds are the caller's.
+ */
+export function parseIsoTime(raw: string): Timestamp | undefined {
+  const m = ISO_TIME.exec(raw);
+  if (!m) return undefined;
+  const part = (i: number) => Number(m[i] ?? 0);
+  const [year, month, day, hour, minute, second] = [part(1), part(2), part(3), part(4), part(5), part(6)];
+  const leap = (year % 4 === 0 && year % 100 !== 0) || year % 400 === 0;
+  const daysInMonth = [31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31][month - 1] ?? 0;
+  if (day < 1 || day > daysInMonth || hour > 23 || minute > 59 || second > 59 || part(9) > 23 || part(10) > 59) return undefined;
+  // setUTCFullYear, not Date.UTC, which reads years 0 to 99 as 1900 to 1999.
+  const date = new Date(0);
+  date.setUTCFullYear(year, month - 1, day);
+  date.setUTCHours(hour, minute, second, 0);
+  const offsetSeconds = (m[8] === "-" ? -1 : 1) * (part(9) * 3600 + part(10) * 60);
+  const nanos = Number((m[7] ?? "").padEnd(9, "0"));
+  return create(TimestampSchema, { seconds: BigInt(date.getTime() / 1000 - offsetSeconds), nanos });
 }
 
 /** Requires the parsed body to be a JSON object. */

@@ -2,7 +2,14 @@ import type { CallOptions, Client } from "@connectrpc/connect";
 import { ConnectError } from "@connectrpc/connect";
 import { appError, errorCodeOf, invalidArgument } from "@ledger/common";
 import type { HoldService } from "@ledger/proto/hold/v1/hold_pb.js";
-import { Direction, TransactionStatus, TransactionStatusSchema, type LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import {
+  Direction,
+  EntityStatusSchema,
+  TransactionStatus,
+  TransactionStatusSchema,
+  type EntityStatus,
+  type LedgerService,
+} from "@ledger/proto/ledger/v1/ledger_pb.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { CreateTransactionRequestSchema, CreateTransactionsItemSchema } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import type { NotificationService } from "@ledger/proto/notification/v1/notification_pb.js";
@@ -12,6 +19,7 @@ import {
   asObject,
   booleanField,
   limitParam,
+  listFilterParams,
   onlyKnown,
   metadataField,
   optionalStringField,
@@ -55,10 +63,16 @@ export interface Route {
 }
 
 const PAGE = ["limit", "cursor"] as const;
+/** The filters of entity and transaction lists (listFilterParams). */
+const LIST_FILTERS = ["created_after", "created_before", "metadata"] as const;
 const GROUP_ACTION = ["transaction_group_id"] as const;
 
 function transactionStatusParam(query: Fields): TransactionStatus {
   return enumParam(TransactionStatusSchema, optionalParam(query, "status"), "status");
+}
+
+function entityStatusParam(query: Fields): EntityStatus {
+  return enumParam(EntityStatusSchema, optionalParam(query, "status"), "status");
 }
 
 function createStatus(body: Fields): TransactionStatus {
@@ -224,10 +238,17 @@ export const ledgerRoutes: Route[] = [
   {
     method: "GET",
     path: "/entities",
-    query: [...PAGE, "entity_type"],
+    query: [...PAGE, "entity_type", "status", ...LIST_FILTERS],
     async handle({ query, programId, call }, { ledger }) {
       const res = await ledger.listEntities(
-        { programId, limit: limitParam(query), cursor: optionalParam(query, "cursor"), entityType: optionalParam(query, "entity_type") },
+        {
+          programId,
+          limit: limitParam(query),
+          cursor: optionalParam(query, "cursor"),
+          entityType: optionalParam(query, "entity_type"),
+          status: entityStatusParam(query),
+          ...listFilterParams(query),
+        },
         call,
       );
       return { entities: res.entities.map(renderEntity), pagination: renderPage(res.page) };
@@ -362,7 +383,7 @@ export const ledgerRoutes: Route[] = [
   {
     method: "GET",
     path: "/transactions",
-    query: [...PAGE, "entity_id", "status"],
+    query: [...PAGE, "entity_id", "status", ...LIST_FILTERS],
     async handle({ query, programId, call }, { ledger }) {
       const res = await ledger.listTransactions(
         {
@@ -371,6 +392,7 @@ export const ledgerRoutes: Route[] = [
           limit: limitParam(query),
           cursor: optionalParam(query, "cursor"),
           status: transactionStatusParam(query),
+          ...listFilterParams(query),
         },
         call,
       );
@@ -384,6 +406,24 @@ export const ledgerRoutes: Route[] = [
     async handle({ query, programId, call }, { ledger }) {
       const res = await ledger.getTransactionGroup({ programId, transactionGroupId: requiredParam(query, "transaction_group_id") }, call);
       return { transaction_group: renderGroup(res.transactionGroup!) };
+    },
+  },
+  {
+    method: "GET",
+    path: "/transaction/groups",
+    query: [...PAGE, "status", ...LIST_FILTERS],
+    async handle({ query, programId, call }, { ledger }) {
+      const res = await ledger.listTransactionGroups(
+        {
+          programId,
+          limit: limitParam(query),
+          cursor: optionalParam(query, "cursor"),
+          status: transactionStatusParam(query),
+          ...listFilterParams(query),
+        },
+        call,
+      );
+      return { transaction_groups: res.transactionGroups.map(renderGroup), pagination: renderPage(res.page) };
     },
   },
   {
