@@ -46,9 +46,19 @@ import {
   type BatchWorkloadName,
 } from "./batch-workloads.js";
 import { createFixtures, rpcOperation, WORKLOADS, type Transport, type WorkloadName } from "./workloads.js";
+import {
+  isSearchWorkload,
+  rpcSearchOperation,
+  SEARCH_CONCURRENCY,
+  SEARCH_GROUPS,
+  SEARCH_VALUES,
+  SEARCH_WORKLOADS,
+  seedSearch,
+  type SearchWorkloadName,
+} from "./search-workload.js";
 import { runWrk } from "./wrk.js";
 
-const ALL_WORKLOADS = [...WORKLOADS, ...BATCH_WORKLOADS];
+const ALL_WORKLOADS = [...WORKLOADS, ...BATCH_WORKLOADS, ...SEARCH_WORKLOADS];
 
 const USAGE = `usage: pnpm bench [--duration S] [--warmup S] [--concurrency 1,16,64] [--only LIST] [--transport rest,rpc] [--layout L] [--smoke]
 
@@ -56,7 +66,7 @@ const USAGE = `usage: pnpm bench [--duration S] [--warmup S] [--concurrency 1,16
   --warmup S         seconds before each measurement (default 2)
   --concurrency L    closed-loop workers, comma-separated (default 1,16,64)
   --only LIST        any of pgbench,${ALL_WORKLOADS.join(",")},webhooks (default all)
-                     (batch and batch-hot run at concurrency 1,4,16 whatever --concurrency says)
+                     (batch and batch-hot run at concurrency 1,4,16 and search at 1, whatever --concurrency says)
   --transport L      rest (wrk through the gateway), rpc (Connect's client straight to the
                      services) or both (default rest,rpc)
   --layout L         processes (four, as deployed), one-process (as npm start runs it), or both
@@ -77,7 +87,7 @@ interface Settings {
   durationS: number;
   warmupS: number;
   concurrency: number[];
-  workloads: Array<WorkloadName | BatchWorkloadName>;
+  workloads: Array<WorkloadName | BatchWorkloadName | SearchWorkloadName>;
   transports: Transport[];
   layouts: Layout[];
   pgbench: boolean;
@@ -90,6 +100,8 @@ interface Settings {
   webhookSteadySeconds: number;
   drainEvents: number;
   entities: number;
+  /** Groups the search workload runs among. */
+  searchGroups: number;
   /** How long to let the previous cell's events flow out before the next cell starts. */
   settleMs: number;
 }
@@ -158,6 +170,7 @@ function readSettings(argv: string[]): Settings {
     webhookSteadySeconds: number(values.steady, smoke ? 0.5 : 20, "steady"),
     drainEvents: smoke ? 100 : 3000,
     entities: smoke ? 64 : 1000,
+    searchGroups: smoke ? 10 * SEARCH_VALUES : SEARCH_GROUPS,
     settleMs: smoke ? 1_000 : 10_000,
   };
 }
@@ -274,6 +287,34 @@ async function main(): Promise<number> {
         const mainAccount = await createAccount(sql as never, "bench");
         const hookAccount = await createAccount(sql as never, "bench webhooks");
         const rpc = rpcClients(system.urls.ledger, system.urls.hold, mainAccount.api_key);
+        // The search's account, seeded before its first cell (after the money workloads, which it leaves alone).
+        let search: { accountId: string; apiKey: string; rpc: ReturnType<typeof rpcClients> } | undefined;
+        const searchAccount = async () => {
+          if (search) return search;
+          const account = await createAccount(sql as never, "bench search");
+          search = {
+            accountId: account.account_id,
+            apiKey: account.api_key,
+            rpc: rpcClients(system.urls.ledger, system.urls.hold, account.api_key),
+          };
+          progress(`search: seeding ${settings.searchGroups} groups with their legs`);
+          const started = performance.now();
+          const { entity } = await search.rpc.ledger.createEntity({ entityName: "bench search", entityType: "customer" });
+          const { program } = await search.rpc.ledger.getProgram({});
+          await seedSearch(
+            sql,
+            {
+              accountId: account.account_id,
+              programId: account.program_id,
+              externalEntityId: program!.externalEntityId,
+              entityId: entity!.entityId,
+            },
+            settings.searchGroups,
+          );
+          endProgress();
+          console.log(`search: seeded ${settings.searchGroups} groups in ${((performance.now() - started) / 1000).toFixed(1)} s`);
+          return search;
+        };
 
         // 3. The closed-loop workloads.
         if (settings.workloads.length) {
@@ -286,7 +327,8 @@ async function main(): Promise<number> {
             for (const transport of settings.transports) {
               // A batch call is 100 transfers: its cells are concurrency 1, 4 and 16 (4 in a smoke run).
               const batch = isBatchWorkload(workload);
-              const levels = batch ? (settings.smoke ? [4] : BATCH_CONCURRENCY) : settings.concurrency;
+              const searching = isSearchWorkload(workload) ? await searchAccount() : undefined;
+              const levels = batch ? (settings.smoke ? [4] : BATCH_CONCURRENCY) : searching ? SEARCH_CONCURRENCY : settings.concurrency;
               for (const concurrency of levels) {
                 const label = `${workload} ${transport} c=${concurrency}`;
                 const settled = await probe.settle(settings.settleMs);
@@ -303,12 +345,13 @@ async function main(): Promise<number> {
                   const wrkRun = (seconds: number) =>
                     runWrk({
                       restUrl: system.restUrl,
-                      apiKey: mainAccount.api_key,
+                      apiKey: searching?.apiKey ?? mainAccount.api_key,
                       workload,
                       concurrency,
                       seconds,
                       entitiesFile,
                       hot: fixtures.hot,
+                      ...(searching ? { searchValues: SEARCH_VALUES } : {}),
                     });
                   progress(`${label}: wrk, ${total} s`);
                   const warmup = await wrkRun(settings.warmupS);
@@ -333,7 +376,11 @@ async function main(): Promise<number> {
                     concurrency,
                     warmupMs: settings.warmupS * 1000,
                     durationMs: settings.durationS * 1000,
-                    operation: batch ? rpcBatchOperation(workload, rpc, fixtures) : rpcOperation(workload, rpc, fixtures),
+                    operation: searching
+                      ? rpcSearchOperation(searching.rpc)
+                      : batch
+                        ? rpcBatchOperation(workload, rpc, fixtures)
+                        : rpcOperation(workload as WorkloadName, rpc, fixtures),
                     onProgress: (ms, ok, failed) =>
                       progress(`${label}: ${(ms / 1000).toFixed(0)}/${total} s, ${ok} ok in window, ${failed} errors`),
                   });
@@ -370,6 +417,7 @@ async function main(): Promise<number> {
           }
         }
         rpc.close();
+        search?.rpc.close();
 
         // 4. Webhooks, in an account of their own so the workloads above queue no deliveries.
         let tracker: DeliveryTracker | undefined;
@@ -475,7 +523,8 @@ async function main(): Promise<number> {
         // 5. Invariants, once everything owed has flowed out.
         progress("checking invariants");
         await probe.settle(60_000);
-        violations.push(...(await moneyViolations(sql, [mainAccount.account_id, hookAccount.account_id])).map((v) => `${layout}: ${v}`));
+        const accounts = [mainAccount.account_id, hookAccount.account_id, ...(search ? [search.accountId] : [])];
+        violations.push(...(await moneyViolations(sql, accounts)).map((v) => `${layout}: ${v}`));
         if (tracker)
           violations.push(...(await deliveryViolations(sql, hookAccount.account_id, tracker, hookEndpoint)).map((v) => `${layout}: ${v}`));
         endProgress();

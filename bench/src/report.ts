@@ -4,12 +4,13 @@ import { TAIL_CLIENTS, type PgbenchResult } from "./pgbench.js";
 import type { CpuSource, Layout, ServiceName } from "./system.js";
 import type { DrainResult, SlowBeside, WebhookLatency } from "./webhooks.js";
 import type { BatchWorkloadName } from "./batch-workloads.js";
+import { searchTargets, type SearchWorkloadName } from "./search-workload.js";
 import type { Transport, WorkloadName } from "./workloads.js";
 
 export interface Cell {
   /** Four processes, or the one of `npm start` (whose RSS and CPU then appear once, as "all"). */
   layout: Layout;
-  workload: WorkloadName | BatchWorkloadName;
+  workload: WorkloadName | BatchWorkloadName | SearchWorkloadName;
   transport: Transport;
   concurrency: number;
   /** Calls that succeeded within the window. */
@@ -187,6 +188,7 @@ export function toMarkdown(report: Report): string {
       runtimeTargets(report),
     ),
   );
+  out.push(...targetsTable("**Search target** (`GET /transaction/groups?metadata[k]=v`, its own account):", searchTargets(report.cells)));
   const processes = report.peakRssMb.processes;
   const one = report.peakRssMb["one-process"];
   if (processes)
