@@ -188,7 +188,12 @@ export function toMarkdown(report: Report): string {
       runtimeTargets(report),
     ),
   );
-  out.push(...targetsTable("**Search target** (`GET /transaction/groups?metadata[k]=v`, its own account):", searchTargets(report.cells)));
+  out.push(
+    ...targetsTable(
+      "**Search target** (`GET /transaction/groups?metadata[k]=v` among the search account's 1,000,000 groups, 100,000 in `--smoke`):",
+      searchTargets(report.cells),
+    ),
+  );
   const processes = report.peakRssMb.processes;
   const one = report.peakRssMb["one-process"];
   if (processes)
