@@ -156,34 +156,47 @@ describe("GET /transaction/groups", () => {
     expect(await list({ created_after: shifted })).toEqual([fourth, third, second]);
   });
 
-  it("answers a closed range the same whether it holds few rows or more than are read whole", async () => {
-    const { account, api } = await stack.newAccount("wide range");
-    // More groups than NARROW_RANGE_ROWS (5,000) in one range, straight into the table: one a
-    // millisecond from `base`, in an order unrelated to their ids' (7,919 is prime to 6,000), so
-    // the pages show that ranges select by created_at and pages follow the ids.
+  it("answers the same whether the filters match few rows or more than are sorted whole", async () => {
+    const { account, api } = await stack.newAccount("many rows");
+    // More groups than MAX_RANGE_CANDIDATES (5,000) in one range and than MAX_METADATA_CANDIDATES
+    // (1,000) with one value, straight into the table: one a millisecond from `base`, in an order
+    // unrelated to their ids' (7,919 is prime to 6,000), so the pages show that filters select by
+    // created_at and metadata while pages follow the ids.
     const base = Date.parse("2026-01-01T00:00:00Z");
-    const rows = Array.from({ length: 6_000 }, (_, i) => ({ id: newId("group"), at: new Date(base + ((i * 7_919) % 6_000)) }));
+    const rows = Array.from({ length: 6_000 }, (_, i) => ({
+      id: newId("group"),
+      at: new Date(base + ((i * 7_919) % 6_000)),
+      metadata: { half: i % 2 === 0 ? "even" : "odd", ...(i % 100 === 0 ? { rare: "yes" } : {}) },
+    }));
     await stack.sql`
-      insert into transaction_groups (id, account_id, program_id, status, description, currency_code, amount, created_at, updated_at)
-      select id, ${account.account_id}, ${account.program_id}, 'posted', 'seeded', 'USD', 1, at, at
-      from unnest(${rows.map((r) => r.id)}::text[], ${rows.map((r) => r.at.toISOString())}::timestamptz[]) as seeded(id, at)`;
-    const expected = (from: number, to: number) =>
+      insert into transaction_groups (id, account_id, program_id, status, description, metadata, currency_code, amount, created_at, updated_at)
+      select id, ${account.account_id}, ${account.program_id}, 'posted', 'seeded',
+             jsonb_strip_nulls(jsonb_build_object('half', half, 'rare', rare)), 'USD', 1, at, at
+      from unnest(${rows.map((r) => r.id)}::text[], ${rows.map((r) => r.at.toISOString())}::timestamptz[],
+                  ${rows.map((r) => r.metadata.half)}::text[], ${rows.map((r) => r.metadata.rare ?? null)}::text[]) as seeded(id, at, half, rare)`;
+    const expected = (keep: (row: (typeof rows)[number]) => boolean) =>
       rows
-        .filter((r) => r.at.getTime() >= base + from && r.at.getTime() < base + to)
+        .filter(keep)
         .map((r) => r.id)
         .sort()
         .reverse();
     const iso = (ms: number) => new Date(base + ms).toISOString();
-    for (const [from, to] of [
-      [0, 5_500],
-      [100, 300],
-      [4_000, 6_000],
-    ] as const) {
-      const query = { created_after: iso(from), created_before: iso(to), limit: "100" };
+    const within = (from: number, to: number) => (r: (typeof rows)[number]) => r.at.getTime() >= base + from && r.at.getTime() < base + to;
+    const cases: Array<[Record<string, string>, (row: (typeof rows)[number]) => boolean]> = [
+      [{ created_after: iso(0), created_before: iso(5_500) }, within(0, 5_500)],
+      [{ created_after: iso(100), created_before: iso(300) }, within(100, 300)],
+      [{ created_after: iso(4_000) }, within(4_000, 6_000)],
+      [{ "metadata[half]": "even" }, (r) => r.metadata.half === "even"],
+      [{ "metadata[rare]": "yes" }, (r) => r.metadata.rare === "yes"],
+      [{ "metadata[half]": "odd", created_before: iso(3_000) }, (r) => r.metadata.half === "odd" && within(0, 3_000)(r)],
+    ];
+    for (const [filters, keep] of cases) {
+      const query = { ...filters, limit: "100" };
       const first = await api.get("/transaction/groups", query);
-      expect(groupIds(first)).toEqual(expected(from, to).slice(0, 100));
+      expect(groupIds(first), JSON.stringify(filters)).toEqual(expected(keep).slice(0, 100));
+      if (!first.body.pagination.next_cursor) continue;
       const second = await api.get("/transaction/groups", { ...query, cursor: first.body.pagination.next_cursor });
-      expect(groupIds(second)).toEqual(expected(from, to).slice(100, 200));
+      expect(groupIds(second), JSON.stringify(filters)).toEqual(expected(keep).slice(100, 200));
     }
   });
 

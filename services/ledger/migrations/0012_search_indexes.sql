@@ -8,9 +8,9 @@
 -- the primary key ordered groups, and a small program's page walked past every other program's.
 create index if not exists transaction_groups_by_program on transaction_groups (program_id, id desc);
 
--- A created_at range within a program: a narrow range is counted and read whole here, then
--- sorted by id; a wide one that reaches the recent past is read in id order through the index
--- above, filtering created_at (services/ledger/src/list-query.ts).
+-- A created_at range within a program: up to 5,000 rows are read here in time order and sorted by
+-- id; a wider range is read in id order through the index above, filtering created_at
+-- (services/ledger/src/list-query.ts).
 create index if not exists transaction_groups_by_program_and_time on transaction_groups (program_id, created_at);
 create index if not exists entities_by_program_and_time on entities (program_id, created_at);
 

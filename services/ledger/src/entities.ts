@@ -133,7 +133,7 @@ export async function listEntities(
     key: "id",
     createdAt: "created_at",
     metadata: "metadata",
-    timeIndex: { table: "entities", column: "program_id", value: programId },
+    timeIndexed: true,
   });
   query.where(`program_id = ${query.param(programId)}`);
   if (page.type) query.where(`type = ${query.param(page.type)}`);

@@ -151,6 +151,8 @@ export async function listLegs(
     key: "l.id",
     createdAt: "l.created_at",
     metadata: "g.metadata",
+    // legs has no index on created_at: a time range walks the entity's legs newest first.
+    timeIndexed: false,
   });
   query.where(`l.entity_id = ${query.param(entityId)}`);
   if (page.status) query.where(`g.status = ${query.param(page.status)}`);
@@ -173,7 +175,7 @@ export async function listGroups(
     key: "id",
     createdAt: "created_at",
     metadata: "metadata",
-    timeIndex: { table: "transaction_groups", column: "program_id", value: scope.programId },
+    timeIndexed: true,
   });
   query.where(`program_id = ${query.param(scope.programId)}`).where(`account_id = ${query.param(scope.accountId)}`);
   if (page.status) query.where(`status = ${query.param(page.status)}`);

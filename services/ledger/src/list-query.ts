@@ -1,5 +1,5 @@
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
-import { checkListFilters, FILTER_RPC_FIELDS, type ListFilters, type Sql } from "@ledger/common";
+import { checkListFilters, FILTER_RPC_FIELDS, pipelinedTransaction, type ListFilters, type Sql, type Tx } from "@ledger/common";
 
 // The ledger's lists in SQL: the filters of a request checked and turned into conditions, and the
 // select that carries them (docs/architecture.md#listing-and-searching).
@@ -59,10 +59,13 @@ export function microsecondBound(ts: Timestamp): string {
 }
 
 /**
- * The most rows a closed created_at range may hold to be read whole through its (scope, created_at)
- * index and sorted, rather than found by walking the list's id order (docs/architecture.md#listing-and-searching).
+ * The most rows metadata filters may match, and a created_at range hold, for a page to be sorted
+ * from all of them rather than found by walking the list's id order
+ * (docs/architecture.md#listing-and-searching). Reading a range's rows in time order is cheap, so
+ * its bound is higher.
  */
-export const NARROW_RANGE_ROWS = 5_000;
+export const MAX_METADATA_CANDIDATES = 1_000;
+export const MAX_RANGE_CANDIDATES = 5_000;
 
 /** What a list reads. Every name here is SQL written in code. */
 export interface ListSpec {
@@ -73,16 +76,17 @@ export interface ListSpec {
   /** The columns the filters apply to. */
   createdAt: string;
   metadata: string;
-  /** For a list of one table with an index on (column, created_at): that table and column, and the column's value. */
-  timeIndex?: { table: string; column: string; value: string };
+  /** Whether an index serves `createdAt` within the list's scope, as (program_id, created_at) does. */
+  timeIndexed: boolean;
 }
+
+/** The settings of a metadata filter's candidate read: bitmap scans only (`#fromCandidates`). */
+const BITMAP_SCANS_ONLY = "set local enable_seqscan = off; set local enable_indexscan = off; set local enable_indexonlyscan = off";
 
 /**
  * One page of a list: a select built from SQL written here and numbered parameters, sent as an
- * unnamed statement so that Postgres plans it for this call's values. A prepared statement would
- * soon run one generic plan for every value, and the best plan of a filtered list depends on how
- * many rows a value matches: a value most rows hold is found fastest by walking the list's id
- * order, a rare one through the metadata or created_at index.
+ * unnamed statement so that Postgres plans it for this call's values (a prepared statement would
+ * soon run one generic plan for every value).
  */
 export class ListQuery {
   readonly #conditions: string[] = [];
@@ -103,13 +107,18 @@ export class ListQuery {
   }
 
   /**
-   * Reads `limit` rows within `filters`, newest first, below the id `before` when given. A closed
-   * range (`created_before` given) of a list with a time index is first counted there, up to
-   * NARROW_RANGE_ROWS + 1: the planner reckons that rows in a range are spread evenly along the id
-   * order, so it walks that order from the newest row even when the range lies far back and every
-   * row it passes is newer; a range found narrow is read whole through the time index and sorted.
+   * Reads `limit` rows within `filters`, newest first, below the id `before` when given.
+   *
+   * The best way to a page depends on how many rows the filters match, which the planner often
+   * misjudges: it reckons matches are spread evenly along the id order, and a metadata value that
+   * happens to be in its statistics' sample looks a hundred times commoner than it is. Either way it
+   * walks the ids from the newest and passes hundreds of thousands of rows for a value a hundred
+   * rows hold, or for a range that lies far back. So the candidates are read first: a metadata
+   * filter's through bitmap scans of the indexes alone, a range's (where an index serves it) in
+   * time order, each up to its bound. When that is all of them, the page is sorted from them;
+   * otherwise the filters match many rows, and walking the ids finds a page soon.
    */
-  async page<T>(sql: Sql, filters: RowFilters, page: { limit: number; before?: string | undefined }): Promise<T[]> {
+  async page<T extends object>(sql: Sql, filters: RowFilters, page: { limit: number; before?: string | undefined }): Promise<T[]> {
     const { spec } = this;
     // Parameters are text, cast in SQL: typed as jsonb or timestamptz, the driver would encode them
     // itself (a document as a JSON string, a time through Date, which keeps milliseconds only).
@@ -121,24 +130,31 @@ export class ListQuery {
     if (page.before) this.where(`${spec.key} < ${this.param(page.before)}`);
     const rows = `${spec.select}\nwhere ${this.#conditions.join("\n  and ")}`;
     const limit = this.param(page.limit);
-    const narrow = spec.timeIndex && filters.createdBefore && (await rowsInRange(sql, spec.timeIndex, filters)) <= NARROW_RANGE_ROWS;
-    // OFFSET 0 keeps the planner from pulling the sort's order into the rows' scan.
-    const text = narrow
-      ? `select * from (${rows}\noffset 0) narrow\norder by ${spec.key} desc limit ${limit}`
-      : `${rows}\norder by ${spec.key} desc limit ${limit}`;
-    return sql.unsafe<T[]>(text, this.#params, { prepare: false });
+    let found: T[] | undefined;
+    if (filters.metadata.length > 0) {
+      found = await this.#fromCandidates<T>(sql, `${rows}\nlimit ${MAX_METADATA_CANDIDATES + 1}`, MAX_METADATA_CANDIDATES, limit, true);
+    } else if (spec.timeIndexed && (filters.createdFrom || filters.createdBefore)) {
+      // Ordered by created_at, the candidates can only come from the time index, which stops at the bound.
+      const inTime = `${rows}\norder by ${spec.createdAt} limit ${MAX_RANGE_CANDIDATES + 1}`;
+      found = await this.#fromCandidates<T>(sql, inTime, MAX_RANGE_CANDIDATES, limit, false);
+    }
+    return found ?? sql.unsafe<T[]>(`${rows}\norder by ${spec.key} desc limit ${limit}`, this.#params, { prepare: false });
   }
-}
 
-/** How many rows of a time index's scope lie in the created range, counted up to NARROW_RANGE_ROWS + 1. */
-async function rowsInRange(sql: Sql, index: NonNullable<ListSpec["timeIndex"]>, filters: RowFilters): Promise<number> {
-  const [row] = await sql.unsafe<{ n: number }[]>(
-    `select count(*)::int as n from (
-       select from ${index.table}
-       where ${index.column} = $1 and created_at >= $2::text::timestamptz and created_at < $3::text::timestamptz
-       limit ${NARROW_RANGE_ROWS + 1}) in_range`,
-    [index.value, filters.createdFrom ?? "-infinity", filters.createdBefore ?? "infinity"],
-    { prepare: true },
-  );
-  return row?.n ?? 0;
+  /**
+   * The page sorted from `candidates` (a select of at most `max + 1` rows), or undefined when it
+   * found more than `max`. With `bitmapOnly`, in a transaction whose planner may only use bitmap
+   * scans, so the rows come from the filters' indexes, never from a walk of a table or an index.
+   */
+  async #fromCandidates<T extends object>(sql: Sql, candidates: string, max: number, limit: string, bitmapOnly: boolean) {
+    const key = this.spec.key.replace(/^\w+\./, "");
+    const text = `select *, count(*) over ()::int as candidates from (${candidates}) candidate\norder by ${key} desc limit ${limit}`;
+    const read = (tx: Sql | Tx) => tx.unsafe<Array<T & { candidates?: number }>>(text, this.#params, { prepare: false });
+    const found = bitmapOnly
+      ? await pipelinedTransaction(sql, async (tx) => (await Promise.all([tx.unsafe(BITMAP_SCANS_ONLY), read(tx)]))[1])
+      : await read(sql);
+    if ((found[0]?.candidates ?? 0) > max) return undefined;
+    for (const row of found) delete row.candidates;
+    return found as T[];
+  }
 }
