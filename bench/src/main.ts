@@ -57,10 +57,20 @@ import {
   type HistoryWorkloadName,
 } from "./history-workloads.js";
 import { createFixtures, rpcOperation, WORKLOADS, type Transport, type WorkloadName } from "./workloads.js";
+import {
+  isSearchWorkload,
+  rpcSearchOperation,
+  SEARCH_CONCURRENCY,
+  SEARCH_GROUPS,
+  SEARCH_VALUES,
+  SEARCH_WORKLOADS,
+  seedSearch,
+  type SearchWorkloadName,
+} from "./search-workload.js";
 import { runWrk } from "./wrk.js";
 import { H2LOAD_WORKLOADS, runH2load } from "./h2load.js";
 
-const ALL_WORKLOADS = [...WORKLOADS, ...BATCH_WORKLOADS, ...HISTORY_WORKLOADS];
+const ALL_WORKLOADS = [...WORKLOADS, ...BATCH_WORKLOADS, ...HISTORY_WORKLOADS, ...SEARCH_WORKLOADS];
 
 const USAGE = `usage: pnpm bench [--duration S] [--warmup S] [--concurrency 1,16,64] [--only LIST] [--transport rest,rpc] [--layout L] [--smoke]
 
@@ -68,8 +78,8 @@ const USAGE = `usage: pnpm bench [--duration S] [--warmup S] [--concurrency 1,16
   --warmup S         seconds before each measurement (default 2)
   --concurrency L    closed-loop workers, comma-separated (default 1,16,64)
   --only LIST        any of pgbench,${ALL_WORKLOADS.join(",")},webhooks (default all)
-                     (batch and batch-hot run at concurrency 1,4,16, as-of and statement at 1,
-                     whatever --concurrency says)
+                     (batch and batch-hot run at concurrency 1,4,16; as-of, statement and
+                     search at 1, whatever --concurrency says)
   --transport L      rest (wrk through the gateway), rpc (Connect's client straight to the
                      services), h2load (h2load straight to the ledger: transfer, deposit and
                      hot only); any of them (default rest,rpc,h2load)
@@ -91,7 +101,7 @@ interface Settings {
   durationS: number;
   warmupS: number;
   concurrency: number[];
-  workloads: Array<WorkloadName | BatchWorkloadName | HistoryWorkloadName>;
+  workloads: Array<WorkloadName | BatchWorkloadName | HistoryWorkloadName | SearchWorkloadName>;
   transports: Transport[];
   layouts: Layout[];
   pgbench: boolean;
@@ -106,6 +116,8 @@ interface Settings {
   entities: number;
   /** Posted legs of the history workloads' entity. */
   historyLegs: number;
+  /** Groups the search workload runs among. */
+  searchGroups: number;
   /** How long to let the previous cell's events flow out before the next cell starts. */
   settleMs: number;
 }
@@ -176,6 +188,7 @@ function readSettings(argv: string[]): Settings {
     drainEvents: smoke ? 100 : 3000,
     entities: smoke ? 64 : 1000,
     historyLegs: smoke ? 5_000 : HISTORY_LEGS,
+    searchGroups: smoke ? 10 * SEARCH_VALUES : SEARCH_GROUPS,
     settleMs: smoke ? 1_000 : 10_000,
   };
 }
@@ -301,6 +314,34 @@ async function main(): Promise<number> {
         /** Bytes of WAL the server has written so far, for the WAL each transfer costs (docs/scaling.md). */
         const walPosition = async () =>
           Number((await sql<{ b: string }[]>`select pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::text as b`)[0]?.b ?? 0);
+        // The search's account, seeded before its first cell (after the money workloads, which it leaves alone).
+        let search: { accountId: string; apiKey: string; rpc: ReturnType<typeof rpcClients> } | undefined;
+        const searchAccount = async () => {
+          if (search) return search;
+          const account = await createAccount(sql as never, "bench search");
+          search = {
+            accountId: account.account_id,
+            apiKey: account.api_key,
+            rpc: rpcClients(system.urls.ledger, system.urls.hold, account.api_key),
+          };
+          progress(`search: seeding ${settings.searchGroups} groups with their legs`);
+          const started = performance.now();
+          const { entity } = await search.rpc.ledger.createEntity({ entityName: "bench search", entityType: "customer" });
+          const { program } = await search.rpc.ledger.getProgram({});
+          await seedSearch(
+            sql,
+            {
+              accountId: account.account_id,
+              programId: account.program_id,
+              externalEntityId: program!.externalEntityId,
+              entityId: entity!.entityId,
+            },
+            settings.searchGroups,
+          );
+          endProgress();
+          console.log(`search: seeded ${settings.searchGroups} groups in ${((performance.now() - started) / 1000).toFixed(1)} s`);
+          return search;
+        };
 
         // 3. The closed-loop workloads.
         if (settings.workloads.length) {
@@ -326,7 +367,16 @@ async function main(): Promise<number> {
               // A history read is measured for one reader: concurrency 1.
               const batch = isBatchWorkload(workload);
               const historyRead = isHistoryWorkload(workload);
-              const levels = batch ? (settings.smoke ? [4] : BATCH_CONCURRENCY) : historyRead ? HISTORY_CONCURRENCY : settings.concurrency;
+              const searching = isSearchWorkload(workload) ? await searchAccount() : undefined;
+              const levels = batch
+                ? settings.smoke
+                  ? [4]
+                  : BATCH_CONCURRENCY
+                : historyRead
+                  ? HISTORY_CONCURRENCY
+                  : searching
+                    ? SEARCH_CONCURRENCY
+                    : settings.concurrency;
               for (const concurrency of levels) {
                 const label = `${workload} ${transport} c=${concurrency}`;
                 const settled = await probe.settle(settings.settleMs);
@@ -365,12 +415,13 @@ async function main(): Promise<number> {
                   const wrkRun = (seconds: number) =>
                     runWrk({
                       restUrl: system.restUrl,
-                      apiKey: mainAccount.api_key,
+                      apiKey: searching?.apiKey ?? mainAccount.api_key,
                       workload,
                       concurrency,
                       seconds,
                       entitiesFile: historyRead ? momentsFile : entitiesFile,
                       hot: historyRead ? history!.entityId : fixtures.hot,
+                      ...(searching ? { searchValues: SEARCH_VALUES } : {}),
                     });
                   progress(`${label}: wrk, ${total} s`);
                   const warmup = await wrkRun(settings.warmupS);
@@ -402,11 +453,13 @@ async function main(): Promise<number> {
                     concurrency,
                     warmupMs: settings.warmupS * 1000,
                     durationMs: settings.durationS * 1000,
-                    operation: batch
-                      ? rpcBatchOperation(workload, rpc, fixtures)
-                      : isHistoryWorkload(workload)
-                        ? rpcHistoryOperation(workload, rpc, history!)
-                        : rpcOperation(workload, rpc, fixtures),
+                    operation: searching
+                      ? rpcSearchOperation(searching.rpc)
+                      : batch
+                        ? rpcBatchOperation(workload, rpc, fixtures)
+                        : isHistoryWorkload(workload)
+                          ? rpcHistoryOperation(workload, rpc, history!)
+                          : rpcOperation(workload as WorkloadName, rpc, fixtures),
                     onProgress: (ms, ok, failed) =>
                       progress(`${label}: ${(ms / 1000).toFixed(0)}/${total} s, ${ok} ok in window, ${failed} errors`),
                   });
@@ -448,6 +501,7 @@ async function main(): Promise<number> {
           }
         }
         rpc.close();
+        search?.rpc.close();
 
         // 4. Webhooks, in an account of their own so the workloads above queue no deliveries.
         let tracker: DeliveryTracker | undefined;
@@ -553,7 +607,8 @@ async function main(): Promise<number> {
         // 5. Invariants, once everything owed has flowed out.
         progress("checking invariants");
         await probe.settle(60_000);
-        violations.push(...(await moneyViolations(sql, [mainAccount.account_id, hookAccount.account_id])).map((v) => `${layout}: ${v}`));
+        const accounts = [mainAccount.account_id, hookAccount.account_id, ...(search ? [search.accountId] : [])];
+        violations.push(...(await moneyViolations(sql, accounts)).map((v) => `${layout}: ${v}`));
         if (tracker)
           violations.push(...(await deliveryViolations(sql, hookAccount.account_id, tracker, hookEndpoint)).map((v) => `${layout}: ${v}`));
         endProgress();

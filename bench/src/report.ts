@@ -5,12 +5,13 @@ import type { CpuSource, Layout, ServiceName } from "./system.js";
 import type { DrainResult, SlowBeside, WebhookLatency } from "./webhooks.js";
 import type { BatchWorkloadName } from "./batch-workloads.js";
 import { HISTORY_WORKLOADS, STATEMENT_PAGE, type HistoryWorkloadName } from "./history-workloads.js";
+import { searchTargets, type SearchWorkloadName } from "./search-workload.js";
 import type { Transport, WorkloadName } from "./workloads.js";
 
 export interface Cell {
   /** Four processes, or the one of `npm start` (whose RSS and CPU then appear once, as "all"). */
   layout: Layout;
-  workload: WorkloadName | BatchWorkloadName | HistoryWorkloadName;
+  workload: WorkloadName | BatchWorkloadName | HistoryWorkloadName | SearchWorkloadName;
   transport: Transport;
   concurrency: number;
   /** Calls that succeeded within the window. */
@@ -188,6 +189,12 @@ export function toMarkdown(report: Report): string {
     ...targetsTable(
       "**Runtime targets** (two-party posted transfers; `npm start`'s one process unless the target says apart):",
       runtimeTargets(report),
+    ),
+  );
+  out.push(
+    ...targetsTable(
+      "**Search target** (`GET /transaction/groups?metadata[k]=v` among the search account's 1,000,000 groups, 100,000 in `--smoke`):",
+      searchTargets(report.cells),
     ),
   );
   const processes = report.peakRssMb.processes;

@@ -2,9 +2,9 @@
 -- the last one answered), with the bodies made here so that every request names entities drawn at
 -- random, as the RPC cells' do. bench/src/wrk.ts runs it and reads the line `done` prints.
 --
--- wrk <options> -s rest-load.lua http://host:port/v1 -- <workload> <file of entity ids> <hot entity>
+-- wrk <options> -s rest-load.lua http://host:port/v1 -- <workload> <file of entity ids> <hot entity> [<search values>]
 -- The history workloads (as-of, statement) take the file of the history entity's moments (one
--- posted_at a line, oldest first) and the history entity in place of the last two.
+-- posted_at a line, oldest first) and the history entity in place of the entity ids and the hot one.
 --
 -- Each wrk thread runs this file in a Lua state of its own: `setup` and `done` run in the main
 -- thread, `init`, `request` and `response` in each worker thread, whose globals `done` reads.
@@ -21,13 +21,13 @@ ok_calls = 0 -- answered 2xx, and for a batch with no refused item
 units = 0 -- what the tx/s column counts: transfers (100 a batch call), or hold pairs (captures)
 errors = {} -- failures by code: the error's code from the answer, else http_<status>
 
-local workload, entities, hot, base
+local workload, entities, hot, base, search_values
 local held = {} -- holds created and not yet captured: { hold_id, entity_id }, first in first out
 local held_first, held_next = 1, 1
 local turn = 0
 
 function init(args)
-  workload, hot = args[1], args[3]
+  workload, hot, search_values = args[1], args[3], tonumber(args[4] or "0")
   entities = {}
   for line in assert(io.open(args[2])):lines() do
     if line ~= "" then
@@ -62,6 +62,10 @@ end
 
 local function post(path, body)
   return wrk.format("POST", base .. path, nil, body)
+end
+
+local function get(path)
+  return wrk.format("GET", base .. path)
 end
 
 local bodies = {
@@ -103,6 +107,10 @@ local bodies = {
       entries[i] = '{"entity_id":"' .. e .. '","direction":"' .. (i <= 5 and "debit" or "credit") .. '","amount":2}'
     end
     return post("/transaction", '{"description":"bench","status":"posted","entries":[' .. table.concat(entries, ",") .. "]}")
+  end,
+  -- The read workload: the groups whose metadata k is one of `search_values` values, v0 to v<n-1>.
+  search = function()
+    return get("/transaction/groups?metadata%5Bk%5D=v" .. math.random(0, search_values - 1))
   end,
 }
 
@@ -157,6 +165,12 @@ function response(status, headers, body)
       return failed("item_" .. (body:match('"code":"([^"]+)"') or "error"))
     end
     units = units + 100
+  elseif workload == "search" then
+    -- Every value was seeded: a page without a group is a wrong answer.
+    if not body:find('"transaction_group_id":', 1, true) then
+      return failed("empty_page")
+    end
+    units = units + 1
   elseif workload == "hold" then
     -- A capture answers the hold and its `transaction`; a creation, the hold alone.
     if body:find('"transaction":', 1, true) then

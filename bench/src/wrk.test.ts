@@ -31,6 +31,8 @@ let batchRefuses = false;
 /** When set, every transfer is refused with this code. */
 let transferRefusal: string | undefined;
 const holds = new Map<string, string>();
+/** The search's values from this one on find nothing. */
+let emptyFrom = Number.POSITIVE_INFINITY;
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "wrk-test-"));
@@ -40,13 +42,15 @@ beforeAll(async () => {
     const chunks: Buffer[] = [];
     req.on("data", (c: Buffer) => chunks.push(c));
     req.on("end", () => {
-      const body = JSON.parse(Buffer.concat(chunks).toString("utf8")) as Body;
+      const text = Buffer.concat(chunks).toString("utf8");
+      const body = (text === "" ? {} : JSON.parse(text)) as Body;
       seen.push({ path: req.url ?? "", authorization: req.headers.authorization, body });
+      const url = new URL(req.url ?? "/", "http://stand-in");
       const answer = (status: number, value: unknown) => {
         res.writeHead(status, { "content-type": "application/json" });
         res.end(JSON.stringify(value));
       };
-      switch (req.url) {
+      switch (url.pathname) {
         case "/v1/transaction":
         case "/v1/entity/fund":
           if (transferRefusal) return answer(409, { status: "error", error: { code: transferRefusal, message: "no" } });
@@ -73,6 +77,12 @@ beforeAll(async () => {
               })
             : answer(200, { status: "success", succeeded: n, failed: 0, results: [] });
         }
+        case "/v1/transaction/groups": {
+          // Values v0 to v<emptyFrom - 1> find a group; the others an empty page.
+          const value = Number(url.searchParams.get("metadata[k]")?.slice(1));
+          const groups = value < emptyFrom ? [{ transaction_group_id: `trx-grp_${value}`, legs: [] }] : [];
+          return answer(200, { status: "success", transaction_groups: groups, pagination: { has_next: false } });
+        }
         default:
           return answer(404, { status: "error", error: { code: "not_found", message: req.url } });
       }
@@ -87,10 +97,19 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-async function run(workload: string, concurrency = 4) {
+async function run(workload: string, concurrency = 4, searchValues?: number) {
   seen = [];
   holds.clear();
-  const options: WrkOptions = { restUrl, apiKey: KEY, workload, concurrency, seconds: 1, entitiesFile, hot: HOT };
+  const options: WrkOptions = {
+    restUrl,
+    apiKey: KEY,
+    workload,
+    concurrency,
+    seconds: 1,
+    entitiesFile,
+    hot: HOT,
+    ...(searchValues ? { searchValues } : {}),
+  };
   const result = await runWrk(options);
   return { result, seen };
 }
@@ -167,6 +186,23 @@ describe("rest-load.lua under wrk", () => {
       expect(refused.result.errors["item_insufficient_funds"]).toBeGreaterThan(0);
     } finally {
       batchRefuses = false;
+    }
+  });
+
+  it("searches groups by a random one of the seeded values of metadata k, and counts an empty page as an error", async () => {
+    const { result, seen } = await run("search", 1, 20);
+    expect(seen.length).toBeGreaterThan(20);
+    for (const s of seen) expect(s.path).toMatch(/^\/v1\/transaction\/groups\?metadata%5Bk%5D=v(1?\d)$/);
+    expect(new Set(seen.map((s) => s.path)).size).toBeGreaterThan(10);
+    expect(result.units).toBe(result.ok);
+    expect(result.errors).toEqual({});
+    emptyFrom = 10;
+    try {
+      const half = await run("search", 1, 20);
+      expect(half.result.errors["empty_page"]).toBeGreaterThan(0);
+      expect(half.result.ok).toBeGreaterThan(0);
+    } finally {
+      emptyFrom = Number.POSITIVE_INFINITY;
     }
   });
 

@@ -12,7 +12,7 @@ export interface WrkOptions {
   /** The REST base, ending in /v1. */
   restUrl: string;
   apiKey: string;
-  /** A workload rest-load.lua knows: transfer, deposit, hot, hold, multileg, batch, batch-hot. */
+  /** A workload rest-load.lua knows: transfer, deposit, hot, hold, multileg, batch, batch-hot, search. */
   workload: string;
   /** Connections, each with one request in flight. */
   concurrency: number;
@@ -21,6 +21,8 @@ export interface WrkOptions {
   /** A file of entity ids, one a line, that the bodies draw from. */
   entitiesFile: string;
   hot: string;
+  /** For `search`: how many values of the metadata key `k` were seeded (v0 to v<n-1>). */
+  searchValues?: number;
 }
 
 export interface WrkResult {
@@ -62,6 +64,7 @@ export function wrkArgs(options: WrkOptions): string[] {
     options.workload,
     options.entitiesFile,
     options.hot,
+    ...(options.searchValues ? [String(options.searchValues)] : []),
   ];
 }
 

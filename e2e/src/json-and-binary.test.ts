@@ -228,6 +228,7 @@ async function story(wire: Wire): Promise<Answer[]> {
   await c.ledger.listTransactions({ entityId: alice, limit: 5 });
   await c.ledger.getTransactionGroup({ transactionGroupId: credit!.transactionGroupId });
   await c.ledger.deleteBalanceAlert({ alertId: alert!.alertId });
+  await c.ledger.listTransactionGroups({ metadata: { invoice: "2026-11" }, limit: 3 });
 
   const held = (await c.hold.createHold({ entityId: alice, amount: 700n, description: "Deposit" })).hold!.holdId;
   await c.hold.getHold({ holdId: held });

@@ -15,6 +15,16 @@ const api = () => handlers().api;
 const a = newId("entity");
 const b = newId("entity");
 
+/** The 31st of the next month that has 30 days, as an ISO 8601 time: a day that does not exist. */
+function thirtyFirstOfA30DayMonth(): string {
+  const now = new Date();
+  for (let ahead = 1; ; ahead++) {
+    const month = new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth() + ahead, 1));
+    const days = new Date(Date.UTC(month.getUTCFullYear(), month.getUTCMonth() + 1, 0)).getUTCDate();
+    if (days === 30) return `${month.toISOString().slice(0, 8)}31T12:00:00Z`;
+  }
+}
+
 function expectError(res: ApiResponse, status: number, code: string, why = "") {
   expect(res.status, `${why} ${JSON.stringify(res.body)}`).toBe(status);
   expect(res.body.status).toBe("error");
@@ -146,6 +156,8 @@ describe("the hold endpoints", () => {
       ["/hold", { entity_id: a, amount: 0 }],
       ["/hold", { entity_id: a, amount: 1.5 }],
       ["/hold", { entity_id: a, amount: 5, expires_at: "tomorrow" }],
+      // A day that does not exist, soon enough to be a valid expiry if read (as Date reads it) as the 1st of the next month.
+      ["/hold", { entity_id: a, amount: 5, expires_at: thirtyFirstOfA30DayMonth() }],
       ["/hold", { amount: 5 }],
       ["/hold/capture", { hold_id: hold, amount: 0, destination_entity_id: b }],
       ["/hold/capture", { hold_id: hold, amount: 5 }],

@@ -1,14 +1,28 @@
 import type { DescEnum, JsonObject } from "@bufbuild/protobuf";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
-import { enumWords, invalidArgument, MAX_AMOUNT, MAX_BALANCE, MAX_PAGE_SIZE, parseIsoTime, parseMetadata } from "@ledger/common";
+import {
+  checkListFilters,
+  enumWords,
+  FILTER_QUERY_PARAMETERS,
+  invalidArgument,
+  MAX_AMOUNT,
+  MAX_BALANCE,
+  MAX_PAGE_SIZE,
+  parseIsoTime,
+  parseMetadata,
+  type ListFilters,
+} from "@ledger/common";
 
 /** A parsed JSON body or query string, with the names it may contain. */
 export type Fields = Record<string, unknown>;
 
-/** Refuses names the endpoint does not know: a typo such as `ammount` must not pass silently. */
+/**
+ * Refuses names the endpoint does not know: a typo such as `ammount` must not pass silently. In a
+ * query, `metadata[KEY]` is known where `metadata` is (the filters, gateway/openapi.yaml).
+ */
 export function onlyKnown(fields: Fields, known: readonly string[], where: "body" | "query"): void {
   for (const name of Object.keys(fields)) {
-    if (!known.includes(name)) {
+    if (!known.includes(where === "query" && METADATA_PARAMETER.test(name) ? "metadata" : name)) {
       const noun = where === "body" ? "field" : "query parameter";
       throw invalidArgument(`unknown ${noun} ${JSON.stringify(name)}; expected one of: ${known.join(", ")}`, {
         [where === "body" ? "field" : "parameter"]: name,
@@ -176,6 +190,34 @@ export function parseQuery(search: URLSearchParams): Fields {
     fields[name] = value;
   }
   return fields;
+}
+
+/** A metadata filter's query parameter, `metadata[KEY]`; the key is everything between the outer brackets. */
+const METADATA_PARAMETER = /^metadata\[(.*)\]$/s;
+
+/**
+ * The filters of a list query (docs/api.md#filters): `created_after` and `created_before` (ISO 8601
+ * times) and `metadata[KEY]=VALUE`, checked within the bounds the ledger checks, and named as
+ * query parameters when refused.
+ */
+export function listFilterParams(query: Fields): ListFilters {
+  // No prototype, so a key `__proto__` is kept as a key (and refused) rather than lost.
+  const filters: ListFilters = { metadata: Object.create(null) as Record<string, string> };
+  for (const [name, value] of Object.entries(query)) {
+    if (name === "metadata") throw invalidArgument("metadata filters are written metadata[KEY]=VALUE", { parameter: name });
+    const key = METADATA_PARAMETER.exec(name)?.[1];
+    if (key !== undefined) filters.metadata[key] = value as string;
+  }
+  for (const name of ["created_after", "created_before"] as const) {
+    const raw = optionalParam(query, name);
+    if (raw === "") continue;
+    const time = parseIsoTime(raw);
+    if (!time) throw invalidArgument(`${name} must be an ISO 8601 time with a time zone, like 2026-12-01T12:00:00Z`, { parameter: name });
+    if (name === "created_after") filters.createdAfter = time;
+    else filters.createdBefore = time;
+  }
+  checkListFilters(filters, FILTER_QUERY_PARAMETERS);
+  return filters;
 }
 
 /** Requires the parsed body to be a JSON object. */

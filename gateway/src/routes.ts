@@ -6,8 +6,10 @@ import {
   BalanceAlertFieldSchema,
   BalanceAlertOperatorSchema,
   Direction,
+  EntityStatusSchema,
   TransactionStatus,
   TransactionStatusSchema,
+  type EntityStatus,
   type LedgerService,
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
@@ -25,6 +27,7 @@ import {
   booleanField,
   enumField,
   limitParam,
+  listFilterParams,
   onlyKnown,
   metadataField,
   optionalStringField,
@@ -79,10 +82,17 @@ const PAGE = ["limit", "cursor"] as const;
 
 /** Most entries in one statement page (docs/api.md#balances-over-time); the ledger checks the same bound. */
 const MAX_STATEMENT_PAGE = 1000;
+
+/** The filters of entity and transaction lists (listFilterParams). */
+const LIST_FILTERS = ["created_after", "created_before", "metadata"] as const;
 const GROUP_ACTION = ["transaction_group_id"] as const;
 
 function transactionStatusParam(query: Fields): TransactionStatus {
   return enumParam(TransactionStatusSchema, optionalParam(query, "status"), "status");
+}
+
+function entityStatusParam(query: Fields): EntityStatus {
+  return enumParam(EntityStatusSchema, optionalParam(query, "status"), "status");
 }
 
 function createStatus(body: Fields): TransactionStatus {
@@ -265,10 +275,17 @@ export const ledgerRoutes: Route[] = [
   {
     method: "GET",
     path: "/entities",
-    query: [...PAGE, "entity_type"],
+    query: [...PAGE, "entity_type", "status", ...LIST_FILTERS],
     async handle({ query, programId, call }, { ledger }) {
       const res = await ledger.listEntities(
-        { programId, limit: limitParam(query), cursor: optionalParam(query, "cursor"), entityType: optionalParam(query, "entity_type") },
+        {
+          programId,
+          limit: limitParam(query),
+          cursor: optionalParam(query, "cursor"),
+          entityType: optionalParam(query, "entity_type"),
+          status: entityStatusParam(query),
+          ...listFilterParams(query),
+        },
         call,
       );
       return { entities: res.entities.map(renderEntity), pagination: renderPage(res.page) };
@@ -439,7 +456,7 @@ export const ledgerRoutes: Route[] = [
   {
     method: "GET",
     path: "/transactions",
-    query: [...PAGE, "entity_id", "status"],
+    query: [...PAGE, "entity_id", "status", ...LIST_FILTERS],
     async handle({ query, programId, call }, { ledger }) {
       const res = await ledger.listTransactions(
         {
@@ -448,6 +465,7 @@ export const ledgerRoutes: Route[] = [
           limit: limitParam(query),
           cursor: optionalParam(query, "cursor"),
           status: transactionStatusParam(query),
+          ...listFilterParams(query),
         },
         call,
       );
@@ -461,6 +479,24 @@ export const ledgerRoutes: Route[] = [
     async handle({ query, programId, call }, { ledger }) {
       const res = await ledger.getTransactionGroup({ programId, transactionGroupId: requiredParam(query, "transaction_group_id") }, call);
       return { transaction_group: renderGroup(res.transactionGroup!) };
+    },
+  },
+  {
+    method: "GET",
+    path: "/transaction/groups",
+    query: [...PAGE, "status", ...LIST_FILTERS],
+    async handle({ query, programId, call }, { ledger }) {
+      const res = await ledger.listTransactionGroups(
+        {
+          programId,
+          limit: limitParam(query),
+          cursor: optionalParam(query, "cursor"),
+          status: transactionStatusParam(query),
+          ...listFilterParams(query),
+        },
+        call,
+      );
+      return { transaction_groups: res.transactionGroups.map(renderGroup), pagination: renderPage(res.page) };
     },
   },
   {

@@ -29,3 +29,4 @@ export * from "./metadata.js";
 export * from "./moments.js";
 export * from "./tracing.js";
 export * from "./transaction.js";
+export * from "./list-filters.js";

@@ -1,7 +1,8 @@
 import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { isId, newId, notFound, parseMetadata, ruleViolation, storedMetadata, type Sql, type Tx } from "@ledger/common";
+import { invalidArgument, isId, newId, notFound, parseMetadata, ruleViolation, storedMetadata, type Sql, type Tx } from "@ledger/common";
 import { EntityStatus, type EntitySchema } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import { ListQuery, type RowFilters } from "./list-query.js";
 
 /** An entity row with its balances. */
 export interface EntityRow {
@@ -120,25 +121,42 @@ export async function updateEntity(tx: Tx, row: EntityRow, changes: EntityChange
   return updated!;
 }
 
-/** Reads a page of a program's entities, newest first. */
+/** Reads a page of a program's entities, newest first, optionally of one type and status and within `filters`. */
 export async function listEntities(
   sql: Sql,
   programId: string,
-  page: { limit: number; before?: string | undefined; type?: string | undefined },
+  page: { limit: number; before?: string | undefined; type?: string | undefined; status?: EntityStatusName | undefined },
+  filters: RowFilters,
 ): Promise<EntityRow[]> {
-  return sql<EntityRow[]>`
-    select * from entities
-    where program_id = ${programId}
-      ${page.type ? sql`and type = ${page.type}` : sql``}
-      ${page.before ? sql`and id < ${page.before}` : sql``}
-    order by id desc limit ${page.limit + 1}`;
+  const query = new ListQuery({
+    select: "select * from entities",
+    key: "id",
+    createdAt: "created_at",
+    metadata: "metadata",
+    timeIndexed: true,
+  });
+  query.where(`program_id = ${query.param(programId)}`);
+  if (page.type) query.where(`type = ${query.param(page.type)}`);
+  if (page.status) query.where(`status = ${query.param(page.status)}`);
+  return query.page<EntityRow>(sql, filters, { limit: page.limit + 1, before: page.before });
 }
 
-const STATUS_TO_PROTO: Record<string, EntityStatus> = {
+/** An entity's status as stored (docs/api.md#entities-over-time). */
+export type EntityStatusName = "active" | "frozen" | "closed";
+
+const STATUS_TO_PROTO: Record<EntityStatusName, EntityStatus> = {
   active: EntityStatus.ACTIVE,
   frozen: EntityStatus.FROZEN,
   closed: EntityStatus.CLOSED,
 };
+
+/** The stored spelling of a proto entity status; undefined for UNSPECIFIED, 400 for a value not in the enum. */
+export function entityStatusFromProto(status: EntityStatus): EntityStatusName | undefined {
+  if (status === EntityStatus.UNSPECIFIED) return undefined;
+  const found = (Object.keys(STATUS_TO_PROTO) as EntityStatusName[]).find((name) => STATUS_TO_PROTO[name] === status);
+  if (!found) throw invalidArgument(`status ${status} is not an entity status`, { field: "status" });
+  return found;
+}
 
 /** A lifecycle step of an entity: what it does to the status. */
 export type StatusChange = { to: "frozen"; reason: string } | { to: "active" } | { to: "closed" };
@@ -180,7 +198,7 @@ export function entityToProto(row: EntityRow): MessageInitShape<typeof EntitySch
     programId: row.program_id,
     entityName: row.name,
     entityType: row.type,
-    status: STATUS_TO_PROTO[row.status] ?? EntityStatus.UNSPECIFIED,
+    status: STATUS_TO_PROTO[row.status as EntityStatusName] ?? EntityStatus.UNSPECIFIED,
     statusReason: row.status_reason,
     currencyCode: row.currency_code,
     ...(row.metadata ? { metadata: storedMetadata(row.metadata) } : {}),

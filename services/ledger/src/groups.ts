@@ -2,6 +2,7 @@ import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { isId, notFound, storedMetadata, type Sql, type Tx } from "@ledger/common";
 import { Direction, TransactionStatus, type LegSchema, type TransactionGroupSchema } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import { ListQuery, type RowFilters } from "./list-query.js";
 
 /** Statuses of a transaction group, as stored and as the REST API spells them. */
 export type GroupStatus = "pending" | "posted" | "canceled" | "failed" | "reversed";
@@ -104,10 +105,18 @@ export async function loadGroups(sql: Sql | Tx, ids: string[], lock: boolean): P
   const rows = lock
     ? await sql<Omit<GroupRow, "legs">[]>`select * from transaction_groups where id = any(${sorted}) order by id for update`
     : await sql<Omit<GroupRow, "legs">[]>`select * from transaction_groups where id = any(${sorted})`;
-  for (const row of rows) groups.set(row.id, Object.assign(row, { legs: [] as LegRow[] }));
-  const legs = await sql<LegRow[]>`select * from legs where group_id = any(${sorted}) order by group_id, position`;
-  for (const leg of legs) groups.get(leg.group_id)?.legs.push(leg);
+  for (const group of await withLegs(sql, rows)) groups.set(group.id, group);
   return groups;
+}
+
+/** Group rows with their legs (in request order), read in one statement; the rows keep their order. */
+export async function withLegs(sql: Sql | Tx, rows: Omit<GroupRow, "legs">[]): Promise<GroupRow[]> {
+  const groups = new Map<string, GroupRow>();
+  for (const row of rows) groups.set(row.id, Object.assign(row, { legs: [] as LegRow[] }));
+  if (groups.size === 0) return [];
+  const legs = await sql<LegRow[]>`select * from legs where group_id = any(${[...groups.keys()]}) order by group_id, position`;
+  for (const leg of legs) groups.get(leg.group_id)?.legs.push(leg);
+  return [...groups.values()];
 }
 
 /** Reads one group of a program; another program's or account's group is not found. */
@@ -130,16 +139,45 @@ export async function findLeg(sql: Sql, entityId: string, legId: string): Promis
   return row;
 }
 
-/** Reads a page of an entity's legs, newest first, optionally of one status. */
+/** Reads a page of an entity's legs, newest first, optionally of one status and within `filters` (the group's metadata). */
 export async function listLegs(
   sql: Sql,
   entityId: string,
   page: { limit: number; before?: string | undefined; status?: GroupStatus | undefined },
+  filters: RowFilters,
 ): Promise<LegWithStatus[]> {
-  return sql<LegWithStatus[]>`
-    select l.*, g.status from legs l join transaction_groups g on g.id = l.group_id
-    where l.entity_id = ${entityId}
-      ${page.before ? sql`and l.id < ${page.before}` : sql``}
-      ${page.status ? sql`and g.status = ${page.status}` : sql``}
-    order by l.id desc limit ${page.limit + 1}`;
+  const query = new ListQuery({
+    select: "select l.*, g.status from legs l join transaction_groups g on g.id = l.group_id",
+    key: "l.id",
+    createdAt: "l.created_at",
+    metadata: "g.metadata",
+    // legs has no index on created_at: a time range walks the entity's legs newest first.
+    timeIndexed: false,
+  });
+  query.where(`l.entity_id = ${query.param(entityId)}`);
+  if (page.status) query.where(`g.status = ${query.param(page.status)}`);
+  return query.page<LegWithStatus>(sql, filters, { limit: page.limit + 1, before: page.before });
+}
+
+/**
+ * Reads a page of a program's groups, newest first, optionally of one status and within `filters`;
+ * `withLegs` adds the legs of those on the page. The account is checked as well as the program, as
+ * findGroup does.
+ */
+export async function listGroups(
+  sql: Sql,
+  scope: { accountId: string; programId: string },
+  page: { limit: number; before?: string | undefined; status?: GroupStatus | undefined },
+  filters: RowFilters,
+): Promise<Omit<GroupRow, "legs">[]> {
+  const query = new ListQuery({
+    select: "select * from transaction_groups",
+    key: "id",
+    createdAt: "created_at",
+    metadata: "metadata",
+    timeIndexed: true,
+  });
+  query.where(`program_id = ${query.param(scope.programId)}`).where(`account_id = ${query.param(scope.accountId)}`);
+  if (page.status) query.where(`status = ${query.param(page.status)}`);
+  return query.page<Omit<GroupRow, "legs">>(sql, filters, { limit: page.limit + 1, before: page.before });
 }

@@ -66,6 +66,7 @@ import type { createBatcher } from "./batcher.js";
 import { createWritePath, groupOf } from "./write-path.js";
 import {
   changeStatus,
+  entityStatusFromProto,
   entityToProto,
   findEntity,
   insertEntity,
@@ -77,7 +78,18 @@ import {
 } from "./entities.js";
 import { entityEvent } from "./events.js";
 import { findEntityAsOf, statementPage, statementRequest } from "./history.js";
-import { findGroup, findLeg, groupToProto, legToProto, listLegs, statusFromProto } from "./groups.js";
+import {
+  findGroup,
+  findLeg,
+  groupToProto,
+  legToProto,
+  listGroups,
+  listLegs,
+  statusFromProto,
+  withLegs,
+  type GroupStatus,
+} from "./groups.js";
+import { parseRowFilters } from "./list-query.js";
 import { parseLegs, type LegSpec, type MoneyCommand } from "./money.js";
 import {
   commandScope,
@@ -98,6 +110,15 @@ export interface LedgerDeps {
   outbox: Outbox;
   batcher: ReturnType<typeof createBatcher>;
   resolveProgram: ProgramResolver;
+}
+
+/** The stored status a list asks for; undefined for UNSPECIFIED, 400 for a value not in the enum. */
+function statusFilter(status: TransactionStatus): GroupStatus | undefined {
+  const found = statusFromProto(status);
+  if (found === undefined && status !== TransactionStatus.UNSPECIFIED) {
+    throw invalidArgument(`status ${status} is not a transaction status`, { field: "status" });
+  }
+  return found;
 }
 
 function requireId(value: string, field: string): string {
@@ -211,7 +232,9 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
     async listEntities(req, ctx) {
       const { programId } = await scope(ctx, req.programId);
       const page = parsePageRequest(req.limit, req.cursor, (id) => isId("entity", id));
-      const rows = await listEntities(sql, programId, Object.assign({}, page, { type: req.entityType || undefined }));
+      const filters = parseRowFilters(req);
+      const status = entityStatusFromProto(req.status);
+      const rows = await listEntities(sql, programId, Object.assign({}, page, { type: req.entityType || undefined, status }), filters);
       const result = toPage(rows, page, (row) => row.id);
       return { entities: result.items.map(entityToProto), page: result.page };
     },
@@ -379,9 +402,11 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
 
     async listTransactions(req, ctx) {
       const { accountId, programId } = await scope(ctx, req.programId);
-      const entity = await findEntity(sql, accountId, programId, requireId(req.entityId, "entity_id"));
       const page = parsePageRequest(req.limit, req.cursor, (id) => isId("leg", id));
-      const rows = await listLegs(sql, entity.id, Object.assign({}, page, { status: statusFromProto(req.status) }));
+      const filters = parseRowFilters(req);
+      const status = statusFilter(req.status);
+      const entity = await findEntity(sql, accountId, programId, requireId(req.entityId, "entity_id"));
+      const rows = await listLegs(sql, entity.id, Object.assign({}, page, { status }), filters);
       const result = toPage(rows, page, (row) => row.id);
       return { legs: result.items.map((leg) => legToProto(leg, leg.status)), page: result.page };
     },
@@ -390,6 +415,16 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
       const { accountId, programId } = await scope(ctx, req.programId);
       const group = await findGroup(sql, accountId, programId, requireId(req.transactionGroupId, "transaction_group_id"));
       return { transactionGroup: groupToProto(group) };
+    },
+
+    async listTransactionGroups(req, ctx) {
+      const base = await scope(ctx, req.programId);
+      const page = parsePageRequest(req.limit, req.cursor, (id) => isId("group", id));
+      const filters = parseRowFilters(req);
+      const rows = await listGroups(sql, base, Object.assign({}, page, { status: statusFilter(req.status) }), filters);
+      const result = toPage(rows, page, (row) => row.id);
+      const groups = await withLegs(sql, result.items);
+      return { transactionGroups: groups.map(groupToProto), page: result.page };
     },
 
     async postTransaction(req, ctx) {
