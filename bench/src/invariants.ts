@@ -10,7 +10,8 @@ type Sql = postgres.Sql<{ bigint: bigint }>;
 export async function moneyViolations(sql: Sql, accountIds: string[]): Promise<string[]> {
   const violations: string[] = [];
   for (const accountId of accountIds) {
-    violations.push(...(await ledgerViolations(sql, accountId)));
+    // One at a time: a spread of a very long list would overflow the stack.
+    for (const v of await ledgerViolations(sql, accountId)) violations.push(v);
     const mismatched = await sql<{ id: string; held: bigint; remaining: bigint }[]>`
       select e.id, e.held, coalesce(h.remaining, 0)::int8 as remaining
       from ledger.entities e

@@ -608,9 +608,9 @@ async function main(): Promise<number> {
         progress("checking invariants");
         await probe.settle(60_000);
         const accounts = [mainAccount.account_id, hookAccount.account_id, ...(search ? [search.accountId] : [])];
-        violations.push(...(await moneyViolations(sql, accounts)).map((v) => `${layout}: ${v}`));
+        for (const v of await moneyViolations(sql, accounts)) violations.push(`${layout}: ${v}`);
         if (tracker)
-          violations.push(...(await deliveryViolations(sql, hookAccount.account_id, tracker, hookEndpoint)).map((v) => `${layout}: ${v}`));
+          for (const v of await deliveryViolations(sql, hookAccount.account_id, tracker, hookEndpoint)) violations.push(`${layout}: ${v}`);
         endProgress();
         notePeaks();
       } finally {

@@ -55,17 +55,28 @@ export async function seedSearch(
        from generate_series(1, $3::int) i, lateral (select now() - ($3::int - i) * interval '1 second' as t) times`,
       [scope.accountId, scope.programId, groups],
     );
+    // Each leg posted at its group's moment, with the balance history a write would have left
+    // (docs/architecture.md#balance-history): the n-th group takes both entities (fresh, at 0) to
+    // -n and n, so the invariants hold over these rows too.
     await tx.unsafe(
-      `insert into ledger.legs (id, group_id, position, entity_id, direction, amount, created_at)
+      `insert into ledger.legs (id, group_id, position, entity_id, direction, amount, created_at, posted_at, posted_seq, posted_after)
        select 'trx_' || substr(g.id, 9, 10) || substr(md5(g.id || side.position), 1, 16), g.id, side.position,
-              case side.position when 0 then $2 else $3 end, case side.position when 0 then 'debit' else 'credit' end, 1, g.created_at
-       from ledger.transaction_groups g cross join (values (0), (1)) side(position)
-       where g.account_id = $1`,
+              case side.position when 0 then $2 else $3 end, case side.position when 0 then 'debit' else 'credit' end, 1, g.created_at,
+              g.created_at, 0, case side.position when 0 then -g.n else g.n end
+       from (select id, created_at, row_number() over (order by created_at, id) as n
+             from ledger.transaction_groups where account_id = $1) g
+       cross join (values (0), (1)) side(position)`,
       [scope.accountId, scope.externalEntityId, scope.entityId],
     );
     await tx.unsafe(
-      `update ledger.entities set posted = posted + (case id when $1 then $3::int8 else -$3::int8 end) where id in ($1, $2)`,
+      `update ledger.entities set posted = posted + (case id when $1 then $3::int8 else -$3::int8 end), balance_changed_at = now()
+       where id in ($1, $2)`,
       [scope.entityId, scope.externalEntityId, groups],
+    );
+    await tx.unsafe(
+      `insert into ledger.entity_balance_history (entity_id, changed_at, posted, pending_debits, pending_credits, held)
+       select id, now(), posted, pending_debits, pending_credits, held from ledger.entities where id in ($1, $2)`,
+      [scope.entityId, scope.externalEntityId],
     );
   });
   await sql.unsafe("vacuum analyze ledger.transaction_groups, ledger.legs, ledger.entities");

@@ -318,7 +318,7 @@ it(`keeps every promise through ${SECONDS} s of faults`, async () => {
 
   const violations: string[] = [...unexpectedExits, ...outage];
   if (!settled) violations.push(`the system did not settle within 120 s after the faults stopped; still owed: ${unsettled}`);
-  violations.push(...(await ledgerViolations(sql as never, account.account_id)));
+  for (const v of await ledgerViolations(sql as never, account.account_id)) violations.push(v);
 
   // Held equals what active holds still reserve.
   const held = await sql<

@@ -42,7 +42,7 @@ export async function ledgerViolations(sql: postgres.Sql<{ bigint: bigint }>, ac
         `but legs say ${d.from_legs}/${d.pd_legs}/${d.pc_legs}`,
     );
   }
-  violations.push(...(await historyViolations(sql, accountId)));
+  for (const v of await historyViolations(sql, accountId)) violations.push(v);
   return violations;
 }
 
