@@ -19,11 +19,12 @@ const BODY = Buffer.from(`{"transactions":[{"description":"${"x".repeat(4 * 1024
 const FLOOD = 200;
 /**
  * What a flood may add to the peak: the budget (32 MiB) of bodies read, each copied once and
- * decoded, plus what the collector has not yet freed of the bodies read before (85-100 MB
- * measured), with room to spare. The flood itself is 800 MB; before the key was checked first and
- * bodies were budgeted, the peak grew by 500-750 MB.
+ * decoded, plus what the collector has not yet freed of the bodies read before. That garbage grows
+ * with how many bodies were read before the rest found the budget taken, which depends on timing:
+ * 8 to 42 of the 200 on a loaded 2-core machine, for 109 to 266 MB. The flood itself is 800 MB;
+ * before the key was checked first and bodies were budgeted, the peak grew by 500-750 MB.
  */
-const MAX_GROWTH_MB = 200;
+const MAX_GROWTH_MB = 350;
 
 let stack: Stack;
 let child: ChildProcess | undefined;
