@@ -123,7 +123,8 @@ function runProcess(args: string[]): Promise<ProcessRun> {
     child.stdout.on("data", (c: Buffer) => (out += c.toString()));
     child.stderr.on("data", (c: Buffer) => (out += c.toString()));
     child.on("error", reject);
-    child.on("exit", (code) => {
+    // "close", not "exit": output may still be arriving when the process has exited.
+    child.on("close", (code) => {
       if (code !== 0) return reject(new Error(`h2load exited ${code} (run bash scripts/ensure-bench-tools.sh):\n${out}`));
       try {
         resolve(parseH2loadOutput(out));

@@ -43,7 +43,7 @@ function run(args: string[]): Promise<string> {
     child.stdout.on("data", (c: Buffer) => (out += c.toString()));
     child.stderr.on("data", (c: Buffer) => (out += c.toString()));
     child.on("error", reject);
-    child.on("exit", (code) => (code === 0 ? resolve(out) : reject(new Error(`pgbench ${args.join(" ")} exited ${code}:\n${out}`))));
+    child.on("close", (code) => (code === 0 ? resolve(out) : reject(new Error(`pgbench ${args.join(" ")} exited ${code}:\n${out}`))));
   });
 }
 

@@ -107,7 +107,8 @@ export function runWrk(options: WrkOptions): Promise<WrkResult> {
     child.stdout.on("data", (c: Buffer) => (stdout += c.toString()));
     child.stderr.on("data", (c: Buffer) => (stderr += c.toString()));
     child.on("error", (err) => reject(new Error(`wrk could not start (${err.message}): run bash scripts/ensure-bench-tools.sh`)));
-    child.on("exit", (code) => {
+    // "close", not "exit": output may still be arriving when the process has exited.
+    child.on("close", (code) => {
       if (code !== 0) return reject(new Error(`wrk exited ${code}:\n${stdout}${stderr}`));
       try {
         resolve(parseWrkOutput(stdout));
