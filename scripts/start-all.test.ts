@@ -2,7 +2,7 @@ import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { builtinModules } from "node:module";
-import { connect as connectTcp, createServer } from "node:net";
+import { connect as connectTcp } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -10,7 +10,8 @@ import { promisify } from "node:util";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { restClient } from "@ledger/e2e";
-import { startOtlpReceiver } from "@ledger/testing";
+// Ports below the kernel's ephemeral range: one from port 0 may be taken by an outgoing connection before start-all listens on it.
+import { freePort, startOtlpReceiver } from "@ledger/testing";
 import { afterAll, beforeAll, expect, inject, it } from "vitest";
 import { loadOpenApi } from "../gateway/src/openapi-source.js";
 import { buildAll } from "./build.mjs";
@@ -33,14 +34,6 @@ const children: ChildProcess[] = [];
 beforeAll(async () => {
   await buildAll();
 }, 120_000);
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", () => resolve()));
-  const address = server.address();
-  await new Promise((resolve) => server.close(resolve));
-  return typeof address === "object" && address ? address.port : 0;
-}
 
 /** The environment of a laptop: no DATABASE_URL, whatever the test run has. */
 async function laptopEnv(extra: Record<string, string>): Promise<NodeJS.ProcessEnv> {
