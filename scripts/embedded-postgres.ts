@@ -62,7 +62,7 @@ export async function chooseDatabase(env: Record<string, string | undefined>, da
     : `no PostgreSQL answers at ${hostAndPort(DEFAULT_DATABASE_URL).host}:${hostAndPort(DEFAULT_DATABASE_URL).port}`;
   console.error(
     `Database: embedded PostgreSQL (PGlite, ${why}), data in ${dataDir}, served at ${embedded.url} while this runs ` +
-      `(for pnpm ledger, set DATABASE_URL to it); to use a real server instead, set DATABASE_URL (e.g. ${DEFAULT_DATABASE_URL}).`,
+      `(for pnpm -s ledger, set DATABASE_URL to it); to use a real server instead, set DATABASE_URL (e.g. ${DEFAULT_DATABASE_URL}).`,
   );
   return { embedded: true, url: embedded.url, dataDir, close: embedded.close };
 }
