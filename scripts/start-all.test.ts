@@ -94,7 +94,8 @@ async function startAll(env: NodeJS.ProcessEnv): Promise<Running> {
     });
   });
   const databaseUrl = /served at (postgres:\/\/\S+) /.exec(output)?.[1];
-  expect(output).toMatch(/Database: embedded PostgreSQL \(PGlite, LEDGER_EMBEDDED_POSTGRES=true\), data in \S+pglite,.*set DATABASE_URL/);
+  expect(output).toMatch(/LEDGER_EMBEDDED_POSTGRES=true: starting the embedded one \(PGlite, data in \S+pglite\)/);
+  expect(output).toMatch(/Database: embedded PostgreSQL \(PGlite\), served at .*set DATABASE_URL/);
   return { child, restUrl: `http://127.0.0.1:${env["PORT"]}/v1`, databaseUrl: databaseUrl!, output: () => output };
 }
 
