@@ -13,8 +13,13 @@ best_effort=false
 [[ "${1:-}" == "--best-effort" ]] && best_effort=true
 
 # One connection attempt, given up after a second: where packets to a port are dropped rather than
-# refused, bash's /dev/tcp would wait for the kernel's connect timeout (about two minutes).
-port_open() { timeout 1 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$0"' "$1" 2>/dev/null; }
+# refused, bash's /dev/tcp would wait for the kernel's connect timeout (about two minutes). Where
+# coreutils' timeout is missing (macOS), the attempt is unbounded, as loopback refuses at once there.
+if command -v timeout >/dev/null 2>&1; then
+  port_open() { timeout 1 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$0"' "$1" 2>/dev/null; }
+else
+  port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+fi
 
 # How long a server just started may take to answer: CI waits for it (30 s), while npm start
 # (--best-effort) has a fallback of its own and should reach it in a second or two, not a minute,
