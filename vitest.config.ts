@@ -14,7 +14,7 @@ export default defineConfig({
       "bench/src/**/*.test.ts",
     ],
     exclude: ["**/node_modules/**", "**/*.faults.test.ts"],
-    globalSetup: ["packages/testing/src/global-setup.ts"],
+    globalSetup: ["packages/testing/src/global-setup.ts", "e2e/src/run-streams.ts"],
     pool: "forks",
     // expect.poll: what a test waits for (an event, a delivery, a restart) takes seconds, not one.
     expect: { poll: { timeout: 15_000, interval: 100 } },

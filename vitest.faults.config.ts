@@ -5,7 +5,7 @@ import { defineConfig } from "vitest/config";
 export default defineConfig({
   test: {
     include: ["e2e/src/**/*.faults.test.ts"],
-    globalSetup: ["packages/testing/src/global-setup.ts"],
+    globalSetup: ["packages/testing/src/global-setup.ts", "e2e/src/run-streams.ts"],
     pool: "forks",
     // expect.poll: what a test waits for (an event, a delivery, a restart) takes seconds, not one.
     expect: { poll: { timeout: 15_000, interval: 100 } },

@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
+import { ENTRIES } from "./build.mjs";
 import { anchorsOf, brokenLinks, headingSlug, relativeLinks } from "./markdown-links.js";
 
 // The repository explains itself: every relative link in its Markdown reaches a file (and, with a
@@ -30,6 +31,27 @@ const OUTSIDE_DOCUMENTS = [
 const MACHINE_NAMES = [new RegExp("\\bnode" + "-svc\\b")];
 
 const SOURCE = /\.(ts|mts|cts|js|mjs|cjs|sh|sql|ya?ml|proto|css|html)$|(^|\/)(Dockerfile|run)$/;
+
+/** A command run inside the container image, which has neither sources, tsx nor pnpm. */
+const IN_CONTAINER = /\bkubectl\b.*\bexec\b|\bdocker (run|exec)\b/;
+const NEEDS_SOURCES = /\btsx\b|--import\b|\bpnpm\b|\.ts\b/;
+
+/**
+ * Where `text` (a doc, the Dockerfile, a manifest) tells to run something the image cannot: a
+ * compiled `dist/<name>.js` that scripts/build.mjs does not build, or a command in a container
+ * that needs the TypeScript sources.
+ */
+function containerCommandProblems(file: string, text: string, entries: string[]): string[] {
+  const problems: string[] = [];
+  text.split("\n").forEach((line, i) => {
+    for (const [, name] of line.matchAll(/\bdist\/([\w-]+)\.js\b/g)) {
+      if (!entries.includes(name!)) problems.push(`${file}:${i + 1}: dist/${name}.js is not built`);
+    }
+    if (IN_CONTAINER.test(line) && NEEDS_SOURCES.test(line))
+      problems.push(`${file}:${i + 1}: needs sources in a container: ${line.trim()}`);
+  });
+  return problems;
+}
 
 describe("documentation", () => {
   const files = trackedFiles();
@@ -58,6 +80,33 @@ describe("documentation", () => {
         });
     }
     expect(problems).toEqual([]);
+  });
+
+  it("runs only what the image holds: compiled entry points, never tsx or pnpm in a container", () => {
+    // packages/webhooks builds a dist/ of its own for receivers; the rest is the image's.
+    const checked = files.filter(
+      (file) =>
+        (file.endsWith(".md") || file === "Dockerfile" || (file.startsWith("deploy/") && /\.ya?ml$/.test(file))) &&
+        !file.startsWith("packages/webhooks/"),
+    );
+    const problems = checked.flatMap((file) =>
+      containerCommandProblems(file, readFileSync(join(ROOT, file), "utf8"), Object.keys(ENTRIES)),
+    );
+    expect(problems).toEqual([]);
+    // The CLI, which an operator runs by hand in a pod, is among the entries the image's build compiles.
+    expect(ENTRIES["ledger-cli"]).toBe("services/ledger/src/cli.ts");
+    expect(readFileSync(join(ROOT, "Dockerfile"), "utf8")).toMatch(/RUN .*node scripts\/build\.mjs/);
+    // And the check can fail.
+    expect(
+      containerCommandProblems(
+        "x.md",
+        "kubectl -n ledger exec deploy/ledger -- node --import tsx services/ledger/src/cli.ts accounts list\nnode dist/nothing.js",
+        Object.keys(ENTRIES),
+      ),
+    ).toEqual([
+      "x.md:1: needs sources in a container: kubectl -n ledger exec deploy/ledger -- node --import tsx services/ledger/src/cli.ts accounts list",
+      "x.md:2: dist/nothing.js is not built",
+    ]);
   });
 
   it("finds a broken link, a missing anchor and a citation when there is one", () => {

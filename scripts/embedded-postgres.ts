@@ -6,7 +6,7 @@ import { resolve } from "node:path";
 import { PGlite } from "@electric-sql/pglite";
 import { ConfigError, DEFAULT_DATABASE_URL, envBool, envInt, envOptional } from "@ledger/common";
 import { servePglite } from "./pglite-server.js";
-import { reachable } from "./reachable.js";
+import { probe } from "./reachable.js";
 
 /** Where the services' database is, and how to stop it when this process runs it. */
 export type DatabaseChoice = { embedded: false; url: string } | { embedded: true; url: string; dataDir: string; close(): Promise<void> };
@@ -16,15 +16,22 @@ function hostAndPort(url: string): { host: string; port: number } {
   return { host: parsed.hostname.replace(/^\[|\]$/g, ""), port: Number(parsed.port || 5432) };
 }
 
+/** What `pnpm start` decided about its database, before starting anything. */
+export type DatabaseDecision = { embedded: false; url: string } | { embedded: true; why: string };
+
 /**
  * Decides which database `pnpm start` uses (docs/operations.md#without-servers-the-embedded-database-and-a-local-nats):
  * - DATABASE_URL set: that server, or a stop with a message naming the variable when nothing answers
  *   there; never a silent fallback, which would hide the data the user meant to use.
  * - LEDGER_EMBEDDED_POSTGRES=true: the embedded database, whatever answers on 5432.
- * - Neither: the default server (127.0.0.1:5432) when it answers, else the embedded database,
- *   unless LEDGER_EMBEDDED_POSTGRES=false.
+ * - Neither: the default server (`defaultUrl`, 127.0.0.1:5432) when it answers, else the embedded
+ *   database, unless LEDGER_EMBEDDED_POSTGRES=false. One probe of at most a second decides.
  */
-export async function chooseDatabase(env: Record<string, string | undefined>, dataRoot: string): Promise<DatabaseChoice> {
+export async function decideDatabase(
+  env: Record<string, string | undefined>,
+  dataRoot: string,
+  defaultUrl = DEFAULT_DATABASE_URL,
+): Promise<DatabaseDecision> {
   const explicit = envOptional(env, "DATABASE_URL");
   const forced =
     env["LEDGER_EMBEDDED_POSTGRES"] === undefined || env["LEDGER_EMBEDDED_POSTGRES"] === ""
@@ -35,34 +42,41 @@ export async function chooseDatabase(env: Record<string, string | undefined>, da
   }
   if (explicit) {
     const { host, port } = hostAndPort(explicit);
-    if (!(await reachable(host, port))) {
+    const answer = await probe(host, port);
+    if (!answer.reachable) {
       throw new ConfigError(
         "DATABASE_URL",
-        `names a server at ${host}:${port} and nothing answers there: start that server, or unset DATABASE_URL ` +
+        `names a server at ${host}:${port} and nothing answers there (${answer.reason}): start that server, or unset DATABASE_URL ` +
           `to run on the embedded database (PGlite) with its data in ${resolve(dataRoot, "pglite")}`,
       );
     }
     return { embedded: false, url: explicit };
   }
-  if (forced !== true) {
-    const { host, port } = hostAndPort(DEFAULT_DATABASE_URL);
-    if (await reachable(host, port)) return { embedded: false, url: DEFAULT_DATABASE_URL };
-    if (forced === false) {
-      throw new ConfigError(
-        "LEDGER_EMBEDDED_POSTGRES",
-        `is false and no PostgreSQL answers at ${host}:${port}: start one, or set DATABASE_URL`,
-      );
-    }
+  if (forced === true) return { embedded: true, why: "LEDGER_EMBEDDED_POSTGRES=true" };
+  const { host, port } = hostAndPort(defaultUrl);
+  const answer = await probe(host, port);
+  if (answer.reachable) return { embedded: false, url: defaultUrl };
+  if (forced === false) {
+    throw new ConfigError(
+      "LEDGER_EMBEDDED_POSTGRES",
+      `is false and no PostgreSQL answers at ${host}:${port} (${answer.reason}): start one, or set DATABASE_URL`,
+    );
   }
+  return { embedded: true, why: `PostgreSQL at ${host}:${port} not reachable (${answer.reason})` };
+}
+
+/** The database `pnpm start` uses: the decision above, with the embedded one started when chosen. */
+export async function chooseDatabase(env: Record<string, string | undefined>, dataRoot: string): Promise<DatabaseChoice> {
+  const decision = await decideDatabase(env, dataRoot);
+  if (!decision.embedded) return decision;
   const dataDir = resolve(dataRoot, "pglite");
+  // Said before PGlite loads (a second or two): what was found, and what happens instead.
+  console.error(`${decision.why}: starting the embedded one (PGlite, data in ${dataDir}).`);
   const port = envInt(env, "LEDGER_EMBEDDED_POSTGRES_PORT", 0, 0, 65535);
   const embedded = await startEmbeddedPostgres({ dataDir, host: "127.0.0.1", port });
-  const why = forced
-    ? "LEDGER_EMBEDDED_POSTGRES=true"
-    : `no PostgreSQL answers at ${hostAndPort(DEFAULT_DATABASE_URL).host}:${hostAndPort(DEFAULT_DATABASE_URL).port}`;
   console.error(
-    `Database: embedded PostgreSQL (PGlite, ${why}), data in ${dataDir}, served at ${embedded.url} while this runs ` +
-      `(for pnpm ledger, set DATABASE_URL to it); to use a real server instead, set DATABASE_URL (e.g. ${DEFAULT_DATABASE_URL}).`,
+    `Database: embedded PostgreSQL (PGlite), served at ${embedded.url} while this runs ` +
+      `(for pnpm -s ledger, set DATABASE_URL to it); to use a real server instead, set DATABASE_URL (e.g. ${DEFAULT_DATABASE_URL}).`,
   );
   return { embedded: true, url: embedded.url, dataDir, close: embedded.close };
 }

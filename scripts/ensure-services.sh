@@ -12,13 +12,32 @@ set -uo pipefail
 best_effort=false
 [[ "${1:-}" == "--best-effort" ]] && best_effort=true
 
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# One connection attempt, given up after a second: where packets to a port are dropped rather than
+# refused, bash's /dev/tcp would wait for the kernel's connect timeout (about two minutes). Where
+# coreutils' timeout is missing (macOS), the attempt is unbounded, as loopback refuses at once there.
+if command -v timeout >/dev/null 2>&1; then
+  port_open() { timeout 1 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$0"' "$1" 2>/dev/null; }
+else
+  port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+fi
 
 # How long a server just started may take to answer: CI waits for it (30 s), while npm start
 # (--best-effort) has a fallback of its own and should reach it in a second or two, not a minute,
 # when a server is installed but cannot run here.
 wait_seconds=30
 $best_effort && wait_seconds=3
+
+# pg_ctlcluster itself waits up to 30 s for the server's socket, and pg_ctl up to 60 s more for it
+# to accept connections: with --best-effort it is given wait_seconds too, then left to the fallback.
+start_postgres() {
+  local cluster
+  cluster=$(ls /etc/postgresql | head -n1)
+  if $best_effort; then
+    timeout --kill-after=1 "$wait_seconds" pg_ctlcluster --skip-systemctl-redirect "$cluster" main start
+  else
+    pg_ctlcluster --skip-systemctl-redirect "$cluster" main start
+  fi
+}
 
 wait_for() {
   local port=$1 name=$2
@@ -36,10 +55,10 @@ if $best_effort && [[ "${LEDGER_EMBEDDED_POSTGRES:-}" =~ ^(true|1|yes)$ ]]; then
 elif ! port_open 5432; then
   if command -v pg_ctlcluster >/dev/null 2>&1 && [ -d /etc/postgresql ]; then
     echo "ensure-services: starting PostgreSQL" >&2
-    if pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start; then
+    if start_postgres; then
       wait_for 5432 PostgreSQL || status=1
     else
-      echo "ensure-services: PostgreSQL is installed but did not start" >&2
+      echo "ensure-services: PostgreSQL is installed but did not start within ${wait_seconds} s" >&2
       status=1
     fi
   else

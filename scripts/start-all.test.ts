@@ -52,7 +52,7 @@ async function laptopEnv(extra: Record<string, string>): Promise<NodeJS.ProcessE
     ...env,
     LEDGER_DATA_DIR: dataRoot,
     NATS_URL: inject("natsUrl"),
-    NATS_STREAM: `TEST_${tag}`,
+    NATS_STREAM: `${inject("natsStreamPrefix")}${tag}`,
     NATS_SUBJECT_PREFIX: `test${tag}`,
     GATEWAY_HOST: "127.0.0.1",
     PORT: String(await freePort()),
@@ -94,7 +94,8 @@ async function startAll(env: NodeJS.ProcessEnv): Promise<Running> {
     });
   });
   const databaseUrl = /served at (postgres:\/\/\S+) /.exec(output)?.[1];
-  expect(output).toMatch(/Database: embedded PostgreSQL \(PGlite, LEDGER_EMBEDDED_POSTGRES=true\), data in \S+pglite,.*set DATABASE_URL/);
+  expect(output).toMatch(/LEDGER_EMBEDDED_POSTGRES=true: starting the embedded one \(PGlite, data in \S+pglite\)/);
+  expect(output).toMatch(/Database: embedded PostgreSQL \(PGlite\), served at .*set DATABASE_URL/);
   return { child, restUrl: `http://127.0.0.1:${env["PORT"]}/v1`, databaseUrl: databaseUrl!, output: () => output };
 }
 
@@ -125,7 +126,8 @@ async function stop(running: Running): Promise<number | null> {
 afterAll(async () => {
   for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
   const nc = await connect({ servers: inject("natsUrl") });
-  for (const stream of [`TEST_${tag}`, `TEST_${tag}_traced`]) await (await jetstreamManager(nc)).streams.delete(stream).catch(() => {});
+  for (const stream of [`${inject("natsStreamPrefix")}${tag}`, `${inject("natsStreamPrefix")}${tag}_traced`])
+    await (await jetstreamManager(nc)).streams.delete(stream).catch(() => {});
   await nc.close();
   rmSync(dataRoot, { recursive: true, force: true });
 });
@@ -207,7 +209,7 @@ it("traces when configured: the compiled processes load the SDK's chunk and expo
       LEDGER_EMBEDDED_POSTGRES: "true",
       // A database of its own is another installation: it gets a stream of its own too.
       LEDGER_DATA_DIR: mkdtempSync(join(dataRoot, "traced-")),
-      NATS_STREAM: `TEST_${tag}_traced`,
+      NATS_STREAM: `${inject("natsStreamPrefix")}${tag}_traced`,
       NATS_SUBJECT_PREFIX: `test${tag}traced`,
       OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: otlp.tracesUrl,
       OTEL_BSP_SCHEDULE_DELAY: "100",

@@ -40,6 +40,31 @@ export async function readStream(natsUrl: string, stream: string): Promise<Store
   }
 }
 
+/** Every test run's streams start with this; a sweep never touches a stream named otherwise. */
+const TEST_STREAM_PREFIX = /^TEST_[A-Za-z0-9_-]+_$/;
+
+/**
+ * Deletes every stream whose name starts with `prefix` (a test run's, `TEST_<run>_`, or a part of
+ * it), with their consumers; resolves to the names deleted. Other runs' streams, and anything not
+ * named as a test's, are left alone.
+ */
+export async function deleteStreamsStartingWith(natsUrl: string, prefix: string): Promise<string[]> {
+  if (!TEST_STREAM_PREFIX.test(prefix))
+    throw new Error(`refusing to delete streams by the prefix ${JSON.stringify(prefix)}: not a test run's`);
+  const nc = await connect({ servers: natsUrl, reconnect: false, timeout: 2_000 });
+  try {
+    const jsm = await jetstreamManager(nc);
+    // Listed first, deleted after: the listing pages by offset, and deleting under it would skip some.
+    const matching: string[] = [];
+    for await (const name of jsm.streams.names()) if (name.startsWith(prefix)) matching.push(name);
+    const deleted: string[] = [];
+    for (const name of matching) if (await jsm.streams.delete(name).catch(() => false)) deleted.push(name);
+    return deleted.sort();
+  } finally {
+    await nc.close();
+  }
+}
+
 /**
  * Deletes a stream a test made, and its consumers with it, so runs against a shared NATS leave
  * nothing behind. A stream already gone, or a NATS that went away, is left as it is.

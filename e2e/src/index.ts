@@ -4,6 +4,6 @@
 // Generic helpers that depend on no service (receivers, own NATS, the browser) are in @ledger/testing.
 export { schemaClient, setDefaultWiring, startStack, TEST_SERVICE_TOKEN, type Stack, type StackOptions } from "./stack.js";
 export { restClient, type Api, type ApiResponse } from "./rest-client.js";
-export { readStream, type StoredEvent } from "./events.js";
+export { deleteStream, deleteStreamsStartingWith, readStream, type StoredEvent } from "./events.js";
 export { expectHeldMatches, ledgerViolations } from "./invariants.js";
 export { refusalHandlers, startHandlers, type Handlers } from "./handlers.js";

@@ -115,7 +115,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   const databaseUrl = inject("databaseUrl");
   const natsUrl = options.natsUrl ?? inject("natsUrl");
   const tag = randomBytes(4).toString("hex");
-  const stream = `TEST_${tag}`;
+  const stream = `${inject("natsStreamPrefix")}${tag}`;
   const subjectPrefix = `test${tag}`;
   const logLevel = process.env["TEST_LOG_LEVEL"] ?? "silent";
   const inMemory = (options.wiring ?? defaultWiring) === "memory";
@@ -292,20 +292,24 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     ...(notification ? { notification, notificationSql } : {}),
     startNotificationReplica: startReplica,
     async close() {
-      await gateway.close();
-      for (const replica of holdReplicas) await replica.close().catch(() => {});
-      for (const replica of replicas) await replica.close();
-      if (notificationSql) {
-        await notificationSql.end({ timeout: 2 });
-        await sql.unsafe(`drop database if exists "${databaseName(notificationDatabase)}" with (force)`).catch(() => {});
+      try {
+        await gateway.close();
+        for (const replica of holdReplicas) await replica.close().catch(() => {});
+        for (const replica of replicas) await replica.close();
+        if (notificationSql) {
+          await notificationSql.end({ timeout: 2 });
+          await sql.unsafe(`drop database if exists "${databaseName(notificationDatabase)}" with (force)`).catch(() => {});
+        }
+        await holdSqlClient?.end({ timeout: 2 });
+        await sql.unsafe(`drop database if exists "${databaseName(holdDatabase)}" with (force)`).catch(() => {});
+        for (const replica of ledgerReplicas) await replica.close().catch(() => {});
+        await ledger.close();
+        await sql.end({ timeout: 2 });
+      } finally {
+        // The stream is the stack's own: a shared NATS would otherwise keep one per test file, and
+        // a close that failed half-way must not keep it either.
+        await deleteStream(natsUrl, stream);
       }
-      await holdSqlClient?.end({ timeout: 2 });
-      await sql.unsafe(`drop database if exists "${databaseName(holdDatabase)}" with (force)`).catch(() => {});
-      for (const replica of ledgerReplicas) await replica.close().catch(() => {});
-      await ledger.close();
-      await sql.end({ timeout: 2 });
-      // The stream is the stack's own: a shared NATS would otherwise keep one per test file.
-      await deleteStream(natsUrl, stream);
     },
   };
 }

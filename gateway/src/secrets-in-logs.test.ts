@@ -7,7 +7,7 @@ import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, expect, it, vi } from "vitest";
 import { inject } from "vitest";
 import { freePort, startWebhookReceiver, type WebhookReceiver } from "@ledger/testing";
-import { restClient } from "@ledger/e2e";
+import { deleteStream, restClient } from "@ledger/e2e";
 
 // No secret ever reaches a log line (SECURITY.md): the whole system runs as `pnpm start` does, at
 // debug level, with its output captured; the API key (seeded through LEDGER_DEV_API_KEY, which
@@ -21,6 +21,7 @@ let output = "";
 let receiver: WebhookReceiver;
 let base: string;
 let tempDir: string | undefined;
+let stream: string | undefined;
 
 beforeAll(async () => {
   receiver = await startWebhookReceiver();
@@ -32,6 +33,7 @@ beforeAll(async () => {
     notification: await freePort(),
   };
   const tag = randomBytes(4).toString("hex");
+  stream = `${inject("natsStreamPrefix")}LOGS_${tag}`;
   tempDir = mkdtempSync(join(tmpdir(), "ledger-logs-"));
   const caFile = join(tempDir, "receiver-ca.pem");
   writeFileSync(caFile, receiver.ca);
@@ -41,7 +43,7 @@ beforeAll(async () => {
       ...process.env,
       DATABASE_URL: inject("databaseUrl"),
       NATS_URL: inject("natsUrl"),
-      NATS_STREAM: `LOGS_${tag}`,
+      NATS_STREAM: stream,
       NATS_SUBJECT_PREFIX: `logs${tag}`,
       LOG_LEVEL: "debug",
       LEDGER_DEV_API_KEY: devKey,
@@ -77,6 +79,7 @@ afterAll(async () => {
     });
   }
   await receiver?.close();
+  if (stream) await deleteStream(inject("natsUrl"), stream);
   if (tempDir) rmSync(tempDir, { recursive: true, force: true });
 });
 

@@ -94,8 +94,9 @@ describe("the event stream's installation", () => {
 
   function newStream() {
     const tag = randomBytes(4).toString("hex");
-    streams.push(`TEST_OWNED_${tag}`);
-    return { name: `TEST_OWNED_${tag}`, subjectPrefix: `owned${tag}` };
+    const name = `${inject("natsStreamPrefix")}OWNED_${tag}`;
+    streams.push(name);
+    return { name, subjectPrefix: `owned${tag}` };
   }
   const installation = (schema: string, database = "ledger_a at 10.0.0.1:5432"): Installation => ({ schema, id: randomUUID(), database });
   const description = async (stream: string) => (await (await jetstreamManager(nc)).streams.info(stream)).config.description;

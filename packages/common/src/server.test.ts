@@ -2,11 +2,13 @@ import * as http from "node:http";
 import * as http2 from "node:http2";
 import * as net from "node:net";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
-import type { ConnectRouter } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, type ConnectRouter } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
 import { GetProgramRequestSchema, GetProgramResponseSchema, LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { http2Request } from "@ledger/testing";
 import pino from "pino";
 import { afterEach, describe, expect, it } from "vitest";
+import { encodeGrpcMessage, respecGrpcMessage } from "./grpc-message.js";
 import { listen, type RunningServer } from "./server.js";
 
 // The last-resort handler: whatever a request handler throws or rejects with ends that one
@@ -192,5 +194,71 @@ describe("connection deadlines", () => {
     const ms = await trickle(server.url, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ");
     expect(ms).toBeGreaterThanOrEqual(450);
     expect(ms).toBeLessThan(2_000);
+  });
+});
+
+// gRPC's status message on the wire: percent-encoded only outside printable ASCII and for `%`, as
+// gRPC's spec says, so grpc-js (which decodes with decodeURI) shows `:` and `/` as they are, and
+// Connect's own clients (decodeURIComponent) still read the same message.
+describe("grpc-message", () => {
+  const MESSAGE = "header: send failed, 100% of /v1/x \u00e9t\u00e9\nnext line";
+  const ON_THE_WIRE = "header: send failed, 100%25 of /v1/x %C3%A9t%C3%A9%0Anext line";
+  const routes = (router: ConnectRouter) =>
+    router.service(LedgerService, {
+      getProgram: () => {
+        throw new ConnectError(MESSAGE, Code.FailedPrecondition);
+      },
+    });
+
+  it("encodes printable ASCII as it is and every other byte, and `%`, as %XX", () => {
+    expect(encodeGrpcMessage(MESSAGE)).toBe(ON_THE_WIRE);
+    expect(encodeGrpcMessage(" ~")).toBe(" ~");
+    expect(encodeGrpcMessage("\u007f\u0000")).toBe("%7F%00");
+    expect(respecGrpcMessage(encodeURIComponent(MESSAGE))).toBe(ON_THE_WIRE);
+    expect(respecGrpcMessage("50%")).toBe("50%");
+  });
+
+  /** One gRPC call on a raw HTTP/2 stream: its response headers and trailers. */
+  function grpcCall(url: string): Promise<{ headers: http2.IncomingHttpHeaders; trailers: http2.IncomingHttpHeaders }> {
+    const message = toBinary(GetProgramRequestSchema, create(GetProgramRequestSchema, { programId: "prg_x" }));
+    const frame = Buffer.alloc(5 + message.length);
+    frame.writeUInt32BE(message.length, 1);
+    frame.set(message, 5);
+    return new Promise((resolve, reject) => {
+      const session = http2.connect(url);
+      session.on("error", reject);
+      const req = session.request({
+        ":method": "POST",
+        ":path": "/ledger.v1.LedgerService/GetProgram",
+        "content-type": "application/grpc",
+        te: "trailers",
+      });
+      let headers: http2.IncomingHttpHeaders = {};
+      let trailers: http2.IncomingHttpHeaders = {};
+      req.on("response", (h) => (headers = h));
+      req.on("trailers", (t) => (trailers = t));
+      req.on("data", () => {});
+      req.on("error", reject);
+      req.on("close", () => {
+        session.close();
+        resolve({ headers, trailers });
+      });
+      req.end(frame);
+    });
+  }
+
+  it("arrives as gRPC's spec encodes it, which grpc-js's decodeURI and Connect's client both read whole", async () => {
+    const log = pino({ level: "silent" });
+    server = await listen({ name: "test", host: "127.0.0.1", port: 0, log, routes, readiness: {} });
+    const { headers, trailers } = await grpcCall(server.url);
+    const sent = trailers["grpc-message"] ?? headers["grpc-message"];
+    expect(trailers["grpc-status"] ?? headers["grpc-status"]).toBe(String(Code.FailedPrecondition));
+    expect(sent).toBe(ON_THE_WIRE);
+    // What grpc-js does with it.
+    expect(decodeURI(sent as string)).toBe(MESSAGE);
+
+    const client = createClient(LedgerService, createGrpcTransport({ baseUrl: server.url }));
+    const err = await client.getProgram({ programId: "prg_x" }).catch((e: unknown) => ConnectError.from(e));
+    expect(err).toMatchObject({ code: Code.FailedPrecondition, rawMessage: MESSAGE });
   });
 });

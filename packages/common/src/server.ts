@@ -8,6 +8,7 @@ import { createUnaryFastPath, inProcessService } from "@ledger/connect-fast";
 import type { Logger } from "pino";
 import { DEFAULT_HEADER_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS, DEFAULT_RPC_BODY_LIMIT_BYTES } from "./config.js";
 import { addDiscovery } from "./discovery.js";
+import { isGrpcRequest, specGrpcMessageOn } from "./grpc-message.js";
 import type { InProcessService } from "./in-process.js";
 import { metricsRegistry } from "./metrics.js";
 
@@ -132,6 +133,8 @@ function compatRequest(
   rawHeaders: string[],
   handler: NodeHandler,
 ): void {
+  // connect-node encodes a gRPC error's message for Connect's clients, not grpc-js (grpc-message.ts).
+  if (isGrpcRequest(headers)) specGrpcMessageOn(stream);
   const req = new http2.Http2ServerRequest(stream, headers, {}, rawHeaders);
   const res = new http2.Http2ServerResponse(stream);
   if (headers[":method"] === "CONNECT") {

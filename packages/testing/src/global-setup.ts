@@ -6,6 +6,11 @@ declare module "vitest" {
   export interface ProvidedContext {
     databaseUrl: string;
     natsUrl: string;
+    /**
+     * What every JetStream stream a test makes on the run's NATS is named after (`TEST_<run>_`), so
+     * the run's teardown (e2e/src/run-streams.ts) removes what this run left and nothing of another's.
+     */
+    natsStreamPrefix: string;
   }
 }
 
@@ -21,7 +26,8 @@ function dockerAvailable(): boolean {
 /**
  * Finds Postgres and NATS for the run: from DATABASE_URL and NATS_URL, else from testcontainers
  * where Docker exists, else stops with a message that says what to set. Each run gets a database
- * of its own, dropped at the end, so runs never see each other's rows.
+ * of its own, dropped at the end, so runs never see each other's rows; likewise a prefix for its
+ * JetStream streams.
  */
 export default async function setup(project: TestProject) {
   let databaseUrl = process.env["DATABASE_URL"];
@@ -47,8 +53,9 @@ export default async function setup(project: TestProject) {
   }
   if (!databaseUrl || !natsUrl) throw new Error(HOW_TO);
 
+  const run = `${Date.now().toString(36)}_${process.pid}`;
   const base = new URL(databaseUrl);
-  const runDatabase = `${base.pathname.replace(/^\//, "") || "ledger_test"}_${Date.now().toString(36)}_${process.pid}`;
+  const runDatabase = `${base.pathname.replace(/^\//, "") || "ledger_test"}_${run}`;
   const runUrl = new URL(databaseUrl);
   runUrl.pathname = `/${runDatabase}`;
   const admin = new URL(databaseUrl);
@@ -62,6 +69,7 @@ export default async function setup(project: TestProject) {
 
   project.provide("databaseUrl", runUrl.toString());
   project.provide("natsUrl", natsUrl);
+  project.provide("natsStreamPrefix", `TEST_${run}_`);
 
   return async () => {
     // Stacks may make databases of their own named after the run's (startStack's notification

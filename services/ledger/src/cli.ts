@@ -11,7 +11,8 @@ import {
   type ApiKeySummary,
 } from "./identity.js";
 
-const USAGE = `usage: pnpm ledger <command> [options]
+const USAGE = `usage: pnpm -s ledger <command> [options]
+       node dist/ledger-cli.js <command> [options]   (the compiled CLI, as in the container image)
 
 Commands:
   accounts create --name NAME [--json]
@@ -118,7 +119,7 @@ const commands: Record<string, Command> = {
       print(
         options,
         { accounts, next_after: nextAfter },
-        nextAfter ? `${text}\n\nmore: pnpm ledger accounts list --after ${nextAfter}` : text,
+        nextAfter ? `${text}\n\nmore: pnpm -s ledger accounts list --after ${nextAfter}` : text,
       );
     };
   },

@@ -68,7 +68,7 @@ async function schemaFor(service: keyof typeof migrations, before?: string) {
 /** A stream of its own on the shared NATS server, and a relay for `sql`'s outbox publishing to it. */
 function relayFor(sql: Sql, service: string, pollMs = 20): { outbox: Outbox; nats: NatsHandle; stream: string; prefix: string } {
   const tag = randomBytes(4).toString("hex");
-  const stream = `TEST_OUTBOX_${tag}`;
+  const stream = `${inject("natsStreamPrefix")}OUTBOX_${tag}`;
   const prefix = `outbox${tag}`;
   const nats = connectNats({ natsUrl: inject("natsUrl") }, service, log);
   const outbox = createOutbox({ service, sql, nats, stream: { name: stream, subjectPrefix: prefix }, log, pollMs });
@@ -180,6 +180,7 @@ describe("outbox rows of many events", () => {
     // The middle event of the first row goes to a subject no stream listens on yet: JetStream
     // stores its neighbours and answers it with "no responders", so the batch fails and stays.
     const other = `outboxother${randomBytes(4).toString("hex")}`;
+    const otherStream = `${inject("natsStreamPrefix")}OTHER_${other}`;
     const first = [event(1), event(2), event(3)];
     const rows = [outbox.writeOf(first), outbox.writeOf([event(4), event(5)])];
     rows[0]!.subjects[1] = eventSubject(other, "transaction.created");
@@ -207,12 +208,12 @@ describe("outbox rows of many events", () => {
     // had landed come back as duplicates and are dropped by msgID, so each is stored once.
     const nc = nats.current()!;
     const jsm = await jetstreamManager(nc);
-    await jsm.streams.add({ name: `TEST_OTHER_${other}`, subjects: [`${other}.>`] });
-    closers.push(() => jsm.streams.delete(`TEST_OTHER_${other}`).catch(() => {}));
+    await jsm.streams.add({ name: otherStream, subjects: [`${other}.>`] });
+    closers.push(() => jsm.streams.delete(otherStream).catch(() => {}));
     await expect.poll(() => rowsLeft(sql), { timeout: 20_000 }).toBe(0);
     const stored = await readStream(inject("natsUrl"), stream);
     expect(stored.map((s) => s.msgId)).toEqual([first[0]!.id, first[2]!.id, ...rows[1]!.eventIds]);
-    const elsewhere = await readStream(inject("natsUrl"), `TEST_OTHER_${other}`);
+    const elsewhere = await readStream(inject("natsUrl"), otherStream);
     expect(elsewhere.map((s) => s.msgId)).toEqual([first[1]!.id]);
     expect(await gauge("outbox_backlog", service)).toBe(0);
   });
