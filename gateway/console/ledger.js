@@ -306,8 +306,9 @@ async function loadStatement() {
   );
   fill($("statement-body"), rows, "No posted leg in this period.", 6);
   $("statement-page").textContent = `Page ${state.statementPage + 1}`;
-  $("statement-prev").disabled = state.statementPage === 0;
-  $("statement-next").disabled = !next;
+  // Hidden rather than disabled: busy() enables a button again once its action ends.
+  $("statement-prev").hidden = state.statementPage === 0;
+  $("statement-next").hidden = !next;
 }
 
 async function turnStatement(step) {
