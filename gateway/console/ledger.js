@@ -126,7 +126,7 @@ export async function openEntity(entityId) {
   state.entity = res.entity;
   renderEntity();
   $("entity-panel").hidden = false;
-  if (!state.period) setDefaultPeriod();
+  if (!state.period) setPresetPeriod();
   await Promise.all([loadPeriod(), loadHolds(), loadAlerts()]);
   $("entity-heading").focus();
   say(`Opened ${nameOf(res.entity)}.`);
@@ -211,10 +211,13 @@ function localInput(date) {
   return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}T${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}`;
 }
 
-/** The last 7 days, to an hour ahead: legs posted while the page is open still fall inside. */
-function setDefaultPeriod() {
+/**
+ * The last `seconds` (the quick period chosen; 7 days at first), to an hour ahead: legs posted
+ * while the page is open still fall inside.
+ */
+function setPresetPeriod(seconds = Number($("period-preset").value) || 604_800) {
   const now = Date.now();
-  $("period-from").value = localInput(new Date(now - 7 * 86_400_000));
+  $("period-from").value = localInput(new Date(now - seconds * 1000));
   $("period-to").value = localInput(new Date(now + 3_600_000));
 }
 
@@ -585,7 +588,16 @@ async function loadGroupEvents() {
 
 onSubmit("entities-form", searchEntities);
 on("more-entities", () => loadEntities(true));
-onSubmit("period-form", loadPeriod);
+onSubmit("period-form", async () => {
+  await loadPeriod();
+  say(`Showing ${new Date(state.period.from).toLocaleString()} to ${new Date(state.period.to).toLocaleString()}.`);
+});
+$("period-preset").addEventListener("change", () => {
+  if (!$("period-preset").value) return;
+  setPresetPeriod();
+  $("period-form").requestSubmit();
+});
+for (const id of ["period-from", "period-to"]) $(id).addEventListener("input", () => ($("period-preset").value = ""));
 on("statement-csv", downloadCsv);
 on("statement-prev", () => turnStatement(-1));
 on("statement-next", () => turnStatement(1));

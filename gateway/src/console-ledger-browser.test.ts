@@ -167,6 +167,11 @@ describe("/console's ledger view in headless Chromium", () => {
     const to = new Date(Date.now() + 3_600_000).toISOString();
     const statement = (await stack.api.get("/entity/statement", { entity_id: alice, from, to, limit: "1000" })).body;
     expect(statement.entries).toHaveLength(13);
+    // A quick period: the last hour, up to an hour ahead.
+    await page.getByLabel("Quick period").selectOption({ label: "Last hour" });
+    await status()
+      .filter({ hasText: /^Showing / })
+      .waitFor();
     const chart = page.getByRole("img", { name: /^Posted balance of Alice Wallet/ });
     await chart.waitFor();
     const circles = chart.locator("circle");
