@@ -559,7 +559,8 @@ async function groupStep(word, step) {
   state.group = res.transaction_group;
   await renderGroup();
   await loadGroupEvents();
-  if (state.entity && g.legs.some((leg) => leg.entity_id === state.entity.entity_id)) await reloadEntity();
+  // The entity shown, when the group moved its money: its balances, chart and statement again.
+  if (state.entity && g.legs.some((leg) => leg.entity_id === state.entity.entity_id)) await Promise.all([reloadEntity(), loadPeriod()]);
   $("group-heading").focus();
   const reversal = res.reversal_transaction_group_id ? ` Its reversal is ${res.reversal_transaction_group_id}.` : "";
   say(`${g.transaction_group_id} is ${state.group.status}.${reversal}`);

@@ -294,6 +294,8 @@ describe("/console's ledger view in headless Chromium", () => {
     await status()
       .filter({ hasText: `${group} is reversed. Its reversal is trx-grp_` })
       .waitFor();
+    // Alice's chart and statement follow: the post's debit and the reversal's credit are two more legs.
+    await expect.poll(() => chart.getAttribute("aria-label")).toMatch(/to 9,833\.33 USD, 15 posted legs$/);
     const events = page.getByRole("table", { name: `Events of ${group}` });
     const eventTypes = async () => {
       await page.getByRole("button", { name: "Refresh group events" }).click();
