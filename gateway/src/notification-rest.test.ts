@@ -1,3 +1,5 @@
+import { readFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startWebhookReceiver, type WebhookReceiver } from "@ledger/testing";
 import { startStack, type Api, type ApiResponse, type Stack } from "@ledger/e2e";
@@ -326,6 +328,19 @@ describe("events about one object", () => {
     expect(next.body.events.map((e: { type: string }) => e.type)).toEqual(["transaction.created"]);
 
     expectError(await mine.get("/events", { object_id: "x".repeat(129) }), 400, "invalid_request");
+
+    // Migration 0010 derives the id from the stored body of older events: for every event stored
+    // here, its derivation gives what the consumer stored, so old and new events are found alike.
+    const migration = readFileSync(
+      fileURLToPath(new URL("../../services/notification/migrations/0010_events_by_object.sql", import.meta.url)),
+      "utf8",
+    );
+    const derive = /set object_id = (case[\s\S]*?\bend)\b/.exec(migration)![1]!;
+    const rows = await stack.notificationSql!.unsafe<{ object_id: string | null; derived: string | null }[]>(
+      `select object_id, ${derive} as derived from events`,
+    );
+    expect(rows.filter((r) => r.object_id !== null).length).toBeGreaterThanOrEqual(4);
+    expect(rows.filter((r) => r.object_id !== r.derived)).toEqual([]);
     // Another account's object finds nothing: the filter never reaches past the caller's events.
     expect((await api.get("/events", { object_id: group })).body.events).toEqual([]);
   });
