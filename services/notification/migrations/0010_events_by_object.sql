@@ -12,4 +12,4 @@ update events set object_id = case
 where object_id is null;
 
 -- An object's events, newest first, as the account's list pages them.
-create index events_by_object on events (account_id, object_id, id desc) where object_id is not null;
+create index if not exists events_by_object on events (account_id, object_id, id desc) where object_id is not null;
