@@ -1,29 +1,14 @@
-// The webhook console: destinations, events and deliveries of one account, through the public
-// REST API (/v1, described at /docs) with the API key the user types. The key stays in this tab:
-// in memory and in sessionStorage, which the browser clears with the tab.
-//
-// Everything shown is built with DOM calls and text nodes, so data from the API never reaches an
-// HTML parser. The page's Content-Security-Policy enforces it: Trusted Types are required and no
-// policy exists, so an HTML string assigned anywhere would be refused by the browser.
+// The console's entry: the API key, and the webhook view (destinations, events, deliveries and
+// their attempts). The ledger view is ledger.js; what both share is core.js. The key stays in this
+// tab: in memory and in sessionStorage, which the browser clears with the tab.
 
-const API = "/v1";
+import { $, api, button, busy, dash, fail, fill, h, on, say, setKey, time } from "./core.js";
+import { clearLedger, showLedger } from "./ledger.js";
+
 const KEY_STORAGE = "ledger-console-api-key";
 const PAGE_SIZE = 20;
 
-const $ = (id) => document.getElementById(id);
-
-/** An answer of the API that was not a success, as the envelope says: code, message, HTTP status. */
-class ApiError extends Error {
-  constructor(code, message, status, requestId) {
-    super(message);
-    this.code = code;
-    this.status = status;
-    this.requestId = requestId;
-  }
-}
-
 const state = {
-  key: "",
   /** Destinations shown, by id, in the API's order (newest first). */
   endpoints: new Map(),
   endpointsCursor: null,
@@ -35,128 +20,17 @@ const state = {
   eventId: null,
   /** The destination the roll dialog is for. */
   rolling: null,
+  /** The delivery whose attempts are shown, and the cursor of their next page. */
+  attemptsOf: null,
+  attemptsCursor: null,
 };
 
-// ---- talking to the API
-
-async function api(method, path, { query, body } = {}) {
-  const url = new URL(API + path, location.origin);
-  for (const [name, value] of Object.entries(query ?? {})) {
-    if (value !== undefined && value !== null) url.searchParams.set(name, String(value));
-  }
-  const headers = { authorization: `Bearer ${state.key}`, accept: "application/json" };
-  if (body !== undefined) headers["content-type"] = "application/json";
-  let res;
-  try {
-    res = await fetch(url, {
-      method,
-      headers,
-      body: body === undefined ? undefined : JSON.stringify(body),
-      cache: "no-store",
-      credentials: "omit",
-    });
-  } catch (err) {
-    throw new ApiError("network_error", `the gateway could not be reached (${err.message})`, 0, null);
-  }
-  const requestId = res.headers.get("x-request-id");
-  let payload = null;
-  try {
-    payload = await res.json();
-  } catch {
-    // Not JSON (a proxy's error page, say): reported by status below.
-  }
-  if (res.ok && payload && payload.status === "success") return payload;
-  const error = payload && typeof payload.error === "object" && payload.error !== null ? payload.error : {};
-  throw new ApiError(
-    typeof error.code === "string" ? error.code : `http_${res.status}`,
-    typeof error.message === "string" ? error.message : `HTTP ${res.status} ${res.statusText}`,
-    res.status,
-    requestId,
-  );
-}
-
-// ---- building the page from text
-
-/** An element with attributes and children; strings become text nodes, never markup. */
-function h(tag, attributes = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [name, value] of Object.entries(attributes)) {
-    if (value === undefined || value === null || value === false) continue;
-    if (name === "class") node.className = value;
-    else node.setAttribute(name, value === true ? "" : String(value));
-  }
-  for (const child of children.flat()) {
-    if (child === undefined || child === null || child === false) continue;
-    node.append(child instanceof Node ? child : String(child));
-  }
-  return node;
-}
-
-/**
- * A button whose accessible name says what it acts on ("Disable Orders"), starting with its
- * visible text. `action` identifies it across re-renders, so focus can come back to it.
- */
-function button(text, name, action, onClick, className = "secondary") {
-  const node = h("button", { type: "button", class: className, "aria-label": name, "data-action": action }, text);
-  node.addEventListener("click", () => busy(node, () => onClick(node)));
-  return node;
-}
-
-/**
- * Runs an action with its button disabled, and shows what went wrong if it fails. A disabled
- * button loses keyboard focus, and a redrawn row replaces it: focus comes back to the button, or
- * to its successor in the new row, unless the action moved focus somewhere on purpose.
- */
-async function busy(node, fn) {
-  const action = node.dataset.action;
-  node.disabled = true;
-  try {
-    await fn();
-  } catch (err) {
-    fail(err);
-  } finally {
-    node.disabled = false;
-    if (document.activeElement === null || document.activeElement === document.body) {
-      const successor = node.isConnected ? node : action && document.querySelector(`[data-action="${CSS.escape(action)}"]`);
-      if (successor) successor.focus();
-    }
-  }
-}
-
-/** Replaces a table body's rows, or shows `empty` in one row when there are none. */
-function fill(tbody, rows, empty, columns) {
-  tbody.replaceChildren(...(rows.length > 0 ? rows : [h("tr", {}, h("td", { colspan: columns, class: "hint" }, empty))]));
-}
-
-function time(iso) {
-  if (!iso) return "—";
-  return h("time", { datetime: iso, title: iso }, new Date(iso).toLocaleString());
-}
-
-const dash = (value, unit = "") => (value === null || value === undefined ? "—" : `${value}${unit}`);
 const labelOf = (endpoint) => endpoint.name || endpoint.url;
-
-// ---- messages (the status line is aria-live polite, the error line role=alert)
-
-function say(text) {
-  $("error").textContent = "";
-  $("status").textContent = text;
-}
-
-function fail(err) {
-  $("status").textContent = "";
-  if (err instanceof ApiError) {
-    const where = err.status ? ` (HTTP ${err.status}${err.requestId ? `, request ${err.requestId}` : ""})` : "";
-    $("error").textContent = `${err.code}: ${err.message}${where}`;
-  } else {
-    $("error").textContent = `unexpected error: ${err?.message ? err.message : String(err)}`;
-  }
-}
 
 // ---- the key
 
 async function useKey(key) {
-  state.key = key;
+  setKey(key);
   try {
     await loadDestinations();
   } catch (err) {
@@ -168,21 +42,26 @@ async function useKey(key) {
   $("key-help").textContent =
     `Using the key ending in …${key.slice(-4)}. Kept in this browser tab only until you forget it or close the tab.`;
   $("signed-in").hidden = false;
-  await loadEvents();
-  say(`Key accepted: ${state.endpoints.size} destination(s) and the latest events loaded.`);
+  $("views").hidden = false;
+  await Promise.all([loadEvents(), showLedger()]);
+  say(`Key accepted: the latest entities, ${state.endpoints.size} destination(s) and the latest events loaded.`);
 }
 
 function forgetKey() {
-  state.key = "";
+  setKey("");
   sessionStorage.removeItem(KEY_STORAGE);
   state.endpoints.clear();
   state.selected = null;
   state.eventId = null;
   $("signed-in").hidden = true;
+  $("views").hidden = true;
   hideSecret();
   $("deliveries-panel").hidden = true;
   $("event-panel").hidden = true;
-  for (const id of ["destinations-body", "deliveries-body", "events-body", "event-deliveries-body"]) $(id).replaceChildren();
+  $("attempts-panel").hidden = true;
+  clearLedger();
+  for (const id of ["destinations-body", "deliveries-body", "events-body", "event-deliveries-body", "attempts-body"])
+    $(id).replaceChildren();
   $("key-help").textContent =
     "Kept in this browser tab only (session storage) until you forget it or close the tab; sent to this gateway only.";
 }
@@ -325,6 +204,7 @@ function deliveryRow(d, refresh, first) {
     h(
       "td",
       { class: "actions" },
+      button("Attempts", `Attempts of ${d.delivery_id}`, `attempts:${d.delivery_id}`, () => openAttempts(d)),
       button("Resend", `Resend ${d.event_type} ${d.delivery_id}`, `resend:${d.delivery_id}`, async () => {
         const res = await api("POST", "/webhooks/resend", { body: { delivery_id: d.delivery_id } });
         await refresh();
@@ -363,6 +243,37 @@ async function loadDeliveries(more = false) {
   if (more) tbody.append(...rows);
   else fill(tbody, rows, "No deliveries yet.", 10);
   $("more-deliveries").hidden = !state.deliveriesCursor;
+}
+
+// ---- a delivery's attempts, one by one
+
+async function openAttempts(delivery, more = false) {
+  state.attemptsOf = delivery;
+  const res = await api("GET", "/webhooks/delivery/attempts", {
+    query: { delivery_id: delivery.delivery_id, limit: PAGE_SIZE, cursor: more ? state.attemptsCursor : undefined },
+  });
+  state.attemptsCursor = res.pagination.has_next ? res.pagination.next_cursor : null;
+  const title = `Attempts of delivery ${delivery.delivery_id}`;
+  $("attempts-heading").textContent = title;
+  $("attempts-caption").textContent = title;
+  const rows = res.attempts.map((a) =>
+    h(
+      "tr",
+      {},
+      h("td", {}, String(a.attempt)),
+      h("td", {}, time(a.attempted_at)),
+      h("td", {}, h("span", { class: a.succeeded ? "status-succeeded" : "status-failed" }, a.succeeded ? "succeeded" : "failed")),
+      h("td", {}, dash(a.response_status)),
+      h("td", {}, dash(a.duration_ms, " ms")),
+      h("td", {}, dash(a.error)),
+    ),
+  );
+  const tbody = $("attempts-body");
+  if (more) tbody.append(...rows);
+  else fill(tbody, rows, "No attempt yet: the first is due.", 6);
+  $("more-attempts").hidden = !state.attemptsCursor;
+  $("attempts-panel").hidden = false;
+  if (!more) $("attempts-heading").focus();
 }
 
 // ---- events
@@ -419,11 +330,6 @@ async function openEvent(eventId, focus = true) {
 }
 
 // ---- wiring
-
-function on(id, fn) {
-  const node = $(id);
-  node.addEventListener("click", () => busy(node, fn));
-}
 
 $("key-form").addEventListener("submit", (event) => {
   event.preventDefault();
@@ -494,6 +400,7 @@ on("refresh-events", async () => {
   say("Events refreshed.");
 });
 on("more-events", () => loadEvents(true));
+on("more-attempts", () => openAttempts(state.attemptsOf, true));
 
 // A key given earlier in this tab is used again after a reload.
 const saved = sessionStorage.getItem(KEY_STORAGE);

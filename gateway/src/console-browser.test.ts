@@ -81,7 +81,7 @@ describe("/console in headless Chromium", () => {
     const entity = (await stack.api.post("/entity", { entity_name: "Wallet", entity_type: "customer" })).body.entity.entity_id as string;
 
     await page.goto(`${base}/console`);
-    await expect(page.title()).resolves.toBe("Webhook console");
+    await expect(page.title()).resolves.toBe("Ledger console");
     // Nothing but the key form before a key is given.
     expect(await page.getByRole("heading", { name: "Destinations" }).isVisible()).toBe(false);
     await shot("key");

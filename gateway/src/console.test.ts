@@ -1,4 +1,4 @@
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startHandlers, type Handlers } from "@ledger/e2e";
 import { CONSOLE_CSP, CONSOLE_DIR } from "./console.js";
@@ -22,6 +22,10 @@ const FILES = [
   ["/console", "text/html"],
   ["/console/console.css", "text/css"],
   ["/console/console.js", "text/javascript"],
+  ["/console/core.js", "text/javascript"],
+  ["/console/ledger.js", "text/javascript"],
+  ["/console/money.js", "text/javascript"],
+  ["/console/chart.js", "text/javascript"],
 ] as const;
 
 describe("GET /console", () => {
@@ -85,8 +89,21 @@ describe("GET /console", () => {
   });
 
   it("builds the page with DOM text only: no HTML parsing sinks, no inline script or style", () => {
-    const js = readFileSync(`${CONSOLE_DIR}/console.js`, "utf8");
-    expect(js).not.toMatch(/innerHTML|outerHTML|insertAdjacentHTML|document\.write|eval\(|new Function|localStorage|document\.cookie/);
+    const modules = FILES.filter(([path]) => path.endsWith(".js")).map(([path]) => path.slice("/console/".length));
+    // Every module in the directory is served, and every one is checked.
+    expect(
+      readdirSync(CONSOLE_DIR)
+        .filter((f) => f.endsWith(".js"))
+        .sort(),
+    ).toEqual([...modules].sort());
+    for (const file of modules) {
+      const js = readFileSync(`${CONSOLE_DIR}/${file}`, "utf8");
+      expect(js, file).not.toMatch(
+        /innerHTML|outerHTML|insertAdjacentHTML|document\.write|eval\(|new Function|localStorage|document\.cookie/,
+      );
+      // Modules import each other by relative path only: nothing from another origin.
+      for (const [, from] of js.matchAll(/from\s+"([^"]+)"/g)) expect(from, file).toMatch(/^\.\/[a-z]+\.js$/);
+    }
     const html = readFileSync(`${CONSOLE_DIR}/index.html`, "utf8");
     expect(html).not.toMatch(/<script>|<style|style=|\son[a-z]+=/i);
     expect(html).not.toMatch(/(src|href)=["']?(https?:)?\/\//i);

@@ -3,8 +3,8 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { fileURLToPath } from "node:url";
 import { requestUrl } from "@ledger/common";
 
-// The webhook console: one page of plain HTML, CSS and JavaScript in gateway/console/, served as
-// they are (nothing to build). Like /docs it needs no API key and is not rate limited: the page
+// The console (ledger and webhooks): one page of plain HTML, CSS and JavaScript modules in
+// gateway/console/, served as they are (nothing to build). Like /docs it needs no API key and is not rate limited: the page
 // holds no data; it asks the user for a key and calls the public /v1 API with it from the browser.
 
 /** Where the console's files live, beside this package's src/. */
@@ -44,6 +44,10 @@ const FILES: Record<string, { file: string; type: string }> = {
   "/console/": { file: "index.html", type: "text/html; charset=utf-8" },
   "/console/console.css": { file: "console.css", type: "text/css; charset=utf-8" },
   "/console/console.js": { file: "console.js", type: "text/javascript; charset=utf-8" },
+  "/console/core.js": { file: "core.js", type: "text/javascript; charset=utf-8" },
+  "/console/ledger.js": { file: "ledger.js", type: "text/javascript; charset=utf-8" },
+  "/console/money.js": { file: "money.js", type: "text/javascript; charset=utf-8" },
+  "/console/chart.js": { file: "chart.js", type: "text/javascript; charset=utf-8" },
 };
 
 /**

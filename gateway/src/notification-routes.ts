@@ -1,6 +1,12 @@
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { invalidArgument } from "@ledger/common";
-import { DeliveryStatusSchema, type Delivery, type Endpoint, type Event } from "@ledger/proto/notification/v1/notification_pb.js";
+import {
+  DeliveryStatusSchema,
+  type Delivery,
+  type DeliveryAttempt,
+  type Endpoint,
+  type Event,
+} from "@ledger/proto/notification/v1/notification_pb.js";
 import { arrayField, booleanField, limitParam, optionalParam, requiredParam, stringField, type Fields } from "./input.js";
 import { enumWord, renderPage } from "./render.js";
 import type { Route } from "./routes.js";
@@ -47,6 +53,28 @@ export function renderDelivery(delivery: Delivery) {
     last_attempt_at: iso(delivery.lastAttemptAt),
     created_at: iso(delivery.createdAt),
   };
+}
+
+/** One attempt of a delivery, as the worker recorded it. */
+function renderAttempt(attempt: DeliveryAttempt) {
+  return {
+    attempt: attempt.attempt,
+    attempted_at: iso(attempt.attemptedAt),
+    succeeded: attempt.succeeded,
+    response_status: attempt.responseStatus || null,
+    duration_ms: attempt.durationMs,
+    error: attempt.error || null,
+  };
+}
+
+/** The longest `object_id` GET /events takes (the notification service checks the same). */
+const MAX_OBJECT_ID_LENGTH = 128;
+
+function objectIdParam(query: Fields): string {
+  const value = optionalParam(query, "object_id");
+  if (value.length > MAX_OBJECT_ID_LENGTH)
+    throw invalidArgument(`query parameter object_id is at most ${MAX_OBJECT_ID_LENGTH} characters`, { parameter: "object_id" });
+  return value;
 }
 
 function renderSummary(event: Event) {
@@ -207,10 +235,25 @@ export const notificationRoutes: Route[] = [
   },
   {
     method: "GET",
-    path: "/events",
-    query: PAGE,
+    path: "/webhooks/delivery/attempts",
+    query: ["delivery_id", ...PAGE],
     async handle({ query, call }, { notification }) {
-      const res = await notification.listEvents({ limit: limitParam(query), cursor: optionalParam(query, "cursor") }, call);
+      const res = await notification.listDeliveryAttempts(
+        { deliveryId: requiredParam(query, "delivery_id"), limit: limitParam(query), cursor: optionalParam(query, "cursor") },
+        call,
+      );
+      return { attempts: res.attempts.map(renderAttempt), pagination: renderPage(res.page) };
+    },
+  },
+  {
+    method: "GET",
+    path: "/events",
+    query: ["object_id", ...PAGE],
+    async handle({ query, call }, { notification }) {
+      const res = await notification.listEvents(
+        { limit: limitParam(query), cursor: optionalParam(query, "cursor"), objectId: objectIdParam(query) },
+        call,
+      );
       return {
         events: res.events.map((e) => ({ event_id: e.eventId, type: e.type, created_at: iso(e.createdAt), deliveries: renderSummary(e) })),
         pagination: renderPage(res.page),

@@ -1,7 +1,7 @@
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { isId, newId, notFound, ruleViolation, type PageRequest, type Sql, type Tx } from "@ledger/common";
-import { DeliveryStatus, type DeliverySchema } from "@ledger/proto/notification/v1/notification_pb.js";
+import { DeliveryStatus, type DeliveryAttemptSchema, type DeliverySchema } from "@ledger/proto/notification/v1/notification_pb.js";
 import { findEndpoint } from "./endpoints.js";
 
 /** A deliveries row joined with its event's type. */
@@ -83,3 +83,46 @@ export async function resendDelivery(tx: Tx, accountId: string, deliveryId: stri
 
 /** Checks a delivery id inside a cursor. */
 export const isDeliveryId = (id: string) => isId("delivery", id);
+
+/** A delivery_attempts row with its place among the delivery's attempts. */
+export interface AttemptRow {
+  id: string;
+  attempt: number;
+  attempted_at: Date;
+  succeeded: boolean;
+  response_status: number | null;
+  duration_ms: number;
+  error: string | null;
+}
+
+/** A cursor of the attempts list carries an attempt's row id: a bigserial, so digits only. */
+export const isAttemptId = (id: string): boolean => /^[1-9][0-9]{0,17}$/.test(id);
+
+/** The proto shape of one attempt. */
+export function attemptMessage(row: AttemptRow): MessageInitShape<typeof DeliveryAttemptSchema> {
+  return {
+    attempt: row.attempt,
+    attemptedAt: timestampFromDate(row.attempted_at),
+    succeeded: row.succeeded,
+    responseStatus: row.response_status ?? 0,
+    durationMs: row.duration_ms,
+    error: row.error ?? "",
+  };
+}
+
+/**
+ * A page of one delivery's attempts, newest first (GET /webhooks/delivery/attempts); 404 for a
+ * missing delivery or another account's. `attempt` numbers them from the first: a count over the
+ * delivery's earlier attempts, which a retry schedule keeps to a handful.
+ */
+export async function listDeliveryAttempts(sql: Sql, accountId: string, deliveryId: string, page: PageRequest): Promise<AttemptRow[]> {
+  if (!isDeliveryId(deliveryId)) throw notFound("delivery", deliveryId);
+  const [delivery] = await sql<{ id: string }[]>`select id from deliveries where id = ${deliveryId} and account_id = ${accountId}`;
+  if (!delivery) throw notFound("delivery", deliveryId);
+  return sql<AttemptRow[]>`
+    select a.id::text as id, a.attempted_at, a.succeeded, a.response_status, a.duration_ms, a.error,
+           (select count(*)::int from delivery_attempts b where b.delivery_id = a.delivery_id and b.id <= a.id) as attempt
+    from delivery_attempts a
+    where a.delivery_id = ${deliveryId} ${page.before ? sql`and a.id < ${page.before}::bigint` : sql``}
+    order by a.id desc limit ${page.limit + 1}`;
+}

@@ -139,3 +139,23 @@ export function deliveryBody(event: Event): string {
   const created = event.created ? Math.floor(timestampDate(event.created).getTime() / 1000) : 0;
   return JSON.stringify({ id: event.id, type: event.type, created, data: eventData(event) });
 }
+
+/**
+ * The id of the object an event is about, for GET /events?object_id= (docs/webhooks.md#endpoints):
+ * the transaction group, the hold, the entity or the balance alert; null for an event without data.
+ * Migration 0010 derives the same from the stored body of events received before it.
+ */
+export function eventObjectId(event: Event): string | null {
+  switch (event.data.case) {
+    case "transaction":
+      return event.data.value.transactionGroupId || null;
+    case "hold":
+      return event.data.value.holdId || null;
+    case "entity":
+      return event.data.value.entityId || null;
+    case "balanceAlert":
+      return event.data.value.alert?.alertId || null;
+    default:
+      return null;
+  }
+}

@@ -3,7 +3,7 @@ import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
 import { isId, MAX_TRACE_HEADER, newId, notFound, pipelinedTransaction, storedMetadata, type PageRequest, type Sql } from "@ledger/common";
 import type { Event } from "@ledger/proto/events/v1/events_pb.js";
 import type { EventSchema as ApiEventSchema } from "@ledger/proto/notification/v1/notification_pb.js";
-import { deliveryBody } from "./event-body.js";
+import { deliveryBody, eventObjectId } from "./event-body.js";
 
 // Longer is not a traceparent; the column is no place for whatever a producer put there.
 function storableTraceparent(value: string): string {
@@ -29,6 +29,7 @@ export async function ingestEvents(
     account_id: event.accountId,
     type: event.type,
     body: deliveryBody(event),
+    object_id: eventObjectId(event),
     request_id: event.requestId.slice(0, 128),
     traceparent: storableTraceparent(traceparentOf(event)),
     created_at: event.created ? timestampDate(event.created) : new Date(),
@@ -42,10 +43,10 @@ export async function ingestEvents(
     // A redelivered event conflicts, is not returned, and so queues nothing again.
     const matches = await tx<{ event_id: string; account_id: string; endpoint_id: string }[]>`
       with inserted as (
-        insert into events (id, account_id, type, body, request_id, traceparent, created_at)
-        select id, account_id, type, body, request_id, traceparent, created_at
+        insert into events (id, account_id, type, body, object_id, request_id, traceparent, created_at)
+        select id, account_id, type, body, object_id, request_id, traceparent, created_at
         from json_to_recordset(${JSON.stringify(rows)}::text::json)
-          as r(id text, account_id text, type text, body text, request_id text, traceparent text, created_at timestamptz)
+          as r(id text, account_id text, type text, body text, object_id text, request_id text, traceparent text, created_at timestamptz)
         on conflict (id) do nothing
         returning id, account_id, type)
       select i.id as event_id, i.account_id, e.id as endpoint_id
@@ -102,16 +103,24 @@ const SUMMARY = (sql: Sql) => sql`
   (select count(*)::int from deliveries d where d.event_id = e.id and d.status = 'failed') as failed,
   (select count(*)::int from deliveries d where d.event_id = e.id and d.status = 'pending') as pending`;
 
-/** A page of the account's events, newest first (ids sort by creation), with delivery summaries. */
+/** The longest object id GET /events?object_id= takes; every id the services make is far shorter. */
+export const MAX_OBJECT_ID_LENGTH = 128;
+
+/**
+ * A page of the account's events, newest first (ids sort by creation), with delivery summaries;
+ * only those about `objectId` when it is given (events_by_object serves that).
+ */
 export async function listEvents(
   sql: Sql,
   accountId: string,
   page: PageRequest,
+  objectId = "",
 ): Promise<{ rows: EventRow[]; toMessage: (row: EventRow) => MessageInitShape<typeof ApiEventSchema> }> {
   const rows = await sql<EventRow[]>`
     select e.id, e.type, e.body, e.created_at, ${SUMMARY(sql)}
     from events e
-    where e.account_id = ${accountId} ${page.before ? sql`and e.id < ${page.before}` : sql``}
+    where e.account_id = ${accountId} ${objectId ? sql`and e.object_id = ${objectId}` : sql``}
+      ${page.before ? sql`and e.id < ${page.before}` : sql``}
     order by e.id desc limit ${page.limit + 1}`;
   return { rows, toMessage: (row) => eventMessage(row, false) };
 }

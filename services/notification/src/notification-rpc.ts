@@ -25,7 +25,16 @@ import {
   UpdateEndpointResponseSchema,
   type NotificationService,
 } from "@ledger/proto/notification/v1/notification_pb.js";
-import { deliveriesOfEvent, deliveryMessage, isDeliveryId, listDeliveries, resendDelivery } from "./deliveries.js";
+import {
+  attemptMessage,
+  deliveriesOfEvent,
+  deliveryMessage,
+  isAttemptId,
+  isDeliveryId,
+  listDeliveries,
+  listDeliveryAttempts,
+  resendDelivery,
+} from "./deliveries.js";
 import {
   createEndpoint,
   deleteEndpoint,
@@ -42,7 +51,7 @@ import {
   type EndpointChange,
   type UrlPolicy,
 } from "./endpoints.js";
-import { getEvent, listEvents } from "./events.js";
+import { getEvent, listEvents, MAX_OBJECT_ID_LENGTH } from "./events.js";
 import { isSealed, open, seal } from "./secrets.js";
 
 /** What the RPC handlers need. */
@@ -89,7 +98,9 @@ export function createNotificationService(deps: NotificationDeps): ServiceImpl<t
     async listEvents(req, ctx) {
       const { accountId } = principalOf(ctx);
       const page = parsePageRequest(req.limit, req.cursor, (id) => isId("event", id));
-      const { rows, toMessage } = await listEvents(sql, accountId, page);
+      if (req.objectId.length > MAX_OBJECT_ID_LENGTH)
+        throw invalidArgument(`object_id is at most ${MAX_OBJECT_ID_LENGTH} characters`, { field: "object_id" });
+      const { rows, toMessage } = await listEvents(sql, accountId, page, req.objectId);
       const result = toPage(rows, page, (row) => row.id);
       return { events: result.items.map(toMessage), page: result.page };
     },
@@ -183,6 +194,14 @@ export function createNotificationService(deps: NotificationDeps): ServiceImpl<t
       const page = parsePageRequest(req.limit, req.cursor, isDeliveryId);
       const result = toPage(await listDeliveries(sql, accountId, req.endpointId, page), page, (row) => row.id);
       return { deliveries: result.items.map(deliveryMessage), page: result.page };
+    },
+
+    async listDeliveryAttempts(req, ctx) {
+      const { accountId } = principalOf(ctx);
+      if (req.deliveryId === "") throw invalidArgument("delivery_id is required", { field: "delivery_id" });
+      const page = parsePageRequest(req.limit, req.cursor, isAttemptId);
+      const result = toPage(await listDeliveryAttempts(sql, accountId, req.deliveryId, page), page, (row) => row.id);
+      return { attempts: result.items.map(attemptMessage), page: result.page };
     },
   };
 }
