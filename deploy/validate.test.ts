@@ -325,27 +325,43 @@ function checkOperations(objects: Obj[], exampleSecrets: Obj[]): void {
     ).toEqual(["ledger-postgres", "nats"]);
   }
 
-  // Backups: the Cluster archives through the plugin to the ObjectStore, whose credentials are the documented Secret.
+  // Backups: each Cluster archives through the plugin to an ObjectStore of its own, whose credentials
+  // are the documented Secret, and has one daily ScheduledBackup; when a render backs up any Cluster,
+  // it backs up every one (a restore needs the holds and the webhooks with the ledger).
   const scheduled = objects.filter((o) => o.kind === "ScheduledBackup");
   const stores = objects.filter((o) => o.kind === "ObjectStore");
   if (scheduled.length === 0 && stores.length === 0) return;
-  const plugin = (specOf(cluster)["plugins"] as Spec[] | undefined)?.find((p) => p["isWALArchiver"] === true);
-  expect(plugin, "the Cluster archives WAL through a plugin").toBeDefined();
-  expect(stores.map((s) => s.metadata.name)).toEqual([plugin!["parameters"]["barmanObjectName"]]);
-  const configuration = specOf(stores[0]!)["configuration"] as Spec;
-  expect(configuration["destinationPath"]).toMatch(/^(s3|gs):\/\/|^https:\/\//);
-  const example = exampleSecrets.find((s) => s.metadata.name === configuration["s3Credentials"]["accessKeyId"]["name"]);
-  expect(example, "the object store's Secret has a documented example").toBeDefined();
-  for (const ref of Object.values(configuration["s3Credentials"] as Record<string, { name: string; key: string }>)) {
-    expect(ref.name).toBe(example!.metadata.name);
-    expect(Object.keys(example!["stringData"] as object)).toContain(ref.key);
+  const clusters = objects.filter((o) => o.kind === "Cluster");
+  expect(clusters.map((c) => c.metadata.name)).toContain(cluster.metadata.name);
+  const storeNames: string[] = [];
+  for (const each of clusters) {
+    const plugin = (specOf(each)["plugins"] as Spec[] | undefined)?.find((p) => p["isWALArchiver"] === true);
+    expect(plugin, `Cluster ${each.metadata.name} archives WAL through a plugin`).toBeDefined();
+    const storeName = plugin!["parameters"]["barmanObjectName"] as string;
+    storeNames.push(storeName);
+    const store = named("ObjectStore", storeName);
+    expect(store, `Cluster ${each.metadata.name}'s ObjectStore`).toBeDefined();
+    const configuration = specOf(store!)["configuration"] as Spec;
+    expect(configuration["destinationPath"]).toMatch(/^(s3|gs):\/\/|^https:\/\//);
+    const example = exampleSecrets.find((s) => s.metadata.name === configuration["s3Credentials"]["accessKeyId"]["name"]);
+    expect(example, "the object store's Secret has a documented example").toBeDefined();
+    for (const ref of Object.values(configuration["s3Credentials"] as Record<string, { name: string; key: string }>)) {
+      expect(ref.name).toBe(example!.metadata.name);
+      expect(Object.keys(example!["stringData"] as object)).toContain(ref.key);
+    }
+    const backups = scheduled.filter((b) => specOf(b)["cluster"]["name"] === each.metadata.name);
+    expect(backups, `Cluster ${each.metadata.name} has one ScheduledBackup`).toHaveLength(1);
+    const backup = specOf(backups[0]!);
+    expect(backup["schedule"].split(" "), "CNPG schedules have six fields, seconds first").toHaveLength(6);
+    expect(backup["method"]).toBe("plugin");
+    expect(backup["pluginConfiguration"]["name"]).toBe(plugin!["name"]);
   }
-  expect(scheduled).toHaveLength(1);
-  const backup = specOf(scheduled[0]!);
-  expect(backup["cluster"]["name"]).toBe(cluster.metadata.name);
-  expect(backup["schedule"].split(" "), "CNPG schedules have six fields, seconds first").toHaveLength(6);
-  expect(backup["method"]).toBe("plugin");
-  expect(backup["pluginConfiguration"]["name"]).toBe(plugin!["name"]);
+  // One path per cluster: two clusters archiving to one place would mix their WAL.
+  expect(new Set(storeNames).size).toBe(clusters.length);
+  const paths = storeNames.map((name) => specOf(named("ObjectStore", name)!)["configuration"]["destinationPath"]);
+  expect(new Set(paths).size).toBe(clusters.length);
+  expect(scheduled).toHaveLength(clusters.length);
+  expect(stores).toHaveLength(clusters.length);
 }
 
 /** Every `*.example.yaml` under deploy/: Secrets shown, never applied. */
@@ -531,7 +547,7 @@ describe("deploy/overlays", () => {
       expect(objects.filter((o) => o.kind === "Deployment")).toHaveLength(4);
       if (overlay === "prod") {
         expect(objects.filter((o) => o.kind === "ServiceMonitor")).toHaveLength(4);
-        expect(objects.filter((o) => o.kind === "ScheduledBackup")).toHaveLength(1);
+        expect(objects.filter((o) => o.kind === "ScheduledBackup")).toHaveLength(3);
       }
     });
   }
