@@ -185,7 +185,7 @@ function readSettings(argv: string[]): Settings {
     webhookRates: [200],
     webhookSeconds: smoke ? 0.5 : 5,
     webhookSteadySeconds: number(values.steady, smoke ? 0.5 : 20, "steady"),
-    drainEvents: smoke ? 100 : 3000,
+    drainEvents: smoke ? 100 : 10_000,
     entities: smoke ? 64 : 1000,
     historyLegs: smoke ? 5_000 : HISTORY_LEGS,
     searchGroups: smoke ? 10 * SEARCH_VALUES : SEARCH_GROUPS,
