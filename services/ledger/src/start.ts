@@ -19,6 +19,7 @@ export function startLedger(config: LedgerConfig): Promise<LedgerHandle> {
     name: "ledger",
     config,
     migrationsDir: MIGRATIONS,
+    outboxRowsByAccount: true,
     async parts({ sql, log, lifecycle, openOutbox }) {
       if (config.devApiKey) await ensureDevAccount(sql, config.devApiKey);
       const outbox = openOutbox();
