@@ -423,7 +423,9 @@ describe("one account per transaction (LEDGER_BATCH_ONE_ACCOUNT)", () => {
   it("mixes the accounts in one transaction when it is off (what the setting prevents)", async () => {
     const { store, transfers } = setUp(true);
     const batcher = batcherOn(store, { maxBatch: 100, maxInFlight: 4, oneAccount: false });
-    await Promise.all(transfers.map((t) => batcher.submit(t)).concat([turn()]));
+    const answers = transfers.map((t) => batcher.submit(t));
+    await turn();
+    await Promise.all(answers);
     expect(store.accounts).toEqual([ACCOUNTS]);
   });
 
