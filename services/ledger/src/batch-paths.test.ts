@@ -150,7 +150,8 @@ class FakeStore implements BatchStore {
       if (this.rows.get(row.id)!.version !== row.version) throw databaseError("40001");
     }
     for (const key of tx.inserted) {
-      if (this.storedKeys.has(keyString(key))) throw databaseError("23505", { constraint_name: "idempotency_keys_pkey" });
+      if (this.storedKeys.has(keyString(key)))
+        throw databaseError("23505", { table_name: "idempotency_keys", constraint_name: "idempotency_keys_pkey" });
     }
     for (const state of tx.books.flatMap((book) => book.effects().changedEntities)) {
       const row = Object.assign({}, state.row, { posted: state.posted, version: String(Number(state.row.version) + 1) });
