@@ -73,16 +73,20 @@ function statementsWithoutAccount(source: string): string[] {
 
 describe("money statements name their account", () => {
   it("finds a statement without the account, and passes one with it (the check can fail)", () => {
-    const source = [
-      "// a comment with `update entities set x` in it",
-      "const a = await sql`update entities set held = 0 where id = ${id}`;",
-      "const b = await sql`select * from legs where account_id = ${account} and id = ${id}`;",
-      'const c = sql.unsafe("delete from balance_alerts where id = $1");',
-      "const d = sql`select 1 from entities e ${where ? sql`where e.account_id = ${a}` : sql``}`;",
-      'const q = new ListQuery({ select: "select * from entities", account: { column: "account_id", id } });',
-    ].join("\n");
+    // TypeScript source as text, its placeholders spelled #{ (a plain string may not spell them).
+    const dollar = (text: string) => text.replaceAll("#{", "${");
+    const source = dollar(
+      [
+        "// a comment with `update entities set x` in it",
+        "const a = await sql`update entities set held = 0 where id = #{id}`;",
+        "const b = await sql`select * from legs where account_id = #{account} and id = #{id}`;",
+        'const c = sql.unsafe("delete from balance_alerts where id = $1");',
+        "const d = sql`select 1 from entities e #{where ? sql`where e.account_id = #{a}` : sql``}`;",
+        'const q = new ListQuery({ select: "select * from entities", account: { column: "account_id", id } });',
+      ].join("\n"),
+    );
     expect(statementsWithoutAccount(source)).toEqual([
-      "`update entities set held = 0 where id = ${id}`",
+      dollar("`update entities set held = 0 where id = #{id}`"),
       '"delete from balance_alerts where id = $1"',
     ]);
   });
