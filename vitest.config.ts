@@ -14,7 +14,9 @@ export default defineConfig({
       "bench/src/**/*.test.ts",
     ],
     exclude: ["**/node_modules/**", "**/*.faults.test.ts"],
-    globalSetup: ["packages/testing/src/global-setup.ts", "e2e/src/run-streams.ts"],
+    // The run's database, then the ledger's schema as LEDGER_TEST_SCHEMA asks (plain unless set); at
+    // the end, whatever JetStream streams this run left behind.
+    globalSetup: ["packages/testing/src/global-setup.ts", "services/ledger/src/test-schema.setup.ts", "e2e/src/run-streams.ts"],
     pool: "forks",
     // expect.poll: what a test waits for (an event, a delivery, a restart) takes seconds, not one.
     expect: { poll: { timeout: 15_000, interval: 100 } },

@@ -11,6 +11,15 @@ import { createAccount } from "@ledger/ledger-service";
 import { schemaClient } from "@ledger/e2e";
 import { startWebhookReceiver } from "@ledger/testing";
 import postgres from "postgres";
+import {
+  ACCOUNT_WORKLOADS,
+  accountsOperation,
+  createAccountFixtures,
+  isAccountWorkload,
+  ONE_ACCOUNT_ENV,
+  type AccountFixtures,
+  type AccountWorkloadName,
+} from "./account-workloads.js";
 import { backlogProbe } from "./backlog.js";
 import { type LoopResult, runClosedLoop } from "./closed-loop.js";
 import { REQUEST_TIMEOUT_MS, rpcClients } from "./connect.js";
@@ -70,7 +79,7 @@ import {
 import { runWrk } from "./wrk.js";
 import { H2LOAD_WORKLOADS, runH2load } from "./h2load.js";
 
-const ALL_WORKLOADS = [...WORKLOADS, ...BATCH_WORKLOADS, ...HISTORY_WORKLOADS, ...SEARCH_WORKLOADS];
+const ALL_WORKLOADS = [...WORKLOADS, ...BATCH_WORKLOADS, ...HISTORY_WORKLOADS, ...SEARCH_WORKLOADS, ...ACCOUNT_WORKLOADS];
 
 const USAGE = `usage: pnpm bench [--duration S] [--warmup S] [--concurrency 1,16,64] [--only LIST] [--transport rest,rpc] [--layout L] [--smoke]
 
@@ -79,7 +88,8 @@ const USAGE = `usage: pnpm bench [--duration S] [--warmup S] [--concurrency 1,16
   --concurrency L    closed-loop workers, comma-separated (default 1,16,64)
   --only LIST        any of pgbench,${ALL_WORKLOADS.join(",")},webhooks (default all)
                      (batch and batch-hot run at concurrency 1,4,16; as-of, statement and
-                     search at 1, whatever --concurrency says)
+                     search at 1, whatever --concurrency says; accounts and accounts-one
+                     over rpc in the processes layout only)
   --transport L      rest (wrk through the gateway), rpc (Connect's client straight to the
                      services), h2load (h2load straight to the ledger: transfer, deposit and
                      hot only); any of them (default rest,rpc,h2load)
@@ -101,7 +111,7 @@ interface Settings {
   durationS: number;
   warmupS: number;
   concurrency: number[];
-  workloads: Array<WorkloadName | BatchWorkloadName | HistoryWorkloadName | SearchWorkloadName>;
+  workloads: Array<WorkloadName | BatchWorkloadName | HistoryWorkloadName | SearchWorkloadName | AccountWorkloadName>;
   transports: Transport[];
   layouts: Layout[];
   pgbench: boolean;
@@ -343,6 +353,21 @@ async function main(): Promise<number> {
           return search;
         };
 
+        // The accounts workloads' accounts, created before their first cell; and for accounts-one,
+        // a second ledger process with one account per transaction.
+        let accountFixtures: AccountFixtures | undefined;
+        let oneAccountLedger: string | undefined;
+        const accountsLedger = async (workload: string) => {
+          accountFixtures ??= await createAccountFixtures(
+            (name) => createAccount(sql as never, name),
+            system.urls.ledger,
+            system.urls.hold,
+          );
+          if (workload === "accounts") return system.urls.ledger;
+          oneAccountLedger ??= (await system.startLedgerReplica(ONE_ACCOUNT_ENV)).url;
+          return oneAccountLedger;
+        };
+
         // 3. The closed-loop workloads.
         if (settings.workloads.length) {
           progress(`creating and funding ${settings.entities} entities`);
@@ -363,6 +388,10 @@ async function main(): Promise<number> {
             }
             for (const transport of settings.transports) {
               if (transport === "h2load" && !H2LOAD_WORKLOADS.includes(workload as WorkloadName)) continue;
+              // The accounts pair compares two ledger processes side by side: over RPC, with processes apart.
+              if (isAccountWorkload(workload) && (transport !== "rpc" || layout !== "processes")) continue;
+              const accountsUrl = isAccountWorkload(workload) ? await accountsLedger(workload) : undefined;
+              const accounts = accountsUrl ? accountsOperation(accountFixtures!, accountsUrl, system.urls.hold) : undefined;
               // A batch call is 100 transfers: its cells are concurrency 1, 4 and 16 (4 in a smoke run).
               // A history read is measured for one reader: concurrency 1.
               const batch = isBatchWorkload(workload);
@@ -453,13 +482,15 @@ async function main(): Promise<number> {
                     concurrency,
                     warmupMs: settings.warmupS * 1000,
                     durationMs: settings.durationS * 1000,
-                    operation: searching
-                      ? rpcSearchOperation(searching.rpc)
-                      : batch
-                        ? rpcBatchOperation(workload, rpc, fixtures)
-                        : isHistoryWorkload(workload)
-                          ? rpcHistoryOperation(workload, rpc, history!)
-                          : rpcOperation(workload as WorkloadName, rpc, fixtures),
+                    operation: accounts
+                      ? accounts.operation
+                      : searching
+                        ? rpcSearchOperation(searching.rpc)
+                        : batch
+                          ? rpcBatchOperation(workload, rpc, fixtures)
+                          : isHistoryWorkload(workload)
+                            ? rpcHistoryOperation(workload, rpc, history!)
+                            : rpcOperation(workload as WorkloadName, rpc, fixtures),
                     onProgress: (ms, ok, failed) =>
                       progress(`${label}: ${(ms / 1000).toFixed(0)}/${total} s, ${ok} ok in window, ${failed} errors`),
                   });
@@ -493,6 +524,7 @@ async function main(): Promise<number> {
                   drainedMs: drained.waitedMs,
                 };
                 cells.push(cell);
+                accounts?.close();
                 for (const [code, n] of Object.entries(result.errors)) unexpectedErrors.push(`${layout} ${label}: ${n} × ${code}`);
                 endProgress();
                 console.log(cellsTable([cell]).split("\n")[2]);
@@ -607,7 +639,12 @@ async function main(): Promise<number> {
         // 5. Invariants, once everything owed has flowed out.
         progress("checking invariants");
         await probe.settle(60_000);
-        const accounts = [mainAccount.account_id, hookAccount.account_id, ...(search ? [search.accountId] : [])];
+        const accounts = [
+          mainAccount.account_id,
+          hookAccount.account_id,
+          ...(search ? [search.accountId] : []),
+          ...(accountFixtures?.accounts.map((a) => a.accountId) ?? []),
+        ];
         for (const v of await moneyViolations(sql, accounts)) violations.push(`${layout}: ${v}`);
         if (tracker)
           for (const v of await deliveryViolations(sql, hookAccount.account_id, tracker, hookEndpoint)) violations.push(`${layout}: ${v}`);

@@ -3,6 +3,7 @@ import { cpus, release, totalmem } from "node:os";
 import { TAIL_CLIENTS, type PgbenchResult } from "./pgbench.js";
 import type { CpuSource, Layout, ServiceName } from "./system.js";
 import type { DrainResult, SlowBeside, WebhookLatency } from "./webhooks.js";
+import type { AccountWorkloadName } from "./account-workloads.js";
 import type { BatchWorkloadName } from "./batch-workloads.js";
 import { HISTORY_WORKLOADS, STATEMENT_PAGE, type HistoryWorkloadName } from "./history-workloads.js";
 import { searchTargets, type SearchWorkloadName } from "./search-workload.js";
@@ -11,7 +12,7 @@ import type { Transport, WorkloadName } from "./workloads.js";
 export interface Cell {
   /** Four processes, or the one of `npm start` (whose RSS and CPU then appear once, as "all"). */
   layout: Layout;
-  workload: WorkloadName | BatchWorkloadName | HistoryWorkloadName | SearchWorkloadName;
+  workload: WorkloadName | BatchWorkloadName | HistoryWorkloadName | SearchWorkloadName | AccountWorkloadName;
   transport: Transport;
   concurrency: number;
   /** Calls that succeeded within the window. */

@@ -59,8 +59,8 @@ export async function seedSearch(
     // (docs/architecture.md#balance-history): the n-th group takes both entities (fresh, at 0) to
     // -n and n, so the invariants hold over these rows too.
     await tx.unsafe(
-      `insert into ledger.legs (id, group_id, position, entity_id, direction, amount, created_at, posted_at, posted_seq, posted_after)
-       select 'trx_' || substr(g.id, 9, 10) || substr(md5(g.id || side.position), 1, 16), g.id, side.position,
+      `insert into ledger.legs (id, account_id, group_id, position, entity_id, direction, amount, created_at, posted_at, posted_seq, posted_after)
+       select 'trx_' || substr(g.id, 9, 10) || substr(md5(g.id || side.position), 1, 16), $1, g.id, side.position,
               case side.position when 0 then $2 else $3 end, case side.position when 0 then 'debit' else 'credit' end, 1, g.created_at,
               g.created_at, 0, case side.position when 0 then -g.n else g.n end
        from (select id, created_at, row_number() over (order by created_at, id) as n
@@ -70,13 +70,14 @@ export async function seedSearch(
     );
     await tx.unsafe(
       `update ledger.entities set posted = posted + (case id when $1 then $3::int8 else -$3::int8 end), balance_changed_at = now()
-       where id in ($1, $2)`,
-      [scope.entityId, scope.externalEntityId, groups],
+       where account_id = $4 and id in ($1, $2)`,
+      [scope.entityId, scope.externalEntityId, groups, scope.accountId],
     );
     await tx.unsafe(
-      `insert into ledger.entity_balance_history (entity_id, changed_at, posted, pending_debits, pending_credits, held)
-       select id, now(), posted, pending_debits, pending_credits, held from ledger.entities where id in ($1, $2)`,
-      [scope.entityId, scope.externalEntityId],
+      `insert into ledger.entity_balance_history (account_id, entity_id, changed_at, posted, pending_debits, pending_credits, held)
+       select account_id, id, now(), posted, pending_debits, pending_credits, held from ledger.entities
+       where account_id = $3 and id in ($1, $2)`,
+      [scope.entityId, scope.externalEntityId, scope.accountId],
     );
   });
   await sql.unsafe("vacuum analyze ledger.transaction_groups, ledger.legs, ledger.entities");

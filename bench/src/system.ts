@@ -130,6 +130,11 @@ export interface System {
   signal(name: ServiceName, signal: "SIGSTOP" | "SIGCONT"): void;
   /** Starts one more notification process on the same database and stream; answers its pid. Processes layout only. */
   startNotificationReplica(): Promise<number>;
+  /**
+   * Starts one more ledger process on the same database and stream, with `extraEnv` over the
+   * system's environment (a setting to compare); answers its URL and pid. Processes layout only.
+   */
+  startLedgerReplica(extraEnv: Record<string, string>): Promise<{ url: string; pid: number }>;
   /** The CPU time so far of every process of the system (replicas included), Postgres, NATS and the bench. */
   cpuSnapshot(): CpuSnapshot;
   stop(): Promise<void>;
@@ -215,6 +220,7 @@ export async function startSystem(options: SystemOptions): Promise<System> {
   const nodeArgs = (process.env["BENCH_NODE_ARGS"] ?? "").split(/\s+/).filter(Boolean);
   const children = new Map<ServiceName, ChildProcess>();
   const replicas: ChildProcess[] = [];
+  const ledgerReplicas: ChildProcess[] = [];
   // Starts `entry` with its output in <logName>.log and waits until each of `readyPorts` answers /readyz.
   const spawnReady = async (entry: string, flags: string[], logName: string, childEnv: Record<string, string>, readyPorts: number[]) => {
     const logFile = join(logDir, `${logName}.log`);
@@ -255,7 +261,7 @@ export async function startSystem(options: SystemOptions): Promise<System> {
   };
   const stop = async () => {
     // Reverse order: the gateway stops taking requests before the services behind it go.
-    for (const child of [...replicas, ...[...SERVICES].reverse().map((name) => children.get(name))]) {
+    for (const child of [...replicas, ...ledgerReplicas, ...[...SERVICES].reverse().map((name) => children.get(name))]) {
       // In one process, the four names share one child: stopped at the first, skipped after.
       if (!child || child.exitCode !== null || child.signalCode !== null) continue;
       child.kill("SIGCONT");
@@ -309,10 +315,24 @@ export async function startSystem(options: SystemOptions): Promise<System> {
       replicas.push(child);
       return child.pid!;
     },
+    async startLedgerReplica(extraEnv) {
+      processesOnly("startLedgerReplica");
+      const port = await freePort();
+      const child = await spawnReady(
+        ENTRY.ledger,
+        deployedNodeFlags(options.repoRoot, "ledger"),
+        `ledger-${ledgerReplicas.length + 2}`,
+        { ...env, ...extraEnv, LEDGER_PORT: String(port) },
+        [port],
+      );
+      ledgerReplicas.push(child);
+      return { url: `http://127.0.0.1:${port}`, pid: child.pid! };
+    },
     cpuSnapshot: () =>
       cpuSnapshot(
         pids,
         replicas.map((child) => child.pid!),
+        ledgerReplicas.map((child) => child.pid!),
       ),
     stop,
   };
@@ -414,12 +434,12 @@ export interface CpuSnapshot {
  * gives each source's share of one core between two. `notificationReplicas` count under
  * notification beside its first process.
  */
-function cpuSnapshot(pids: Record<ServiceName, number>, notificationReplicas: number[] = []): CpuSnapshot {
+function cpuSnapshot(pids: Record<ServiceName, number>, notificationReplicas: number[] = [], ledgerReplicas: number[] = []): CpuSnapshot {
   const of = (list: number[]) => new Map(list.map((pid) => [pid, cpuSeconds(pid)]));
   return {
     at: performance.now(),
     pids: {
-      ledger: of([pids.ledger]),
+      ledger: of([pids.ledger, ...ledgerReplicas]),
       hold: of([pids.hold]),
       notification: of([pids.notification, ...notificationReplicas]),
       gateway: of([pids.gateway]),

@@ -28,10 +28,10 @@ export async function ledgerViolations(sql: postgres.Sql<{ bigint: bigint }>, ac
       coalesce(sum(case when g.status = 'pending' and l.direction = 'debit' then l.amount end), 0)::int8 as pd_legs,
       coalesce(sum(case when g.status = 'pending' and l.direction = 'credit' then l.amount end), 0)::int8 as pc_legs
     from entities e
-    left join legs l on l.entity_id = e.id
-    left join transaction_groups g on g.id = l.group_id
+    left join legs l on l.account_id = e.account_id and l.entity_id = e.id
+    left join transaction_groups g on g.account_id = l.account_id and g.id = l.group_id
     where e.account_id = ${accountId}
-    group by e.id
+    group by e.id, e.posted, e.pending_debits, e.pending_credits
     having e.posted <> coalesce(sum(case when g.status in ('posted', 'reversed') then
              case l.direction when 'credit' then l.amount else -l.amount end end), 0)
         or e.pending_debits <> coalesce(sum(case when g.status = 'pending' and l.direction = 'debit' then l.amount end), 0)
@@ -56,14 +56,14 @@ export async function ledgerViolations(sql: postgres.Sql<{ bigint: bigint }>, ac
 async function historyViolations(sql: postgres.Sql<{ bigint: bigint }>, accountId: string): Promise<string[]> {
   const violations: string[] = [];
   const misstamped = await sql<{ id: string; status: string; stamped: boolean }[]>`
-    select l.id, g.status, l.posted_at is not null as stamped from legs l join transaction_groups g on g.id = l.group_id
+    select l.id, g.status, l.posted_at is not null as stamped from legs l join transaction_groups g on g.account_id = l.account_id and g.id = l.group_id
     where g.account_id = ${accountId} and (g.status in ('posted', 'reversed')) <> (l.posted_at is not null)`;
   for (const m of misstamped) violations.push(`leg ${m.id} of a ${m.status} group is ${m.stamped ? "" : "not "}stamped as posted`);
   const broken = await sql<{ id: string; entity_id: string; posted_after: bigint; expected: bigint }[]>`
     select id, entity_id, posted_after, expected from (
       select l.id, l.entity_id, l.posted_after,
         coalesce(lag(l.posted_after) over w, 0) + case l.direction when 'credit' then l.amount else -l.amount end as expected
-      from legs l join entities e on e.id = l.entity_id
+      from legs l join entities e on e.account_id = l.account_id and e.id = l.entity_id
       where e.account_id = ${accountId} and l.posted_at is not null
       window w as (partition by l.entity_id order by l.posted_at, l.posted_seq)) chain
     where posted_after <> expected`;
@@ -71,9 +71,9 @@ async function historyViolations(sql: postgres.Sql<{ bigint: bigint }>, accountI
     violations.push(`leg ${b.id} of entity ${b.entity_id}: posted_after ${b.posted_after}, the chain says ${b.expected}`);
   const ends = await sql<{ id: string; posted: bigint; last_after: bigint | null; history: string | null; now: string }[]>`
     select e.id, e.posted,
-      (select posted_after from legs where entity_id = e.id and posted_at is not null order by posted_at desc, posted_seq desc limit 1) as last_after,
+      (select posted_after from legs where account_id = e.account_id and entity_id = e.id and posted_at is not null order by posted_at desc, posted_seq desc limit 1) as last_after,
       (select concat_ws('/', posted, pending_debits, pending_credits, held) from entity_balance_history
-       where entity_id = e.id order by changed_at desc limit 1) as history,
+       where account_id = e.account_id and entity_id = e.id order by changed_at desc limit 1) as history,
       concat_ws('/', e.posted, e.pending_debits, e.pending_credits, e.held) as now
     from entities e where e.account_id = ${accountId}`;
   for (const e of ends) {

@@ -140,6 +140,9 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     batchConcurrency: 4,
     batchLingerMs: 2,
     batchHalfAbove: 32,
+    // The partitioned run (vitest.partitioned.config.ts) sets it: one account per transaction, as
+    // a database distributed by account needs.
+    batchOneAccount: process.env["LEDGER_BATCH_ONE_ACCOUNT"] === "true",
     entityCacheSize: DEFAULT_ENTITY_CACHE_SIZE,
     serviceToken: TEST_SERVICE_TOKEN,
     tracing: options.tracing,

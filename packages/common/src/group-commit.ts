@@ -6,6 +6,8 @@ export interface Queued {
   keys: readonly string[];
   /** How much of a transaction's budget it takes (a batch call's items; one for a single step). */
   size: number;
+  /** The account it acts for, which `oneAccountPerTransaction` keeps a transaction to. */
+  account?: string;
 }
 
 /** How a group-commit scheduler forms its transactions; services take these from their configuration. */
@@ -28,6 +30,13 @@ export interface GroupSchedulerOptions<J extends Queued> {
    * queued, up to `maxBatch`.
    */
   halfAbove?: number;
+  /**
+   * A transaction takes the pieces of one account only: the first piece's, then the later ones of
+   * the same account, skipping the others, which go in transactions of their own (side by side, up
+   * to `maxInFlight`). What a distributed Postgres needs to commit each on one node, without a
+   * two-phase commit (docs/scaling.md).
+   */
+  oneAccountPerTransaction?: boolean;
   /** Runs one transaction of the pieces taken; it answers each piece itself and never rejects. */
   run(jobs: J[]): Promise<void>;
 }
@@ -60,7 +69,8 @@ export function createGroupScheduler<J extends Queued>(options: GroupSchedulerOp
     for (let i = 0; i < queue.length && size < most; ) {
       const job = queue[i]!;
       const fits = taken.length === 0 || size + job.size <= most;
-      if (!fits || job.keys.some((k) => keys.has(k))) {
+      const otherAccount = options.oneAccountPerTransaction === true && taken.length > 0 && job.account !== taken[0]!.account;
+      if (!fits || otherAccount || job.keys.some((k) => keys.has(k))) {
         i++;
         continue;
       }

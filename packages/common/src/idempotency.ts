@@ -139,9 +139,15 @@ export function insertIdempotencyKeys(
   return writes;
 }
 
-/** Whether `err` is `insertIdempotencyKeys` finding a key that exists already. */
+/**
+ * Whether `err` is `insertIdempotencyKeys` finding a key that exists already: a unique violation
+ * of the table's primary key, its only unique index. Told by the table, not the constraint's name:
+ * where the table is partitioned or distributed (docs/scaling.md), Postgres names the partition's
+ * or shard's table and index (`idempotency_keys_p0_pkey`, `idempotency_keys_pkey_102008`).
+ */
 export function isKnownKeyError(err: unknown): boolean {
-  return sqlState(err) === "23505" && (err as { constraint_name?: string }).constraint_name === "idempotency_keys_pkey";
+  const { table_name: table, constraint_name: constraint } = err as { table_name?: string; constraint_name?: string };
+  return sqlState(err) === "23505" && (table?.startsWith("idempotency_keys") ?? false) && (constraint?.includes("pkey") ?? false);
 }
 
 /**

@@ -112,6 +112,12 @@ export interface OutboxOptions {
   lanes?: number;
   /** How often to look for rows written by other replicas when nothing woke the relay. */
   pollMs?: number;
+  /**
+   * The table has an `account_id` column, part of its key: `enqueue` writes one row per account of
+   * the events (each event's `accountId`), so a row lives with its account's other rows (the
+   * ledger's, docs/scaling.md). The relay reads and deletes rows by `seq` either way.
+   */
+  rowsByAccount?: boolean;
 }
 
 /**
@@ -253,11 +259,24 @@ export function createOutbox(options: OutboxOptions): Outbox {
   return {
     enqueue(tx, events) {
       if (events.length === 0) return Promise.resolve();
-      const write = writeOf(events);
       // Sent at once, so a pipelined transaction can put its COMMIT right behind it.
-      return tx`insert into outbox_writes (events, event_ids, subjects, payloads) select ${outboxRowValues(tx, write)}`
-        .execute()
-        .then(() => {});
+      if (!options.rowsByAccount) {
+        return tx`insert into outbox_writes (events, event_ids, subjects, payloads) select ${outboxRowValues(tx, writeOf(events))}`
+          .execute()
+          .then(() => {});
+      }
+      const byAccount = new Map<string, Event[]>();
+      for (const event of events) {
+        const list = byAccount.get(event.accountId);
+        if (list) list.push(event);
+        else byAccount.set(event.accountId, [event]);
+      }
+      return Promise.all(
+        [...byAccount].map(([accountId, list]) =>
+          tx`insert into outbox_writes (account_id, events, event_ids, subjects, payloads)
+               select ${accountId}, ${outboxRowValues(tx, writeOf(list))}`.execute(),
+        ),
+      ).then(() => {});
     },
     writeOf,
     wake,

@@ -55,6 +55,8 @@ export interface ServiceDefinition<Config extends ServiceConfig, Extra> {
   name: string;
   config: Config;
   migrationsDir: string;
+  /** The service's `outbox_writes` rows are keyed by account (`OutboxOptions.rowsByAccount`). */
+  outboxRowsByAccount?: boolean;
   /**
    * Starts what is the service's own (handlers, background loops) once its database and NATS are
    * there; parts that must close register with `context.lifecycle`.
@@ -100,7 +102,11 @@ export async function startService<Config extends ServiceConfig, Extra = Record<
     const stream = streamSettingsOf(config);
     await refuseAnotherInstallationsStream(nats, stream, sql, log);
     let outbox: Outbox | undefined;
-    const openOutbox = () => (outbox ??= lifecycle.run("outbox relay", createOutbox({ service: name, sql, nats, stream, log })));
+    const openOutbox = () =>
+      (outbox ??= lifecycle.run(
+        "outbox relay",
+        createOutbox({ service: name, sql, nats, stream, log, rowsByAccount: definition.outboxRowsByAccount === true }),
+      ));
 
     const parts = await definition.parts({ log, tracing, sql, nats, lifecycle, openOutbox });
 

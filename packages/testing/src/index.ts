@@ -6,3 +6,4 @@ export { startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from "./otlp-
 export { http2Request, type Http2Answer } from "./http2-request.js";
 export { startHttp2Server, type Http2TestServer } from "./http2-server.js";
 export { answerLosingProxy, type AnswerLosingProxy } from "./answer-losing-proxy.js";
+export { partitionByHash } from "./partition-by-hash.js";

@@ -49,11 +49,13 @@ export function balanceAlertEvent(alert: BalanceAlertRow, balances: AlertBalance
 export interface EncodedAlertEvent {
   id: string;
   type: BalanceAlertEventType;
+  /** The account whose outbox row carries it (an outbox row holds one account's events). */
+  accountId: string;
   payload: Uint8Array;
 }
 
 /** `balanceAlertEvent`, encoded for the outbox. */
 export function encodeBalanceAlertEvent(alert: BalanceAlertRow, balances: AlertBalances, origin: AlertOrigin, at: Date): EncodedAlertEvent {
   const event = balanceAlertEvent(alert, balances, origin, at);
-  return { id: event.id, type: event.type as BalanceAlertEventType, payload: toBinary(EventSchema, event) };
+  return { id: event.id, type: event.type as BalanceAlertEventType, accountId: event.accountId, payload: toBinary(EventSchema, event) };
 }

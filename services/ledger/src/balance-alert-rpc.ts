@@ -41,7 +41,7 @@ export function createBalanceAlertHandlers(deps: LedgerDeps): BalanceAlertHandle
     async listBalanceAlerts(req, ctx) {
       const { accountId, programId } = await scope(ctx, req.programId);
       const entity = await findEntity(deps.sql, accountId, programId, requireId(req.entityId, "entity_id"));
-      return { alerts: (await listBalanceAlerts(deps.sql, entity.id)).map(alertToProto) };
+      return { alerts: (await listBalanceAlerts(deps.sql, entity.account_id, entity.id)).map(alertToProto) };
     },
 
     async deleteBalanceAlert(req, ctx) {

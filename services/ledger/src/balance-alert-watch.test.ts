@@ -122,7 +122,7 @@ describe("AlertWatch", () => {
     b.apply(move("ent_a", "ent_b", 30n, "req_2")); // 50
     watch.unitDone(origin("req_2"));
     expect(decoded(watch).map((e) => e.type)).toEqual(["balance.alert_triggered"]);
-    expect(watch.writes(at).changes).toEqual([{ id: "bal_1", triggered: true }]);
+    expect(watch.writes(at).changes).toEqual([{ id: "bal_1", account_id: "acct_1", triggered: true }]);
     expect(watch.writes(at).alertsOf.get("ent_a")).toEqual([{ ...lowAlert, triggered: true }]);
   });
 

@@ -16,6 +16,7 @@ import type { Book, BookEntity, EntityState } from "./money-rules.js";
 /** An alert whose `triggered` a write changes. */
 export interface AlertChange {
   id: string;
+  account_id: string;
   triggered: boolean;
 }
 
@@ -82,7 +83,8 @@ export class AlertWatch {
     for (const entity of this.watched) {
       const stored = new Map((entity.row.alerts ?? []).map((a) => [a.id, a.triggered]));
       for (const alert of entity.alerts) {
-        if (stored.get(alert.id) !== alert.triggered) writes.changes.push({ id: alert.id, triggered: alert.triggered });
+        if (stored.get(alert.id) !== alert.triggered)
+          writes.changes.push({ id: alert.id, account_id: alert.account_id, triggered: alert.triggered });
       }
       writes.alertsOf.set(entity.row.id, entity.alerts);
     }

@@ -85,8 +85,8 @@ export function conditionHolds(condition: AlertCondition, balances: WatchedBalan
  * alerts, fails its version check and is applied again on the row and alerts read under lock
  * (docs/architecture.md#cached-balances).
  */
-async function bumpEntityVersion(tx: Tx, entityId: string): Promise<void> {
-  await tx`update entities set status = status where id = ${entityId}`;
+async function bumpEntityVersion(tx: Tx, accountId: string, entityId: string): Promise<void> {
+  await tx`update entities set status = status where account_id = ${accountId} and id = ${entityId}`;
 }
 
 /**
@@ -100,7 +100,8 @@ export async function createBalanceAlert(
 ): Promise<BalanceAlertRow> {
   const entity = await lockEntity(tx, args.accountId, args.programId, args.entityId);
   refuseUnwatchable(entity);
-  const [existing] = await tx<{ n: number }[]>`select count(*)::int as n from balance_alerts where entity_id = ${entity.id}`;
+  const [existing] = await tx<{ n: number }[]>`
+    select count(*)::int as n from balance_alerts where account_id = ${entity.account_id} and entity_id = ${entity.id}`;
   if (existing!.n >= MAX_ALERTS_PER_ENTITY) {
     throw ruleViolation(
       "too_many_alerts",
@@ -117,7 +118,7 @@ export async function createBalanceAlert(
     insert into balance_alerts (id, account_id, program_id, entity_id, field, operator, value, triggered)
     values (${newId("balanceAlert")}, ${entity.account_id}, ${entity.program_id}, ${entity.id}, ${field}, ${operator}, ${value}, ${triggered})
     returning *`;
-  await bumpEntityVersion(tx, entity.id);
+  await bumpEntityVersion(tx, entity.account_id, entity.id);
   return row!;
 }
 
@@ -139,8 +140,8 @@ function refuseUnwatchable(entity: EntityRow): void {
 }
 
 /** Every alert of an entity, oldest first. */
-export function listBalanceAlerts(sql: Sql | Tx, entityId: string): Promise<BalanceAlertRow[]> {
-  return sql<BalanceAlertRow[]>`select * from balance_alerts where entity_id = ${entityId} order by id`;
+export function listBalanceAlerts(sql: Sql | Tx, accountId: string, entityId: string): Promise<BalanceAlertRow[]> {
+  return sql<BalanceAlertRow[]>`select * from balance_alerts where account_id = ${accountId} and entity_id = ${entityId} order by id`;
 }
 
 /**
@@ -153,9 +154,9 @@ export async function deleteBalanceAlert(tx: Tx, accountId: string, programId: s
   const [found] = await tx<{ entity_id: string }[]>`
     select entity_id from balance_alerts where id = ${alertId} and account_id = ${accountId} and program_id = ${programId}`;
   if (!found) throw notFound("balance alert", alertId);
-  await bumpEntityVersion(tx, found.entity_id);
+  await bumpEntityVersion(tx, accountId, found.entity_id);
   // Deleted meanwhile by another call, which held the lock first: gone either way.
-  const deleted = await tx`delete from balance_alerts where id = ${alertId} returning id`;
+  const deleted = await tx`delete from balance_alerts where account_id = ${accountId} and id = ${alertId} returning id`;
   if (deleted.length === 0) throw notFound("balance alert", alertId);
 }
 

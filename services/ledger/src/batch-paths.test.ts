@@ -1,5 +1,6 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { StringValueSchema } from "@bufbuild/protobuf/wkt";
+import type { DescMessage } from "@bufbuild/protobuf";
 import { ConnectError } from "@connectrpc/connect";
 import { createLogger, metricsRegistry, sentWrites, TransactionRolledBack, type Tx } from "@ledger/common";
 import type { Counter } from "prom-client";
@@ -41,6 +42,8 @@ class FakeStore implements BatchStore {
   readonly rows = new Map<string, BookEntity>();
   readonly storedKeys = new Map<string, { fingerprint: Buffer; response: Uint8Array }>();
   readonly opened: string[] = [];
+  /** The accounts of each book opened, in the same order as `opened`. */
+  readonly accounts: string[][] = [];
   /** Errors the next transactions fail with instead of committing, one each. */
   readonly failures: Error[] = [];
   private gate: Promise<void> | undefined;
@@ -93,11 +96,13 @@ class FakeStore implements BatchStore {
     const book = cachedBook(commands, this.cache);
     if (!(book instanceof Book)) return book;
     this.opened.push(`cached ${names(commands)}`);
+    this.accounts.push(accountsOf(commands));
     return { book, unitDone: () => {}, writeOn: (on: unknown) => this.write(on, book) };
   }
 
   async openBook(tx: Tx, commands: MoneyCommand[]) {
     this.opened.push(`locked ${names(commands)}`);
+    this.accounts.push(accountsOf(commands));
     const entities = new Map<string, ReturnType<typeof entityState>>();
     for (const command of commands) {
       if (command.kind !== "create") throw new Error("the fake store knows transfers only");
@@ -145,7 +150,8 @@ class FakeStore implements BatchStore {
       if (this.rows.get(row.id)!.version !== row.version) throw databaseError("40001");
     }
     for (const key of tx.inserted) {
-      if (this.storedKeys.has(keyString(key))) throw databaseError("23505", { constraint_name: "idempotency_keys_pkey" });
+      if (this.storedKeys.has(keyString(key)))
+        throw databaseError("23505", { table_name: "idempotency_keys", constraint_name: "idempotency_keys_pkey" });
     }
     for (const state of tx.books.flatMap((book) => book.effects().changedEntities)) {
       const row = Object.assign({}, state.row, { posted: state.posted, version: String(Number(state.row.version) + 1) });
@@ -158,11 +164,12 @@ class FakeStore implements BatchStore {
   }
 }
 
+const accountsOf = (commands: MoneyCommand[]) => [...new Set(commands.map((c) => c.accountId))];
 const names = (commands: MoneyCommand[]) => commands.map((c) => (c.kind === "create" ? c.description : c.kind)).join(",");
 
-const entity = (id: string, posted: bigint): BookEntity => ({
+const entity = (id: string, posted: bigint, account = ACCOUNT): BookEntity => ({
   id,
-  account_id: ACCOUNT,
+  account_id: account,
   program_id: PROGRAM,
   currency_code: "USD",
   is_external: false,
@@ -176,10 +183,17 @@ const entity = (id: string, posted: bigint): BookEntity => ({
 });
 
 /** A posted transfer named `name` (its description), answered with the group's id. */
-function transfer(name: string, from: string, to: string, amount: bigint, key?: string): Submission<typeof StringValueSchema> {
+function transfer(
+  name: string,
+  from: string,
+  to: string,
+  amount: bigint,
+  key?: string,
+  account = ACCOUNT,
+): Submission<typeof StringValueSchema> {
   const command: MoneyCommand = {
     kind: "create",
-    accountId: ACCOUNT,
+    accountId: account,
     programId: PROGRAM,
     requestId: `req_${name}`,
     traceparent: "",
@@ -195,11 +209,17 @@ function transfer(name: string, from: string, to: string, amount: bigint, key?: 
     command,
     responseSchema: StringValueSchema,
     respond: (outcome) => ({ value: outcome.group!.id }),
-    ...(key ? { idempotency: { accountId: ACCOUNT, key, fingerprint: Buffer.from(`fingerprint of ${key}`) } } : {}),
+    ...(key ? { idempotency: { accountId: account, key, fingerprint: Buffer.from(`fingerprint of ${key}`) } } : {}),
   };
 }
 
-function batcherOn(store: FakeStore, settings: { maxBatch?: number; maxInFlight?: number; lingerMs?: number } = {}) {
+/**
+ * LEDGER_BATCH_ONE_ACCOUNT unless a test says: the partitioned run sets it, so every test here runs
+ * both with it and without it (their commands are of one account).
+ */
+const ONE_ACCOUNT_FROM_ENV = process.env["LEDGER_BATCH_ONE_ACCOUNT"] === "true";
+
+function batcherOn(store: FakeStore, settings: { maxBatch?: number; maxInFlight?: number; lingerMs?: number; oneAccount?: boolean } = {}) {
   return createBatcher({
     store,
     outbox: { wake: () => {} },
@@ -207,6 +227,7 @@ function batcherOn(store: FakeStore, settings: { maxBatch?: number; maxInFlight?
     maxBatch: settings.maxBatch ?? 100,
     maxInFlight: settings.maxInFlight ?? 4,
     lingerMs: settings.lingerMs ?? 10,
+    oneAccountPerTransaction: settings.oneAccount ?? ONE_ACCOUNT_FROM_ENV,
   });
 }
 
@@ -365,5 +386,91 @@ describe("which way a batch goes", () => {
     await turn();
     expect(ConnectError.from(await refused).rawMessage).toBe("entity a has 5 available; 95 is required");
     expect(store.storedKeys.has(keyString(fresh.idempotency!))).toBe(false);
+  });
+});
+
+describe("one account per transaction (LEDGER_BATCH_ONE_ACCOUNT)", () => {
+  const ACCOUNTS = ["acct_1", "acct_2", "acct_3"];
+  /** Rows of three accounts, a payer and a payee each, and 12 transfers between them, the accounts interleaved. */
+  const setUp = (cached: boolean) => {
+    const store = new FakeStore(
+      ACCOUNTS.flatMap((account) => [entity(`${account}_from`, 100n, account), entity(`${account}_to`, 0n, account)]),
+      cached,
+    );
+    const transfers = Array.from({ length: 12 }, (_, i) => {
+      const account = ACCOUNTS[i % 3]!;
+      return transfer(`t${i}`, `${account}_from`, `${account}_to`, 1n, undefined, account);
+    });
+    return { store, transfers };
+  };
+
+  for (const cached of [true, false]) {
+    it(`keeps each transaction to one account's commands, the accounts' transactions side by side (${cached ? "cached" : "locked"} rows)`, async () => {
+      const { store, transfers } = setUp(cached);
+      // No linger: while one transaction is in flight the next waits lingerMs for company, for any account.
+      const batcher = batcherOn(store, { maxBatch: 100, maxInFlight: 4, lingerMs: 0, oneAccount: true });
+      const release = store.pause();
+      const answers = transfers.map((t) => batcher.submit(t));
+      await turn();
+      // All three started in the scheduler's one look at the queue, none waiting for another's commit.
+      expect(store.accounts).toEqual([["acct_1"], ["acct_2"], ["acct_3"]]);
+      expect(store.opened.map((o) => o.replace(/^\w+ /, ""))).toEqual(["t0,t3,t6,t9", "t1,t4,t7,t10", "t2,t5,t8,t11"]);
+      release();
+      expect((await Promise.all(answers)).every((a) => a.response.value.startsWith("trx-grp_"))).toBe(true);
+      for (const account of ACCOUNTS) expect([store.posted(`${account}_from`), store.posted(`${account}_to`)]).toEqual([96n, 4n]);
+    });
+  }
+
+  it("mixes the accounts in one transaction when it is off (what the setting prevents)", async () => {
+    const { store, transfers } = setUp(true);
+    const batcher = batcherOn(store, { maxBatch: 100, maxInFlight: 4, oneAccount: false });
+    const answers = transfers.map((t) => batcher.submit(t));
+    await turn();
+    await Promise.all(answers);
+    expect(store.accounts).toEqual([ACCOUNTS]);
+  });
+
+  it("never puts two accounts in one transaction, whatever the arrival order, batch size and concurrency", async () => {
+    for (const [maxBatch, maxInFlight] of [
+      [1, 1],
+      [2, 1],
+      [5, 2],
+      [100, 4],
+    ] as const) {
+      const { store } = setUp(true);
+      const batcher = batcherOn(store, { maxBatch, maxInFlight, lingerMs: 0, oneAccount: true });
+      // A fixed shuffle of 30 transfers, sent over three turns.
+      const order = Array.from({ length: 30 }, (_, i) => (i * 7) % 30);
+      const answers: Promise<unknown>[] = [];
+      for (const [n, i] of order.entries()) {
+        const account = ACCOUNTS[i % 3]!;
+        answers.push(batcher.submit(transfer(`s${i}`, `${account}_from`, `${account}_to`, 1n, undefined, account)));
+        if (n % 10 === 9) await turn();
+      }
+      await Promise.all(answers);
+      expect(store.accounts.every((accounts) => accounts.length === 1)).toBe(true);
+      expect(store.accounts.length).toBeGreaterThanOrEqual(3);
+      for (const account of ACCOUNTS) expect(store.posted(`${account}_to`)).toBe(10n);
+    }
+  });
+
+  it("keeps a batch call whole in one transaction, and two accounts' batch calls apart", async () => {
+    const { store } = setUp(true);
+    const batcher = batcherOn(store, { maxBatch: 100, maxInFlight: 4, oneAccount: true });
+    const batchOf = (account: string, n: number) =>
+      batcher.submitBatch({
+        items: Array.from({ length: n }, (_, i) =>
+          transfer(`${account}_b${i}`, `${account}_from`, `${account}_to`, 2n, undefined, account),
+        ) as unknown as Array<Submission<DescMessage>>,
+        atomic: false,
+        responseSchema: StringValueSchema,
+        respond: (answers) => ({ value: String(answers.length) }),
+      });
+    const answers = [batchOf("acct_1", 5), batchOf("acct_2", 3), batchOf("acct_1", 2)];
+    await turn();
+    expect((await Promise.all(answers)).map((a) => a.response.value)).toEqual(["5", "3", "2"]);
+    // acct_1's two calls may share a transaction; acct_2's goes alone; no call is split.
+    expect(store.accounts).toEqual([["acct_1"], ["acct_2"]]);
+    expect(store.opened.map((o) => o.split(",").length)).toEqual([7, 3]);
   });
 });

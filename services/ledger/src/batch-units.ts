@@ -102,6 +102,8 @@ export interface Unit {
   keys: string[];
   /** Its items: what it takes of a transaction's `maxBatch`. */
   size: number;
+  /** The account it acts for (every item of a call is its caller's), for LEDGER_BATCH_ONE_ACCOUNT. */
+  account: string;
   resolve(result: FinalResult): void;
   reject(err: unknown): void;
 }

@@ -25,6 +25,15 @@ export interface BatcherOptions extends GroupCommitSettings {
   log: Logger;
 }
 
+/**
+ * The account a unit acts for: every item of one call is its caller's. A unit whose items were all
+ * refused before they got here and that has no key touches no account's rows: "" then.
+ */
+function accountOf(unit: Pick<Unit, "items" | "idempotency">): string {
+  for (const item of unit.items) if (!(item.command instanceof ConnectError)) return item.command.accountId;
+  return unit.idempotency?.accountId ?? unit.items.find((item) => item.idempotency)?.idempotency?.accountId ?? "";
+}
+
 /** A unit's idempotency keys (items' and the call's), so each key is claimed once per transaction. */
 function keysOf(unit: Pick<Unit, "items" | "idempotency">): string[] {
   const keys = unit.items.flatMap((item) => (item.idempotency ? [keyString(item.idempotency)] : []));
@@ -53,12 +62,16 @@ function keysOf(unit: Pick<Unit, "items" | "idempotency">): string[] {
  * its first refused item, none. Lock order stays global: idempotency keys sorted, then groups,
  * reservations, ordinary entities, external entities. A transaction that fails as a whole (a
  * database error) is retried one unit at a time, so one bad unit cannot fail its neighbours.
+ *
+ * With `oneAccountPerTransaction` (LEDGER_BATCH_ONE_ACCOUNT) a transaction holds one account's units
+ * only, what a distributed Postgres needs to commit it on one node (docs/scaling.md); a batch call
+ * is one account's, so it still goes whole in one transaction.
  */
 export function createBatcher(options: BatcherOptions) {
   const runner = { store: options.store, maxInFlight: options.maxInFlight, log: options.log, outbox: options.outbox };
   const scheduler = createGroupScheduler<Unit>(Object.assign({}, options, { run: (units: Unit[]) => runBatch(runner, units) }));
 
-  function enqueue(unit: Omit<Unit, "queuedAt" | "keys" | "size" | "resolve" | "reject">): Promise<UnitResult> {
+  function enqueue(unit: Omit<Unit, "queuedAt" | "keys" | "size" | "account" | "resolve" | "reject">): Promise<UnitResult> {
     return new Promise<UnitResult>((resolve, reject) => {
       // Every field written out, not `{ ...unit, ... }`: V8 makes a new hidden class for each
       // property after a spread, on every call (docs/decisions/hidden-classes-per-call.md).
@@ -70,6 +83,7 @@ export function createBatcher(options: BatcherOptions) {
         queuedAt: performance.now(),
         keys: keysOf(unit),
         size: unit.items.length,
+        account: accountOf(unit),
         resolve,
         reject,
       });

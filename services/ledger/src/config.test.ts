@@ -9,4 +9,11 @@ describe("ledger configuration", () => {
     expect(() => readLedgerConfig({ LEDGER_BATCH_MAX: "1001" })).toThrow(/LEDGER_BATCH_MAX/);
     expect(() => readLedgerConfig({ LEDGER_BATCH_MAX: "0" })).toThrow(/LEDGER_BATCH_MAX/);
   });
+
+  it("mixes accounts in a transaction unless LEDGER_BATCH_ONE_ACCOUNT is true, and refuses a value that is not a boolean", () => {
+    expect(readLedgerConfig({}).batchOneAccount).toBe(false);
+    expect(readLedgerConfig({ LEDGER_BATCH_ONE_ACCOUNT: "true" }).batchOneAccount).toBe(true);
+    expect(readLedgerConfig({ LEDGER_BATCH_ONE_ACCOUNT: "false" }).batchOneAccount).toBe(false);
+    expect(() => readLedgerConfig({ LEDGER_BATCH_ONE_ACCOUNT: "sometimes" })).toThrow(/LEDGER_BATCH_ONE_ACCOUNT/);
+  });
 });

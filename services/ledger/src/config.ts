@@ -1,5 +1,6 @@
 import {
   ConfigError,
+  envBool,
   envInt,
   envOptional,
   envString,
@@ -46,6 +47,12 @@ export interface LedgerConfig extends InfraConfig {
   batchLingerMs: number;
   /** Group commit: above this many commands outstanding, a transaction takes at most half (LEDGER_BATCH_HALF_ABOVE; 0 turns it off). */
   batchHalfAbove: number;
+  /**
+   * Group commit: one account's commands per transaction, never two accounts' together
+   * (LEDGER_BATCH_ONE_ACCOUNT): what a Postgres distributed by account needs so that each
+   * transaction commits on one node (docs/scaling.md). Off unless set.
+   */
+  batchOneAccount: boolean;
   /** Ordinary entities whose balances the process keeps for the cached path (LEDGER_ENTITY_CACHE_SIZE; 0 turns the path off). */
   entityCacheSize: number;
   /** Shared secret of the installation's services (SERVICE_TOKEN). */
@@ -69,6 +76,7 @@ export function readLedgerConfig(env: Record<string, string | undefined> = proce
     batchConcurrency: envInt(env, "LEDGER_BATCH_CONCURRENCY", 4, 1, 64),
     batchLingerMs: envInt(env, "LEDGER_BATCH_LINGER_MS", 2, 0, 100),
     batchHalfAbove: envInt(env, "LEDGER_BATCH_HALF_ABOVE", 32, 0, 1_000),
+    batchOneAccount: envBool(env, "LEDGER_BATCH_ONE_ACCOUNT", false),
     entityCacheSize: envInt(env, "LEDGER_ENTITY_CACHE_SIZE", DEFAULT_ENTITY_CACHE_SIZE, 0, 1_000_000),
     serviceToken: readServiceToken(env),
     keyUsageFlushMs: envInt(env, "LEDGER_KEY_USAGE_FLUSH_MS", DEFAULT_KEY_USAGE_FLUSH_MS, 100, 3_600_000),

@@ -58,7 +58,7 @@ export async function insertEntity(
 export async function findEntity(sql: Sql | Tx, accountId: string, programId: string, entityId: string): Promise<EntityRow> {
   if (!isId("entity", entityId)) throw notFound("entity", entityId);
   const [row] = await sql<EntityRow[]>`
-    select * from entities where id = ${entityId} and account_id = ${accountId} and program_id = ${programId}`;
+    select * from entities where account_id = ${accountId} and id = ${entityId} and program_id = ${programId}`;
   if (!row) throw notFound("entity", entityId);
   return row;
 }
@@ -80,7 +80,7 @@ export interface EntityChanges {
 export async function lockEntity(tx: Tx, accountId: string, programId: string, entityId: string): Promise<EntityRow> {
   if (!isId("entity", entityId)) throw notFound("entity", entityId);
   const [row] = await tx<EntityRow[]>`
-    select * from entities where id = ${entityId} and account_id = ${accountId} and program_id = ${programId} for update`;
+    select * from entities where account_id = ${accountId} and id = ${entityId} and program_id = ${programId} for update`;
   if (!row) throw notFound("entity", entityId);
   return row;
 }
@@ -116,7 +116,7 @@ export async function updateEntity(tx: Tx, row: EntityRow, changes: EntityChange
       metadata = ${metadata === null ? null : tx.json(metadata)},
       overdraft_limit = ${changes.overdraftLimit ?? row.overdraft_limit},
       updated_at = now()
-    where id = ${row.id}
+    where account_id = ${row.account_id} and id = ${row.id}
     returning *`;
   return updated!;
 }
@@ -124,12 +124,14 @@ export async function updateEntity(tx: Tx, row: EntityRow, changes: EntityChange
 /** Reads a page of a program's entities, newest first, optionally of one type and status and within `filters`. */
 export async function listEntities(
   sql: Sql,
+  accountId: string,
   programId: string,
   page: { limit: number; before?: string | undefined; type?: string | undefined; status?: EntityStatusName | undefined },
   filters: RowFilters,
 ): Promise<EntityRow[]> {
   const query = new ListQuery({
     select: "select * from entities",
+    account: { column: "account_id", id: accountId },
     key: "id",
     createdAt: "created_at",
     metadata: "metadata",
@@ -186,7 +188,7 @@ export async function changeStatus(tx: Tx, row: EntityRow, change: StatusChange)
   }
   const [updated] = await tx<EntityRow[]>`
     update entities set status = ${change.to}, status_reason = ${change.to === "frozen" ? change.reason : ""}, updated_at = now()
-    where id = ${row.id}
+    where account_id = ${row.account_id} and id = ${row.id}
     returning *`;
   return updated!;
 }

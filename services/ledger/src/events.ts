@@ -81,6 +81,8 @@ export function entityEvent(type: EntityEventType, row: EntityRow, origin: { req
 export interface EncodedEvent {
   id: string;
   type: TransactionEventType;
+  /** The account whose outbox row carries it (an outbox row holds one account's events). */
+  accountId: string;
   payload: Uint8Array;
 }
 
@@ -92,5 +94,5 @@ export function encodeTransactionEvent(
   at: Date,
 ): EncodedEvent {
   const event = transactionEvent(type, group, origin, at);
-  return { id: event.id, type, payload: toBinary(EventSchema, event) };
+  return { id: event.id, type, accountId: group.account_id, payload: toBinary(EventSchema, event) };
 }

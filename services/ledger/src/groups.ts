@@ -2,6 +2,7 @@ import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { isId, notFound, storedMetadata, type Sql, type Tx } from "@ledger/common";
 import { Direction, TransactionStatus, type LegSchema, type TransactionGroupSchema } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import { AccountRefs } from "./account-refs.js";
 import { ListQuery, type RowFilters } from "./list-query.js";
 
 /** Statuses of a transaction group, as stored and as the REST API spells them. */
@@ -98,13 +99,16 @@ export function groupToProto(group: GroupRow): MessageInitShape<typeof Transacti
  * Reads groups by id with their legs. With `lock`, the groups are locked in id order, the first
  * step of the fixed lock order every write follows (groups, then entities, then external entities).
  */
-export async function loadGroups(sql: Sql | Tx, ids: string[], lock: boolean): Promise<Map<string, GroupRow>> {
+export async function loadGroups(sql: Sql | Tx, refs: AccountRefs, lock: boolean): Promise<Map<string, GroupRow>> {
   const groups = new Map<string, GroupRow>();
-  if (ids.length === 0) return groups;
-  const sorted = [...new Set(ids)].sort();
+  if (refs.size === 0) return groups;
+  const { accounts, ids } = refs.sorted();
   const rows = lock
-    ? await sql<Omit<GroupRow, "legs">[]>`select * from transaction_groups where id = any(${sorted}) order by id for update`
-    : await sql<Omit<GroupRow, "legs">[]>`select * from transaction_groups where id = any(${sorted})`;
+    ? await sql<Omit<GroupRow, "legs">[]>`
+        select * from transaction_groups where (account_id, id) in (select * from unnest(${accounts}::text[], ${ids}::text[]))
+        order by id for update`
+    : await sql<Omit<GroupRow, "legs">[]>`
+        select * from transaction_groups where (account_id, id) in (select * from unnest(${accounts}::text[], ${ids}::text[]))`;
   for (const group of await withLegs(sql, rows)) groups.set(group.id, group);
   return groups;
 }
@@ -114,14 +118,19 @@ export async function withLegs(sql: Sql | Tx, rows: Omit<GroupRow, "legs">[]): P
   const groups = new Map<string, GroupRow>();
   for (const row of rows) groups.set(row.id, Object.assign(row, { legs: [] as LegRow[] }));
   if (groups.size === 0) return [];
-  const legs = await sql<LegRow[]>`select * from legs where group_id = any(${[...groups.keys()]}) order by group_id, position`;
+  const accounts = [...groups.values()].map((g) => g.account_id);
+  const legs = await sql<LegRow[]>`
+    select * from legs where (account_id, group_id) in (select * from unnest(${accounts}::text[], ${[...groups.keys()]}::text[]))
+    order by group_id, position`;
   for (const leg of legs) groups.get(leg.group_id)?.legs.push(leg);
   return [...groups.values()];
 }
 
 /** Reads one group of a program; another program's or account's group is not found. */
 export async function findGroup(sql: Sql, accountId: string, programId: string, groupId: string): Promise<GroupRow> {
-  const group = isId("group", groupId) ? (await loadGroups(sql, [groupId], false)).get(groupId) : undefined;
+  const refs = new AccountRefs();
+  refs.add(accountId, groupId);
+  const group = isId("group", groupId) ? (await loadGroups(sql, refs, false)).get(groupId) : undefined;
   if (!group || group.account_id !== accountId || group.program_id !== programId) throw notFound("transaction group", groupId);
   return group;
 }
@@ -130,11 +139,11 @@ export async function findGroup(sql: Sql, accountId: string, programId: string, 
 export type LegWithStatus = LegRow & { status: GroupStatus };
 
 /** Reads one leg of one entity (the entity's tenancy is checked by the caller). */
-export async function findLeg(sql: Sql, entityId: string, legId: string): Promise<LegWithStatus> {
+export async function findLeg(sql: Sql, entity: { account_id: string; id: string }, legId: string): Promise<LegWithStatus> {
   if (!isId("leg", legId)) throw notFound("transaction", legId);
   const [row] = await sql<LegWithStatus[]>`
-    select l.*, g.status from legs l join transaction_groups g on g.id = l.group_id
-    where l.id = ${legId} and l.entity_id = ${entityId}`;
+    select l.*, g.status from legs l join transaction_groups g on g.account_id = l.account_id and g.id = l.group_id
+    where l.account_id = ${entity.account_id} and l.id = ${legId} and l.entity_id = ${entity.id}`;
   if (!row) throw notFound("transaction", legId);
   return row;
 }
@@ -142,19 +151,20 @@ export async function findLeg(sql: Sql, entityId: string, legId: string): Promis
 /** Reads a page of an entity's legs, newest first, optionally of one status and within `filters` (the group's metadata). */
 export async function listLegs(
   sql: Sql,
-  entityId: string,
+  entity: { account_id: string; id: string },
   page: { limit: number; before?: string | undefined; status?: GroupStatus | undefined },
   filters: RowFilters,
 ): Promise<LegWithStatus[]> {
   const query = new ListQuery({
-    select: "select l.*, g.status from legs l join transaction_groups g on g.id = l.group_id",
+    select: "select l.*, g.status from legs l join transaction_groups g on g.account_id = l.account_id and g.id = l.group_id",
+    account: { column: "l.account_id", id: entity.account_id },
     key: "l.id",
     createdAt: "l.created_at",
     metadata: "g.metadata",
     // legs has no index on created_at: a time range walks the entity's legs newest first.
     timeIndexed: false,
   });
-  query.where(`l.entity_id = ${query.param(entityId)}`);
+  query.where(`l.entity_id = ${query.param(entity.id)}`);
   if (page.status) query.where(`g.status = ${query.param(page.status)}`);
   return query.page<LegWithStatus>(sql, filters, { limit: page.limit + 1, before: page.before });
 }
@@ -172,12 +182,13 @@ export async function listGroups(
 ): Promise<Omit<GroupRow, "legs">[]> {
   const query = new ListQuery({
     select: "select * from transaction_groups",
+    account: { column: "account_id", id: scope.accountId },
     key: "id",
     createdAt: "created_at",
     metadata: "metadata",
     timeIndexed: true,
   });
-  query.where(`program_id = ${query.param(scope.programId)}`).where(`account_id = ${query.param(scope.accountId)}`);
+  query.where(`program_id = ${query.param(scope.programId)}`);
   if (page.status) query.where(`status = ${query.param(page.status)}`);
   return query.page<Omit<GroupRow, "legs">>(sql, filters, { limit: page.limit + 1, before: page.before });
 }

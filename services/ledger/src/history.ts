@@ -46,7 +46,7 @@ export async function findEntityAsOf(sql: Sql, accountId: string, programId: str
     from entities e
       left join lateral (
         select posted, pending_debits, pending_credits, held from entity_balance_history
-        where entity_id = e.id and changed_at < ${moment}::text::timestamptz
+        where account_id = e.account_id and entity_id = e.id and changed_at < ${moment}::text::timestamptz
         order by changed_at desc limit 1) h on true
     where e.id = ${entityId} and e.account_id = ${accountId} and e.program_id = ${programId}`;
   if (!row) throw notFound("entity", entityId);
@@ -116,7 +116,7 @@ export async function statementPage(
   const { after } = request;
   const [from, to] = [sqlMoment(request.from), sqlMoment(request.to)];
   const balanceBefore = (moment: string) => sql`
-    (select posted_after from legs where entity_id = ${entity.id} and posted_at < ${moment}::text::timestamptz
+    (select posted_after from legs where account_id = ${entity.account_id} and entity_id = ${entity.id} and posted_at < ${moment}::text::timestamptz
      order by posted_at desc, posted_seq desc limit 1)`;
   const rows = await sql<StatementRow[]>`
     select ${balanceBefore(from)} as opening, ${balanceBefore(to)} as closing, p.*
@@ -124,8 +124,8 @@ export async function statementPage(
       left join lateral (
         select l.id, l.group_id, l.direction, l.amount, g.description, l.posted_seq, l.posted_after,
           (extract(epoch from l.posted_at) * 1000000)::int8 as posted_us
-        from legs l join transaction_groups g on g.id = l.group_id
-        where l.entity_id = ${entity.id} and l.posted_at >= ${from}::text::timestamptz and l.posted_at < ${to}::text::timestamptz
+        from legs l join transaction_groups g on g.account_id = l.account_id and g.id = l.group_id
+        where l.account_id = ${entity.account_id} and l.entity_id = ${entity.id} and l.posted_at >= ${from}::text::timestamptz and l.posted_at < ${to}::text::timestamptz
           ${after ? sql`and (l.posted_at, l.posted_seq) > (${sqlMoment(after.at)}::text::timestamptz, ${after.seq}::int)` : sql``}
         order by l.posted_at, l.posted_seq
         limit ${request.limit + 1}) as p on true`;

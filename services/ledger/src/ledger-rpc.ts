@@ -230,11 +230,17 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
     },
 
     async listEntities(req, ctx) {
-      const { programId } = await scope(ctx, req.programId);
+      const { accountId, programId } = await scope(ctx, req.programId);
       const page = parsePageRequest(req.limit, req.cursor, (id) => isId("entity", id));
       const filters = parseRowFilters(req);
       const status = entityStatusFromProto(req.status);
-      const rows = await listEntities(sql, programId, Object.assign({}, page, { type: req.entityType || undefined, status }), filters);
+      const rows = await listEntities(
+        sql,
+        accountId,
+        programId,
+        Object.assign({}, page, { type: req.entityType || undefined, status }),
+        filters,
+      );
       const result = toPage(rows, page, (row) => row.id);
       return { entities: result.items.map(entityToProto), page: result.page };
     },
@@ -396,7 +402,7 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
     async getTransaction(req, ctx) {
       const { accountId, programId } = await scope(ctx, req.programId);
       const entity = await findEntity(sql, accountId, programId, requireId(req.entityId, "entity_id"));
-      const leg = await findLeg(sql, entity.id, requireId(req.transactionId, "transaction_id"));
+      const leg = await findLeg(sql, entity, requireId(req.transactionId, "transaction_id"));
       return { leg: legToProto(leg, leg.status) };
     },
 
@@ -406,7 +412,7 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
       const filters = parseRowFilters(req);
       const status = statusFilter(req.status);
       const entity = await findEntity(sql, accountId, programId, requireId(req.entityId, "entity_id"));
-      const rows = await listLegs(sql, entity.id, Object.assign({}, page, { status }), filters);
+      const rows = await listLegs(sql, entity, Object.assign({}, page, { status }), filters);
       const result = toPage(rows, page, (row) => row.id);
       return { legs: result.items.map((leg) => legToProto(leg, leg.status)), page: result.page };
     },

@@ -71,6 +71,12 @@ export const MAX_RANGE_CANDIDATES = 5_000;
 export interface ListSpec {
   /** `select <columns> from <tables>`. */
   select: string;
+  /**
+   * The account whose rows are listed: `column` (such as `account_id`, or `l.account_id` with an
+   * alias) must equal `id`. Every list names it, so each is read from one account's rows (one shard
+   * of a distributed Postgres, docs/scaling.md).
+   */
+  account: { column: string; id: string };
   /** The time-ordered id pages are keyed on, newest first: `id`, or `l.id` with an alias. */
   key: string;
   /** The columns the filters apply to. */
@@ -92,7 +98,9 @@ export class ListQuery {
   readonly #conditions: string[] = [];
   readonly #params: Array<string | number> = [];
 
-  constructor(private readonly spec: ListSpec) {}
+  constructor(private readonly spec: ListSpec) {
+    this.where(`${spec.account.column} = ${this.param(spec.account.id)}`);
+  }
 
   /** The placeholder of `value`, sent as a parameter (a client's value never enters the SQL text). */
   param(value: string | number): string {

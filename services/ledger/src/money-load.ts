@@ -1,6 +1,7 @@
 import { isId, type Tx } from "@ledger/common";
 import type { BalanceAlertRow } from "./balance-alerts.js";
 import type { EntityRow } from "./entities.js";
+import { AccountRefs } from "./account-refs.js";
 import { loadGroups } from "./groups.js";
 import {
   Book,
@@ -128,6 +129,17 @@ export class EntityCache {
   }
 }
 
+/** The entities `commands` name themselves (legs, funded entity, capture destination), under each command's account. */
+export function namedEntityRefs(commands: MoneyCommand[]): AccountRefs {
+  const refs = new AccountRefs();
+  for (const command of commands) {
+    if (command.kind === "create") for (const leg of command.legs) refs.add(command.accountId, leg.entityId);
+    if (command.kind === "fund" || command.kind === "defund" || command.kind === "reserve") refs.add(command.accountId, command.entityId);
+    if (command.kind === "capture") refs.add(command.accountId, command.destinationEntityId);
+  }
+  return refs;
+}
+
 /** The entity ids `commands` name themselves (legs, funded entity, capture destination). */
 export function namedEntityIds(commands: MoneyCommand[]): Set<string> {
   const ids = new Set<string>();
@@ -184,15 +196,16 @@ export function cachedBook(commands: MoneyCommand[], cache: EntityCache, now = n
  * is a book over those rows, ready to apply the commands to.
  */
 export async function loadBook(tx: Tx, commands: MoneyCommand[], cache: EntityCache, now = new Date()): Promise<Book> {
-  const groupIds = commands.flatMap((c) => ("groupId" in c && isId("group", c.groupId) ? [c.groupId] : []));
-  const groups = await loadGroups(tx, groupIds, true);
+  const groupRefs = new AccountRefs();
+  for (const c of commands) if ("groupId" in c && isId("group", c.groupId)) groupRefs.add(c.accountId, c.groupId);
+  const groups = await loadGroups(tx, groupRefs, true);
 
   const reserving = commands.filter((c) => "reservationId" in c);
   const reservations = new Map<string, ReservationRow>();
   const captures = new Map<string, CaptureRow>();
   if (reserving.length > 0) {
     for (const row of await tx<ReservationRow[]>`
-      select r.*, e.currency_code from reservations r join entities e on e.id = r.entity_id
+      select r.*, e.currency_code from reservations r join entities e on e.account_id = r.account_id and e.id = r.entity_id
       where (r.account_id, r.id) in (select * from unnest(${reserving.map((c) => c.accountId)}::text[], ${reserving.map((c) => c.reservationId)}::text[]))
       order by r.account_id, r.id for update of r`) {
       reservations.set(inAccount(row.account_id, row.id), row);
@@ -205,19 +218,16 @@ export async function loadBook(tx: Tx, commands: MoneyCommand[], cache: EntityCa
         captures.set(inAccount(row.account_id, row.id), row);
       }
       // A repeated capture answers with the transfer it made the first time.
-      for (const [id, group] of await loadGroups(
-        tx,
-        [...captures.values()].map((c) => c.group_id),
-        false,
-      ))
-        groups.set(id, group);
+      const captured = new AccountRefs();
+      for (const c of captures.values()) captured.add(c.account_id, c.group_id);
+      for (const [id, group] of await loadGroups(tx, captured, false)) groups.set(id, group);
     }
   }
 
-  const entityIds = namedEntityIds(commands);
-  for (const reservation of reservations.values()) entityIds.add(reservation.entity_id);
-  for (const group of groups.values()) for (const leg of group.legs) entityIds.add(leg.entity_id);
-  const ids = [...entityIds].filter((id) => isId("entity", id)).sort();
+  const entityRefs = namedEntityRefs(commands);
+  for (const reservation of reservations.values()) entityRefs.add(reservation.account_id, reservation.entity_id);
+  for (const group of groups.values()) for (const leg of group.legs) entityRefs.add(group.account_id, leg.entity_id);
+  const { accounts, ids } = entityRefs.sorted((id) => isId("entity", id));
   const entities = new Map<string, EntityState>();
   const track = (row: BookEntity) => entities.set(row.id, entityState(row));
   if (ids.length > 0) {
@@ -228,8 +238,12 @@ export async function loadBook(tx: Tx, commands: MoneyCommand[], cache: EntityCa
     // locking select would read that select's snapshot, from before it waited for the locks.)
     const [rows, alerts] = await Promise.all([
       tx<BookEntity[]>`
-        select ${tx.unsafe(BOOK_ENTITY_COLUMNS)} from entities where id = any(${ids}) and not is_external order by id for update`.execute(),
-      tx<BalanceAlertRow[]>`select * from balance_alerts where entity_id = any(${ids}) order by id`.execute(),
+        select ${tx.unsafe(BOOK_ENTITY_COLUMNS)} from entities
+        where (account_id, id) in (select * from unnest(${accounts}::text[], ${ids}::text[])) and not is_external
+        order by id for update`.execute(),
+      tx<BalanceAlertRow[]>`
+        select * from balance_alerts
+        where (account_id, entity_id) in (select * from unnest(${accounts}::text[], ${ids}::text[])) order by id`.execute(),
     ]);
     const alertsOf = new Map<string, BalanceAlertRow[]>();
     for (const alert of alerts) {
@@ -244,10 +258,12 @@ export async function loadBook(tx: Tx, commands: MoneyCommand[], cache: EntityCa
       cache.remember(row);
     }
     // What is not an ordinary entity is an external one (cached) or does not exist.
-    const unknown = ids.filter((id) => !entities.has(id) && !cache.external(id));
+    const unknown = ids.flatMap((id, i) => (!entities.has(id) && !cache.external(id) ? [i] : []));
     if (unknown.length > 0) {
       for (const row of await tx<BookEntity[]>`
-        select ${tx.unsafe(BOOK_ENTITY_COLUMNS)} from entities where id = any(${unknown}) and is_external`)
+        select ${tx.unsafe(BOOK_ENTITY_COLUMNS)} from entities
+        where (account_id, id) in (select * from unnest(${unknown.map((i) => accounts[i]!)}::text[], ${unknown.map((i) => ids[i]!)}::text[]))
+          and is_external`)
         cache.remember(row);
     }
     for (const id of ids) {
@@ -264,7 +280,8 @@ export async function loadBook(tx: Tx, commands: MoneyCommand[], cache: EntityCa
     let externalId = cache.externalIdFor(entity.program_id, entity.currency_code);
     if (!externalId) {
       const [row] = await tx<BookEntity[]>`
-        select ${tx.unsafe(BOOK_ENTITY_COLUMNS)} from entities where program_id = ${entity.program_id} and currency_code = ${entity.currency_code} and is_external`;
+        select ${tx.unsafe(BOOK_ENTITY_COLUMNS)} from entities
+        where account_id = ${entity.account_id} and program_id = ${entity.program_id} and currency_code = ${entity.currency_code} and is_external`;
       if (row) {
         cache.remember(row);
         externalId = row.id;

@@ -1,4 +1,4 @@
-import { outboxRowValues, type OutboxWrite, type Tx } from "@ledger/common";
+import type { OutboxWrite, Tx } from "@ledger/common";
 import type { AlertChange } from "./balance-alert-watch.js";
 import type { ExternalBalances } from "./money-load.js";
 import type { BookEffects, EntityState } from "./money-rules.js";
@@ -7,6 +7,16 @@ import type { BookEffects, EntityState } from "./money-rules.js";
 export interface EntityVersion {
   id: string;
   version: string;
+}
+
+/** An entity's row version as the rules read it, with its account (every row is addressed by both). */
+export interface ReadVersion extends EntityVersion {
+  account_id: string;
+}
+
+/** One outbox row of a write: the events of one account, in order (an outbox row is one account's). */
+export interface AccountOutboxWrite extends OutboxWrite {
+  accountId: string;
 }
 
 /** What a write answers: the external entities' new balances and the changed ordinary rows' new versions. */
@@ -19,7 +29,8 @@ export interface Written {
  * Writes a batch's effects in one statement, sent at once and not awaited here, so a batch costs
  * at most one round trip to write however many commands it holds: ordinary balances (absolute),
  * external balances (deltas), new groups and legs, changed groups, reservations and captures, and
- * one outbox row with all its events. Every new group's program must be its account's, and every
+ * one outbox row per account with its events. Every row is addressed by its account and its id
+ * (docs/scaling.md), so the statement can be routed to the account's shard. Every new group's program must be its account's, and every
  * new leg's entity must exist and its group be one of the statement's new groups: counted once for
  * the statement, which fails as a whole (23503, `require_references`) otherwise. The statement
  * text never changes, so Postgres plans it once per connection.
@@ -35,9 +46,9 @@ export interface Written {
 export function persist(
   tx: Tx,
   batch: Omit<BookEffects, "events">,
-  outbox: OutboxWrite,
+  outbox: AccountOutboxWrite[],
   now: Date,
-  read: EntityVersion[],
+  read: ReadVersion[],
   alerts: AlertChange[],
 ): Promise<Written> {
   const changed = batch.changedEntities;
@@ -45,6 +56,7 @@ export function persist(
     json(
       states.map((s) => ({
         id: s.row.id,
+        account_id: s.row.account_id,
         posted: `${s.posted}`,
         pending_debits: `${s.pendingDebits}`,
         pending_credits: `${s.pendingCredits}`,
@@ -71,6 +83,7 @@ export function persist(
     batch.newGroups.flatMap((g) =>
       g.legs.map((l) => ({
         id: l.id,
+        account_id: g.account_id,
         group_id: l.group_id,
         position: l.position,
         entity_id: l.entity_id,
@@ -83,6 +96,7 @@ export function persist(
   const groupChanges = json(
     batch.changedGroups.map((g) => ({
       id: g.id,
+      account_id: g.account_id,
       status: g.status,
       disputed: g.disputed,
       reason: g.reason,
@@ -104,10 +118,14 @@ export function persist(
   );
   const captures = json(batch.newCaptures.map((c) => Object.assign({}, c, { amount: `${c.amount}` })));
   const posted = json(postedLegRows(batch));
+  const outboxRows = json(
+    outbox.map((o) => ({ account_id: o.accountId, event_ids: o.eventIds, subjects: o.subjects, payloads: o.payloads })),
+  );
   return tx<Array<ExternalBalances & { version: string | null }>>`
     with
     unchanged as materialized (
-      select e.id from entities e join json_to_recordset(${json(read)}::text::json) as r(id text, version xid) on r.id = e.id
+      select e.id from entities e
+        join json_to_recordset(${json(read)}::text::json) as r(id text, account_id text, version xid) on r.account_id = e.account_id and r.id = e.id
       where e.xmin = r.version
       order by e.id
       for no key update of e),
@@ -115,29 +133,29 @@ export function persist(
       update entities e
       set posted = v.posted, pending_debits = v.pending_debits, pending_credits = v.pending_credits, held = v.held, updated_at = ${now},
           balance_changed_at = ${tx.unsafe(HISTORY_STAMP)}
-      from json_to_recordset(${ordinary}::text::json) as v(id text, posted int8, pending_debits int8, pending_credits int8, held int8)
+      from json_to_recordset(${ordinary}::text::json) as v(id text, account_id text, posted int8, pending_debits int8, pending_credits int8, held int8)
         join unchanged u on u.id = v.id
-      where e.id = v.id
-      returning e.id, e.xmin::text as version, e.balance_changed_at, e.posted, e.pending_debits, e.pending_credits, e.held),
+      where e.account_id = v.account_id and e.id = v.id
+      returning e.id, e.account_id, e.xmin::text as version, e.balance_changed_at, e.posted, e.pending_debits, e.pending_credits, e.held),
     external_balances as (
       update entities e
       set posted = e.posted + v.posted, pending_debits = e.pending_debits + v.pending_debits,
           pending_credits = e.pending_credits + v.pending_credits, updated_at = ${now}, balance_changed_at = ${tx.unsafe(HISTORY_STAMP)}
-      from json_to_recordset(${external}::text::json) as v(id text, posted int8, pending_debits int8, pending_credits int8, held int8)
+      from json_to_recordset(${external}::text::json) as v(id text, account_id text, posted int8, pending_debits int8, pending_credits int8, held int8)
       -- Ordinary entities are locked before external ones, in every transaction: this condition
       -- makes Postgres take all of "unchanged" (an init plan) before it locks its first external row.
-      where e.id = v.id and (select count(*) from unchanged) >= 0
-      returning e.id, e.posted, e.pending_debits, e.pending_credits, e.held, e.balance_changed_at),
+      where e.account_id = v.account_id and e.id = v.id and (select count(*) from unchanged) >= 0
+      returning e.id, e.account_id, e.posted, e.pending_debits, e.pending_credits, e.held, e.balance_changed_at),
     -- Balance history (docs/architecture.md#balance-history): every changed entity's balances as
     -- this write left them, under the stamp it gave the entity, read from the updates themselves
     -- (an external entity's from the row its delta landed on).
     changed_balances as (
-      select id, balance_changed_at as at, posted, pending_debits, pending_credits, held from ordinary_balances
+      select id, account_id, balance_changed_at as at, posted, pending_debits, pending_credits, held from ordinary_balances
       union all
-      select id, balance_changed_at, posted, pending_debits, pending_credits, held from external_balances),
+      select id, account_id, balance_changed_at, posted, pending_debits, pending_credits, held from external_balances),
     balance_history as (
-      insert into entity_balance_history (entity_id, changed_at, posted, pending_debits, pending_credits, held)
-      select id, at, posted, pending_debits, pending_credits, held from changed_balances),
+      insert into entity_balance_history (account_id, entity_id, changed_at, posted, pending_debits, pending_credits, held)
+      select account_id, id, at, posted, pending_debits, pending_credits, held from changed_balances),
     -- The legs this write posted, each with its place among them and what the write's later posted
     -- legs on its entity add up to: its posted_after is the entity's posted balance after the
     -- write less that. New ones are inserted with it (new_legs), earlier ones settled here.
@@ -146,21 +164,22 @@ export function persist(
     settled_legs as (
       update legs l set posted_at = b.at, posted_seq = p.seq, posted_after = b.posted - p.later
       from posted_leg_rows p join changed_balances b on b.id = p.entity_id
-      where p.settled and l.id = p.id),
+      -- A leg's account is its entity's (the rules never move money across accounts).
+      where p.settled and l.account_id = b.account_id and l.id = p.id),
     group_rows as materialized (
       select * from json_to_recordset(${groups}::text::json) as r(id text, account_id text, program_id text, status text,
         description text, metadata jsonb, currency_code text, amount int8, reverses_group_id text, created_at timestamptz)),
     leg_rows as materialized (
-      select * from json_to_recordset(${legs}::text::json) as r(id text, group_id text, position int, entity_id text,
-        direction text, amount int8, created_at timestamptz)),
+      select * from json_to_recordset(${legs}::text::json) as r(id text, account_id text, group_id text, position int,
+        entity_id text, direction text, amount int8, created_at timestamptz)),
     new_groups as (
       insert into transaction_groups (id, account_id, program_id, status, description, metadata, currency_code, amount,
                                       reverses_group_id, created_at, updated_at)
       select id, account_id, program_id, status, description, metadata, currency_code, amount, reverses_group_id, created_at, created_at
       from group_rows),
     new_legs as (
-      insert into legs (id, group_id, position, entity_id, direction, amount, created_at, posted_at, posted_seq, posted_after)
-      select l.id, l.group_id, l.position, l.entity_id, l.direction, l.amount, l.created_at, b.at, p.seq, b.posted - p.later
+      insert into legs (id, account_id, group_id, position, entity_id, direction, amount, created_at, posted_at, posted_seq, posted_after)
+      select l.id, l.account_id, l.group_id, l.position, l.entity_id, l.direction, l.amount, l.created_at, b.at, p.seq, b.posted - p.later
       from leg_rows l left join posted_leg_rows p on p.id = l.id left join changed_balances b on b.id = p.entity_id),
     -- What foreign keys would check with a trigger per row, counted once for the statement
     -- (migrations/0007_reference_checks_per_statement.sql). "offset 0" keeps each look-up an index
@@ -168,14 +187,16 @@ export function persist(
     dangling as materialized (
       select (select count(*) from group_rows g
               where not exists (select 1 from programs p where p.id = g.program_id and p.account_id = g.account_id offset 0))
-           + (select count(*) from leg_rows l where not exists (select 1 from entities e where e.id = l.entity_id offset 0))
-           + (select count(*) from leg_rows l where not exists (select 1 from group_rows g where g.id = l.group_id)) as n),
+           + (select count(*) from leg_rows l
+              where not exists (select 1 from entities e where e.account_id = l.account_id and e.id = l.entity_id offset 0))
+           + (select count(*) from leg_rows l
+              where not exists (select 1 from group_rows g where g.account_id = l.account_id and g.id = l.group_id)) as n),
     changed_groups as (
       update transaction_groups g
       set status = v.status, disputed = v.disputed, reason = v.reason, reversed_by_group_id = v.reversed_by_group_id, updated_at = v.updated_at
-      from json_to_recordset(${groupChanges}::text::json) as v(id text, status text, disputed boolean, reason text,
-        reversed_by_group_id text, updated_at timestamptz)
-      where g.id = v.id),
+      from json_to_recordset(${groupChanges}::text::json) as v(id text, account_id text, status text, disputed boolean,
+        reason text, reversed_by_group_id text, updated_at timestamptz)
+      where g.account_id = v.account_id and g.id = v.id),
     new_reservations as (
       insert into reservations (id, account_id, program_id, entity_id, amount, captured_amount, status, created_at, updated_at)
       select id, account_id, program_id, entity_id, amount, captured_amount, status, created_at, updated_at
@@ -197,11 +218,14 @@ export function persist(
     -- created and deleted too (balance-alerts.ts).
     alert_flips as (
       update balance_alerts a set triggered = v.triggered
-      from json_to_recordset(${json(alerts)}::text::json) as v(id text, triggered boolean)
-      where ${alerts.length}::int > 0 and a.id = v.id and (select count(*) from unchanged) >= 0),
+      from json_to_recordset(${json(alerts)}::text::json) as v(id text, account_id text, triggered boolean)
+      where ${alerts.length}::int > 0 and a.account_id = v.account_id and a.id = v.id and (select count(*) from unchanged) >= 0),
     new_events as (
-      insert into outbox_writes (events, event_ids, subjects, payloads)
-      select ${outboxRowValues(tx, outbox)} where ${outbox.eventIds.length}::int > 0)
+      insert into outbox_writes (account_id, events, event_ids, subjects, payloads)
+      select o.account_id, cardinality(o.event_ids), o.event_ids, o.subjects,
+        array(select decode(p, 'base64') from unnest(o.payloads) with ordinality as u(p, n) order by n)
+      from json_to_recordset(${outboxRows}::text::json) as o(account_id text, event_ids text[], subjects text[], payloads text[])
+      where ${outbox.length}::int > 0)
     select id, posted, pending_debits, pending_credits, null::text as version from external_balances
     union all
     select id, null, null, null, version from ordinary_balances

@@ -4,7 +4,7 @@
 // them together for a transaction.
 import { outboxWrite, type Sql, type Tx } from "@ledger/common";
 import { cachedBook, type EntityCache, loadBook } from "./money-load.js";
-import { persist } from "./money-persist.js";
+import { type AccountOutboxWrite, persist } from "./money-persist.js";
 import { Book, type BookEntity, type MoneyCommand } from "./money-rules.js";
 import type { AlertOrigin } from "./balance-alert-events.js";
 import { AlertWatch } from "./balance-alert-watch.js";
@@ -101,10 +101,10 @@ function writeBook(
 ): Promise<void> {
   const effects = book.effects();
   const crossed = alerts.writes(now);
-  const events: Array<{ id: string; type: string; payload: Uint8Array }> =
+  const events: Array<{ id: string; type: string; accountId: string; payload: Uint8Array }> =
     crossed.events.length === 0 ? effects.events : [...effects.events, ...crossed.events];
-  const outbox = outboxWrite(events.map((e) => ({ id: e.id, subject: subjectOf(e.type), payload: e.payload })));
-  const read = book.rows().flatMap((row) => (row.is_external ? [] : [{ id: row.id, version: row.version }]));
+  const read = book.rows().flatMap((row) => (row.is_external ? [] : [{ id: row.id, account_id: row.account_id, version: row.version }]));
+  const outbox = outboxRowsByAccount(events, subjectOf);
   return persist(tx, effects, outbox, now, read, crossed.changes).then((written) => {
     cache.refreshExternalBalances(written.externals);
     // Each changed row as this write left it, under the version the write gave it. Cached
@@ -126,4 +126,23 @@ function writeBook(
       cache.remember(row);
     }
   });
+}
+
+/**
+ * The outbox rows of a write: one per account, each with that account's events in order, so each
+ * row lives with its account's other rows (docs/scaling.md). A batch of one account, as every batch
+ * with LEDGER_BATCH_ONE_ACCOUNT, writes one row.
+ */
+function outboxRowsByAccount(
+  events: ReadonlyArray<{ id: string; type: string; accountId: string; payload: Uint8Array }>,
+  subjectOf: (type: string) => string,
+): AccountOutboxWrite[] {
+  const byAccount = new Map<string, Array<{ id: string; subject: string; payload: Uint8Array }>>();
+  for (const e of events) {
+    const event = { id: e.id, subject: subjectOf(e.type), payload: e.payload };
+    const list = byAccount.get(e.accountId);
+    if (list) list.push(event);
+    else byAccount.set(e.accountId, [event]);
+  }
+  return [...byAccount].map(([accountId, list]) => Object.assign(outboxWrite(list), { accountId }));
 }

@@ -60,9 +60,10 @@ export async function ensureExternalEntity(tx: Tx, accountId: string, programId:
   await tx`
     insert into entities (id, account_id, program_id, name, type, currency_code, is_external)
     values (${newId("entity")}, ${accountId}, ${programId}, ${"External " + currencyCode}, 'external', ${currencyCode}, true)
-    on conflict (program_id, currency_code) where is_external do nothing`;
+    on conflict (account_id, program_id, currency_code) where is_external do nothing`;
   const [row] = await tx<{ id: string }[]>`
-    select id from entities where program_id = ${programId} and currency_code = ${currencyCode} and is_external`;
+    select id from entities
+    where account_id = ${accountId} and program_id = ${programId} and currency_code = ${currencyCode} and is_external`;
   return row!.id;
 }
 
@@ -76,7 +77,10 @@ export function createProgramResolver(sql: Sql) {
     if (requested === "") return principal.defaultProgramId;
     let owner = owners.get(requested);
     if (owner === undefined && isId("program", requested)) {
-      const [row] = await sql<{ account_id: string }[]>`select account_id from programs where id = ${requested}`;
+      // Asked within the caller's account (the statement goes to that account's rows alone): a
+      // program of another account is not found, as one that does not exist.
+      const [row] = await sql<{ account_id: string }[]>`
+        select account_id from programs where account_id = ${principal.accountId} and id = ${requested}`;
       if (row) {
         owner = row.account_id;
         if (owners.size > 100_000) owners.clear();
@@ -116,8 +120,8 @@ export async function findProgram(sql: Sql | Tx, accountId: string, programId: s
   const [row] = await sql<ProgramRow[]>`
     select p.id, p.account_id, p.name, p.currency_code, p.is_default, p.created_at, e.id as external_entity_id
     from programs p
-    join entities e on e.program_id = p.id and e.is_external and e.currency_code = p.currency_code
-    where p.id = ${programId} and p.account_id = ${accountId}`;
+    join entities e on e.account_id = p.account_id and e.program_id = p.id and e.is_external and e.currency_code = p.currency_code
+    where p.account_id = ${accountId} and p.id = ${programId}`;
   if (!row) throw notFound("program", programId);
   return row;
 }
@@ -127,7 +131,7 @@ export async function listPrograms(sql: Sql, accountId: string, limit: number, b
   return sql<ProgramRow[]>`
     select p.id, p.account_id, p.name, p.currency_code, p.is_default, p.created_at, e.id as external_entity_id
     from programs p
-    join entities e on e.program_id = p.id and e.is_external and e.currency_code = p.currency_code
+    join entities e on e.account_id = p.account_id and e.program_id = p.id and e.is_external and e.currency_code = p.currency_code
     where p.account_id = ${accountId} ${before ? sql`and p.id < ${before}` : sql``}
     order by p.id desc limit ${limit + 1}`;
 }

@@ -69,7 +69,7 @@ async function write(groups: GroupRow[]): Promise<string> {
           newCaptures: [],
           postedLegs: [],
         },
-        { eventIds: [], subjects: [], payloads: [] },
+        [],
         new Date(),
         [],
         [],
@@ -108,6 +108,15 @@ describe("references of new groups and legs", () => {
       async () => {
         const other = await stack.newAccount("references");
         return [group(stack.account.account_id, other.account.program_id, entityA, entityB)];
+      },
+    ],
+    [
+      "a leg to an entity of another account",
+      async () => {
+        const other = await stack.newAccount("references-entity");
+        const [row] = await stack.sql<{ id: string }[]>`
+          select id from entities where account_id = ${other.account.account_id} and program_id = ${other.account.program_id} limit 1`;
+        return [group(stack.account.account_id, stack.account.program_id, entityA, row!.id)];
       },
     ],
     [

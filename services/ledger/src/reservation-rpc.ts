@@ -183,8 +183,8 @@ export function createReservationService(deps: {
       const { accountId, programId } = await scope(ctx, req.programId);
       const reservationId = parseCallerId(req.reservationId, "reservation_id");
       const [row] = await deps.sql<ReservationRow[]>`
-        select r.*, e.currency_code from reservations r join entities e on e.id = r.entity_id
-        where r.id = ${reservationId} and r.account_id = ${accountId} and r.program_id = ${programId}`;
+        select r.*, e.currency_code from reservations r join entities e on e.account_id = r.account_id and e.id = r.entity_id
+        where r.account_id = ${accountId} and r.id = ${reservationId} and r.program_id = ${programId}`;
       if (!row) throw notFound("reservation", reservationId);
       return { reservation: reservationToProto(row) };
     },

@@ -19,6 +19,7 @@ export function startLedger(config: LedgerConfig): Promise<LedgerHandle> {
     name: "ledger",
     config,
     migrationsDir: MIGRATIONS,
+    outboxRowsByAccount: true,
     async parts({ sql, log, lifecycle, openOutbox }) {
       if (config.devApiKey) await ensureDevAccount(sql, config.devApiKey);
       const outbox = openOutbox();
@@ -51,6 +52,7 @@ export function startLedger(config: LedgerConfig): Promise<LedgerHandle> {
             maxInFlight: config.batchConcurrency,
             lingerMs: config.batchLingerMs,
             halfAbove: config.batchHalfAbove,
+            oneAccountPerTransaction: config.batchOneAccount,
           }),
           // Uncached: the services asking cache the answer themselves, and two caches in a row would
           // add up to twice the delay before a revoked key is refused.
