@@ -254,6 +254,7 @@ async function story(wire: Wire): Promise<Answer[]> {
   const first = events[events.length - 1]!.eventId;
   await c.notification.getEvent({ eventId: first });
   const { deliveries } = await c.notification.listDeliveries({ endpointId, limit: 100 });
+  await c.notification.listDeliveryAttempts({ deliveryId: deliveries.find((d) => d.eventId === first)!.deliveryId, limit: 10 });
   await c.notification.getEndpoint({ endpointId });
   const other = (
     await c.notification.createEndpoint({

@@ -42,7 +42,7 @@ function respecHeaders<T extends http2.OutgoingHttpHeaders | undefined>(headers:
   const name = Object.keys(headers).find((key) => key.toLowerCase() === GRPC_MESSAGE);
   const value = name === undefined ? undefined : headers[name];
   if (typeof value !== "string") return headers;
-  return { ...headers, [name!]: respecGrpcMessage(value) };
+  return Object.assign({}, headers, { [name!]: respecGrpcMessage(value) });
 }
 
 /**
