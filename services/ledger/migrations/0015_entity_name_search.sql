@@ -8,6 +8,11 @@
 -- `public`, not this service's schema: an extension belongs to one schema per database, and the
 -- services' schemas (or a test's) must not own what another schema's index uses. When it is
 -- already installed (in whichever schema), the index names that schema's operator class.
+--
+-- Migrations of different schemas of one database run side by side (each under its own schema's
+-- lock), and two `create extension if not exists` at once can both try to create it: the second
+-- would fail on a duplicate key. This lock, the database's own, makes the second wait and find it.
+select pg_advisory_xact_lock(hashtext('ledger migration: create extension pg_trgm'));
 create extension if not exists pg_trgm with schema public;
 
 do $$
