@@ -4,6 +4,7 @@
 import { closeSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from "node:fs";
 import { resolve } from "node:path";
 import { PGlite } from "@electric-sql/pglite";
+import { pg_trgm } from "@electric-sql/pglite/contrib/pg_trgm";
 import { ConfigError, DEFAULT_DATABASE_URL, envBool, envInt, envOptional } from "@ledger/common";
 import { servePglite } from "./pglite-server.js";
 import { probe } from "./reachable.js";
@@ -98,7 +99,8 @@ export async function startEmbeddedPostgres(options: { dataDir: string; host: st
   const releaseLock = lockFolder(`${options.dataDir}.lock`);
   let db: PGlite | undefined;
   try {
-    db = await PGlite.create({ dataDir: options.dataDir });
+    // pg_trgm: the ledger's entity name search is indexed by it (its migration 0015 creates it).
+    db = await PGlite.create({ dataDir: options.dataDir, extensions: { pg_trgm } });
     const server = await servePglite(db, { host: options.host, port: options.port });
     const opened = db;
     return {

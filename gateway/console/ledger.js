@@ -7,9 +7,6 @@ import { $, api, button, confirmAction, fill, h, on, onSubmit, say, time } from 
 import { csvCell, formatMoney, parseMoney, toDecimal, exponentOf } from "./money.js";
 
 const PAGE_SIZE = 20;
-/** Entities read per page while matching a name, and how many pages one search reads at most. */
-const NAME_SCAN_PAGE = 100;
-const NAME_SCAN_PAGES = 10;
 /** Rows of the statement table per page. */
 const STATEMENT_PAGE = 10;
 /** Statement entries read per request for the chart and the CSV, and how many requests at most. */
@@ -64,27 +61,16 @@ export function clearLedger() {
 
 function entityQuery(limit, cursor) {
   const q = state.query;
-  const query = { limit, cursor, status: q.status || undefined };
+  const query = { limit, cursor, status: q.status || undefined, name: q.name || undefined };
   if (q.metaKey) query[`metadata[${q.metaKey}]`] = q.metaValue;
   return query;
 }
 
-/**
- * A page of entities. The API filters status and metadata; a name is matched here, over up to
- * NAME_SCAN_PAGES pages of what the API returns, so one search reads a bounded number of entities.
- */
+/** A page of entities: the API filters name (any part of it, in any case), status and metadata. */
 async function loadEntities(more = false) {
-  const name = state.query.name.toLowerCase();
-  let cursor = more ? state.entitiesCursor : undefined;
-  const found = [];
-  let scanned = 0;
-  do {
-    const res = await api("GET", "/entities", { query: entityQuery(name ? NAME_SCAN_PAGE : PAGE_SIZE, cursor) });
-    scanned += res.entities.length;
-    found.push(...res.entities.filter((e) => !name || e.entity_name.toLowerCase().includes(name)));
-    cursor = res.pagination.has_next ? res.pagination.next_cursor : null;
-  } while (name && cursor && found.length < PAGE_SIZE && scanned < NAME_SCAN_PAGE * NAME_SCAN_PAGES);
-  state.entitiesCursor = cursor;
+  const res = await api("GET", "/entities", { query: entityQuery(PAGE_SIZE, more ? state.entitiesCursor : undefined) });
+  const found = res.entities;
+  state.entitiesCursor = res.pagination.has_next ? res.pagination.next_cursor : null;
   const rows = found.map((e) =>
     h(
       "tr",

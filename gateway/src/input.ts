@@ -2,6 +2,7 @@ import type { DescEnum, JsonObject } from "@bufbuild/protobuf";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import {
   checkListFilters,
+  checkNameFilter,
   enumWords,
   FILTER_QUERY_PARAMETERS,
   invalidArgument,
@@ -218,6 +219,11 @@ export function listFilterParams(query: Fields): ListFilters {
   }
   checkListFilters(filters, FILTER_QUERY_PARAMETERS);
   return filters;
+}
+
+/** The entity list's `name` filter, when the query gives one: checked (even empty) and trimmed. */
+export function nameFilterParam(query: Fields): { name?: string } {
+  return "name" in query ? { name: checkNameFilter(optionalParam(query, "name"), { parameter: "name" }) } : {};
 }
 
 /** Requires the parsed body to be a JSON object. */

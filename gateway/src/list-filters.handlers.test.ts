@@ -65,6 +65,24 @@ describe("REST list filters out of bounds", () => {
     });
   }
 
+  it.each([
+    ["empty", "name="],
+    ["blank", "name=%20%20%20"],
+    ["of 101 characters", `name=${long(101)}`],
+    ["of 101 characters inside spaces", `name=%20${long(101)}%20`],
+    ["given twice", "name=ab&name=cd"],
+  ])("GET /entities refuses a name filter %s, answering 400 naming the parameter", async (why, query) => {
+    const res = await get("/entities", query);
+    expectRefused(res, "name", why);
+  });
+
+  it("says how long a name filter may be, and takes it only on the entity list", async () => {
+    const res = await get("/entities", `name=${long(101)}`);
+    expectRefused(res, "name", "too long");
+    expect(res.body.error.details).toMatchObject({ max_length: 100 });
+    expectRefused(await get("/transaction/groups", "name=x"), "name", "a name filter on groups");
+  });
+
   it("refuses a status that is not one of the list's", async () => {
     expectRefused(await get("/entities", "status=pending"), "status", "a transaction status on entities");
     expectRefused(await get("/transaction/groups", "status=frozen"), "status", "an entity status on groups");
@@ -99,6 +117,21 @@ describe("RPC list filters out of bounds", () => {
       expect(error.code).toBe(Code.InvalidArgument);
       expect(errorCodeOf(error)).toMatchObject({ code: "invalid_request", details: { field } });
     }
+  });
+
+  it.each([
+    ["empty", ""],
+    ["blank", " \t "],
+    ["of 101 characters", "n".repeat(101)],
+  ])("ListEntities refuses a name filter %s as invalid_argument naming the field", async (_why, name) => {
+    const error = await ledger()
+      .listEntities({ name }, call())
+      .then(
+        () => undefined,
+        (err: unknown) => ConnectError.from(err),
+      );
+    expect(error?.code).toBe(Code.InvalidArgument);
+    expect(error && errorCodeOf(error)).toMatchObject({ code: "invalid_request", details: { field: "name", max_length: 100 } });
   });
 
   it("refuses a status number outside the enum", async () => {

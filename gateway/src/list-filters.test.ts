@@ -243,6 +243,80 @@ describe("GET /entities filters", () => {
   });
 });
 
+describe("GET /entities name filter", () => {
+  it("matches names containing the text in any case, alone and with status, metadata and created_at", async () => {
+    const { api, rpc, entity } = await tenant();
+    const jane = await entity({ entity_name: "Jane Smith", metadata: { tier: "gold" } });
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    const smithy = await entity({ entity_name: "SMITHY & Co", metadata: { tier: "silver" } });
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    const blacksmith = await entity({ entity_name: "blacksmith 50%_off", metadata: { tier: "gold" } });
+    expect((await api.post("/entity/freeze", { entity_id: smithy.entity_id, reason: "check" })).status).toBe(200);
+    const list = async (query: Record<string, string>) => idsOf(await api.get("/entities", query), "entities", "entity_id");
+
+    expect(await list({ name: "smith" })).toEqual([blacksmith.entity_id, smithy.entity_id, jane.entity_id]);
+    expect(await list({ name: "  SMITH  " })).toEqual([blacksmith.entity_id, smithy.entity_id, jane.entity_id]);
+    // A text in the middle of the name, and one too short for a trigram (read by walking the ids).
+    expect(await list({ name: "ksmi" })).toEqual([blacksmith.entity_id]);
+    expect(await list({ name: "e s" })).toEqual([jane.entity_id]);
+    // LIKE's wildcards are literal characters: "%" and "_" match only themselves.
+    expect(await list({ name: "50%_" })).toEqual([blacksmith.entity_id]);
+    expect(await list({ name: "5_%" })).toEqual([]);
+    expect(await list({ name: "%" })).toEqual([blacksmith.entity_id]);
+    expect(await list({ name: "nobody" })).toEqual([]);
+    expect(await list({ name: "smith", status: "frozen" })).toEqual([smithy.entity_id]);
+    expect(await list({ name: "smith", status: "active", "metadata[tier]": "gold" })).toEqual([blacksmith.entity_id, jane.entity_id]);
+    expect(await list({ name: "smith", "metadata[tier]": "silver" })).toEqual([smithy.entity_id]);
+    expect(await list({ name: "smith", created_after: smithy.created_at })).toEqual([blacksmith.entity_id, smithy.entity_id]);
+
+    const overRpc = await rpc.listEntities({ name: "SMITH", status: EntityStatus.ACTIVE, metadata: { tier: "gold" } });
+    expect(overRpc.entities.map((e) => e.entityId)).toEqual([blacksmith.entity_id, jane.entity_id]);
+    expect((await rpc.listEntities({ name: "jane s" })).entities.map((e) => e.entityName)).toEqual(["Jane Smith"]);
+  });
+
+  it("pages through many matches, whether they are sorted whole or found by walking the ids", async () => {
+    const { account, api } = await stack.newAccount("many names");
+    const rpc = stack.ledgerClient(account.api_key);
+    // 1,500 entities straight into the table, more than MAX_METADATA_CANDIDATES (1,000) named
+    // "Customer …", of which every 50th is also "… Rare …": the first is found by walking the ids,
+    // the second sorted from its candidates.
+    const rows = Array.from({ length: 1_500 }, (_, i) => ({ id: newId("entity"), name: `Customer ${i % 50 === 0 ? "Rare " : ""}${i}` }));
+    await stack.sql`
+      insert into entities (id, account_id, program_id, name, type, currency_code)
+      select id, ${account.account_id}, ${account.program_id}, name, 'customer', 'USD'
+      from unnest(${rows.map((r) => r.id)}::text[], ${rows.map((r) => r.name)}::text[]) as seeded(id, name)`;
+    const expected = (text: string) =>
+      rows
+        .filter((r) => r.name.toLowerCase().includes(text))
+        .map((r) => r.id)
+        .sort()
+        .reverse();
+    for (const text of ["customer", "rare", "er 1"]) {
+      const pages = await allPages(api, "/entities", { name: text.toUpperCase(), limit: "100" }, "entities", "entity_id");
+      expect(pages, text).toEqual(expected(text));
+    }
+    const first = await rpc.listEntities({ name: "rare", limit: 20 });
+    const second = await rpc.listEntities({ name: "rare", limit: 20, cursor: first.page!.nextCursor });
+    expect([...first.entities, ...second.entities].map((e) => e.entityId)).toEqual(expected("rare"));
+    expect(second.page?.hasNext).toBe(false);
+  });
+
+  it("never matches another account's or another program's entities", async () => {
+    const mine = await tenant();
+    const theirs = await tenant();
+    const own = await mine.entity({ entity_name: "Shared Name" });
+    await theirs.entity({ entity_name: "Shared Name" });
+    const program = await mine.api.post("/program", { program_name: "Other" });
+    await mine.api.post(
+      "/entity",
+      { entity_name: "Shared Name", entity_type: "customer" },
+      { program_id: program.body.program.program_id },
+    );
+    expect(idsOf(await mine.api.get("/entities", { name: "shared" }), "entities", "entity_id")).toEqual([own.entity_id]);
+    expect((await mine.rpc.listEntities({ name: "shared" })).entities.map((e) => e.entityId)).toEqual([own.entity_id]);
+  });
+});
+
 describe("GET /transactions filters", () => {
   it("selects an entity's legs by their group's metadata and by created_at", async () => {
     const { api, alice, group } = await tenant();

@@ -28,6 +28,7 @@ import {
   enumField,
   limitParam,
   listFilterParams,
+  nameFilterParam,
   onlyKnown,
   metadataField,
   optionalStringField,
@@ -275,7 +276,7 @@ export const ledgerRoutes: Route[] = [
   {
     method: "GET",
     path: "/entities",
-    query: [...PAGE, "entity_type", "status", ...LIST_FILTERS],
+    query: [...PAGE, "entity_type", "status", "name", ...LIST_FILTERS],
     async handle({ query, programId, call }, { ledger }) {
       const res = await ledger.listEntities(
         {
@@ -284,6 +285,7 @@ export const ledgerRoutes: Route[] = [
           cursor: optionalParam(query, "cursor"),
           entityType: optionalParam(query, "entity_type"),
           status: entityStatusParam(query),
+          ...nameFilterParam(query),
           ...listFilterParams(query),
         },
         call,

@@ -86,6 +86,25 @@ function checkMetadataFilters(filters: Record<string, string>, places: FilterPla
   }
 }
 
+/** Longest text the entity list's `name` filter takes, in characters, after trimming. */
+export const NAME_FILTER_MAX_LENGTH = 100;
+
+/**
+ * The text of a `name` filter (entities whose name contains it, in any case), trimmed; 400
+ * `invalid_request` naming `place` when that leaves nothing or more than NAME_FILTER_MAX_LENGTH
+ * characters. An absent filter is not checked here: only a given one, even empty, is refused.
+ */
+export function checkNameFilter(value: string, place: JsonObject): string {
+  const text = value.trim();
+  if (text === "" || text.length > NAME_FILTER_MAX_LENGTH) {
+    throw invalidArgument(
+      `name must be 1 to ${NAME_FILTER_MAX_LENGTH} characters (leading and trailing spaces aside)`,
+      Object.assign({}, place, { max_length: NAME_FILTER_MAX_LENGTH }),
+    );
+  }
+  return text;
+}
+
 function checkCreatedRange(after: Timestamp | undefined, before: Timestamp | undefined, places: FilterPlaces): void {
   for (const [name, ts] of [
     ["created_after", after],

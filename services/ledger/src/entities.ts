@@ -121,7 +121,7 @@ export async function updateEntity(tx: Tx, row: EntityRow, changes: EntityChange
   return updated!;
 }
 
-/** Reads a page of a program's entities, newest first, optionally of one type and status and within `filters`. */
+/** Reads a page of a program's entities, newest first, optionally of one type and status and within `filters` (name among them). */
 export async function listEntities(
   sql: Sql,
   accountId: string,
@@ -135,6 +135,7 @@ export async function listEntities(
     key: "id",
     createdAt: "created_at",
     metadata: "metadata",
+    name: "name",
     timeIndexed: true,
   });
   query.where(`program_id = ${query.param(programId)}`);

@@ -89,7 +89,7 @@ import {
   withLegs,
   type GroupStatus,
 } from "./groups.js";
-import { parseRowFilters } from "./list-query.js";
+import { parseNameFilter, parseRowFilters } from "./list-query.js";
 import { parseLegs, type LegSpec, type MoneyCommand } from "./money.js";
 import {
   commandScope,
@@ -233,6 +233,8 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
       const { accountId, programId } = await scope(ctx, req.programId);
       const page = parsePageRequest(req.limit, req.cursor, (id) => isId("entity", id));
       const filters = parseRowFilters(req);
+      const name = parseNameFilter(req.name);
+      if (name !== undefined) filters.name = name;
       const status = entityStatusFromProto(req.status);
       const rows = await listEntities(
         sql,

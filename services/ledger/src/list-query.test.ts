@@ -1,7 +1,8 @@
 import { create } from "@bufbuild/protobuf";
+import { Code } from "@connectrpc/connect";
 import { TimestampSchema } from "@bufbuild/protobuf/wkt";
 import { describe, expect, it } from "vitest";
-import { metadataDocuments, microsecondBound } from "./list-query.js";
+import { metadataDocuments, microsecondBound, nameContains, nameIndexable, parseNameFilter } from "./list-query.js";
 
 // The pure parts of the lists' filters: what documents a metadata filter matches by containment,
 // and the time bounds Postgres compares created_at with. What the lists answer is
@@ -24,6 +25,31 @@ describe("metadataDocuments", () => {
   it("writes the number as JavaScript writes it, as every stored number was written", () => {
     expect(metadataDocuments("n", "12345678901234567890")[1]).toBe('{"n":12345678901234567000}');
     expect(metadataDocuments("n", "-0")[1]).toBe('{"n":0}');
+  });
+});
+
+describe("the name filter", () => {
+  it("matches the text anywhere, its LIKE wildcards and escape character taken literally", () => {
+    expect(nameContains("ali")).toBe("%ali%");
+    expect(nameContains("50%_off\\now")).toBe("%50\\%\\_off\\\\now%");
+  });
+
+  it("is trimmed, and refused empty, blank or over 100 characters as invalid_argument naming the field", () => {
+    expect(parseNameFilter(undefined)).toBeUndefined();
+    expect(parseNameFilter("  Smith ")).toBe("%Smith%");
+    expect(parseNameFilter(` ${"x".repeat(100)} `)).toBe(`%${"x".repeat(100)}%`);
+    for (const bad of ["", "   ", "x".repeat(101)]) {
+      expect(() => parseNameFilter(bad), JSON.stringify(bad)).toThrow(
+        expect.objectContaining({ code: Code.InvalidArgument, message: expect.stringContaining("name must be 1 to 100 characters") }),
+      );
+    }
+  });
+
+  it("reads candidates through the trigram index only when the text holds three letters or digits in a row", () => {
+    expect(nameIndexable(nameContains("ali"))).toBe(true);
+    expect(nameIndexable(nameContains("Zoë"))).toBe(true);
+    expect(nameIndexable(nameContains("al"))).toBe(false);
+    expect(nameIndexable(nameContains("a-b c%"))).toBe(false);
   });
 });
 

@@ -1,5 +1,13 @@
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
-import { checkListFilters, FILTER_RPC_FIELDS, pipelinedTransaction, type ListFilters, type Sql, type Tx } from "@ledger/common";
+import {
+  checkListFilters,
+  checkNameFilter,
+  FILTER_RPC_FIELDS,
+  pipelinedTransaction,
+  type ListFilters,
+  type Sql,
+  type Tx,
+} from "@ledger/common";
 
 // The ledger's lists in SQL: the filters of a request checked and turned into conditions, and the
 // select that carries them (docs/architecture.md#listing-and-searching).
@@ -12,6 +20,8 @@ export interface RowFilters {
   createdBefore?: string;
   /** One entry per metadata filter: JSON documents, one of which the metadata must contain. */
   metadata: string[][];
+  /** A LIKE pattern the lowered name must match (`nameContains`); only lists of named rows take it. */
+  name?: string;
 }
 
 /** Checks the filters an RPC request carries (400 naming the field) and prepares them for SQL. */
@@ -21,6 +31,30 @@ export function parseRowFilters(filters: ListFilters): RowFilters {
   if (filters.createdAfter) rows.createdFrom = microsecondBound(filters.createdAfter);
   if (filters.createdBefore) rows.createdBefore = microsecondBound(filters.createdBefore);
   return rows;
+}
+
+/** The entity list's `name` filter as its RPC field carries it (400 naming the field), as a pattern. */
+export function parseNameFilter(name: string | undefined): string | undefined {
+  return name === undefined ? undefined : nameContains(checkNameFilter(name, { field: "name" }));
+}
+
+/**
+ * The LIKE pattern of names that contain `text`: its wildcards and the escape character taken
+ * literally. Lowered in SQL, as the name is, so both fold case by the same rules (the database's).
+ * "Contains" rather than "starts with", since a person searching for a customer types any part of
+ * the name ("smith" for "Jane Smith"); the trigram index serves both alike.
+ */
+export function nameContains(text: string): string {
+  return `%${text.replace(/[\\%_]/g, "\\$&")}%`;
+}
+
+/**
+ * Whether a name pattern holds a trigram the name index can look up: three letters or digits in a
+ * row. Without one (as for "al" or "a-b"), Postgres would read the whole index for it, so the list
+ * walks its id order instead, as for any filter that matches many rows.
+ */
+export function nameIndexable(pattern: string): boolean {
+  return /[\p{L}\p{N}]{3}/u.test(pattern);
 }
 
 /** A JSON number, as JSON writes one. */
@@ -59,7 +93,7 @@ export function microsecondBound(ts: Timestamp): string {
 }
 
 /**
- * The most rows metadata filters may match, and a created_at range hold, for a page to be sorted
+ * The most rows metadata filters (or a name filter) may match, and a created_at range hold, for a page to be sorted
  * from all of them rather than found by walking the list's id order
  * (docs/architecture.md#listing-and-searching). Reading a range's rows in time order is cheap, so
  * its bound is higher.
@@ -82,6 +116,8 @@ export interface ListSpec {
   /** The columns the filters apply to. */
   createdAt: string;
   metadata: string;
+  /** The name column, for lists of named rows (the `name` filter). */
+  name?: string;
   /** Whether an index serves `createdAt` within the list's scope, as (program_id, created_at) does. */
   timeIndexed: boolean;
 }
@@ -121,8 +157,8 @@ export class ListQuery {
    * misjudges: it reckons matches are spread evenly along the id order, and a metadata value that
    * happens to be in its statistics' sample looks a hundred times commoner than it is. Either way it
    * walks the ids from the newest and passes hundreds of thousands of rows for a value a hundred
-   * rows hold, or for a range that lies far back. So the candidates are read first: a metadata
-   * filter's through bitmap scans of the indexes alone, a range's (where an index serves it) in
+   * rows hold, or for a range that lies far back. So the candidates are read first: a metadata or
+   * name filter's through bitmap scans of the indexes alone, a range's (where an index serves it) in
    * time order, each up to its bound. When that is all of them, the page is sorted from them;
    * otherwise the filters match many rows, and walking the ids finds a page soon.
    */
@@ -135,11 +171,15 @@ export class ListQuery {
     for (const documents of filters.metadata) {
       this.where(`(${documents.map((doc) => `${spec.metadata} @> ${this.param(doc)}::text::jsonb`).join(" or ")})`);
     }
+    if (filters.name !== undefined) {
+      if (!spec.name) throw new Error("this list has no name to filter");
+      this.where(`lower(${spec.name}) like lower(${this.param(filters.name)}::text)`);
+    }
     if (page.before) this.where(`${spec.key} < ${this.param(page.before)}`);
     const rows = `${spec.select}\nwhere ${this.#conditions.join("\n  and ")}`;
     const limit = this.param(page.limit);
     let found: T[] | undefined;
-    if (filters.metadata.length > 0) {
+    if (filters.metadata.length > 0 || (filters.name !== undefined && nameIndexable(filters.name))) {
       found = await this.#fromCandidates<T>(sql, `${rows}\nlimit ${MAX_METADATA_CANDIDATES + 1}`, MAX_METADATA_CANDIDATES, limit, true);
     } else if (spec.timeIndexed && (filters.createdFrom || filters.createdBefore)) {
       // Ordered by created_at, the candidates can only come from the time index, which stops at the bound.
