@@ -32,6 +32,8 @@ describe("a burst of events", () => {
       nats,
       stream: { name: stack.stream, subjectPrefix: stack.subjectPrefix },
       log,
+      // The ledger's outbox table, whose rows are keyed by account like the ledger's own relay's.
+      rowsByAccount: true,
     });
     const events = Array.from({ length: BURST }, (_, i) =>
       create(EventSchema, {
