@@ -13,8 +13,7 @@ import {
   type PageResult,
   type Sql,
 } from "@ledger/common";
-import type { Timestamp } from "@bufbuild/protobuf/wkt";
-import type { GetEntityStatementResponseSchema, StatementEntry } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import type { GetEntityStatementResponseSchema } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import type { EntityRow } from "./entities.js";
 import { directionToProto, type LegDirection } from "./groups.js";
 
@@ -61,10 +60,7 @@ interface StatementPosition {
   seq: number;
 }
 
-/**
- * A page of a statement, as its query reads it: one row per entry, only the columns an entry needs.
- * Each row repeats the window's balances, read once (on the one row of nulls for an empty page).
- */
+/** A page of a statement, as its query reads it. */
 interface StatementRow {
   opening: bigint | null;
   closing: bigint | null;
@@ -73,10 +69,9 @@ interface StatementRow {
   direction: LegDirection;
   amount: bigint;
   description: string;
-  posted_after: bigint;
-  /** posted_at in microseconds since the epoch, as decimal text: split into a Timestamp without bigint arithmetic. */
-  posted_us: string;
+  posted_us: bigint;
   posted_seq: number;
+  posted_after: bigint;
 }
 
 /** What a statement page asks for, checked. */
@@ -111,44 +106,38 @@ function decodePosition(cursor: string): StatementPosition {
  * One page of an entity's statement: the legs that became posted on it in [from, to), oldest
  * first, after the cursor's position; and its posted balance before `from` and before `to`, each the
  * `posted_after` of the last leg posted before that moment. One statement, so one snapshot: the
- * page's entries, opening and closing always agree. Each entry's group is joined for its
- * description by primary key, within the range scan of the page's legs (docs/architecture.md#balance-history).
+ * page's entries, opening and closing always agree.
  */
 export async function statementPage(
   sql: Sql,
   entity: EntityRow,
   request: StatementRequest,
 ): Promise<MessageInitShape<typeof GetEntityStatementResponseSchema>> {
-  const rows = await statementQuery(sql, entity, request);
+  const { after } = request;
+  const [from, to] = [sqlMoment(request.from), sqlMoment(request.to)];
+  const balanceBefore = (moment: string) => sql`
+    (select posted_after from legs where entity_id = ${entity.id} and posted_at < ${moment}::text::timestamptz
+     order by posted_at desc, posted_seq desc limit 1)`;
+  const rows = await sql<StatementRow[]>`
+    select ${balanceBefore(from)} as opening, ${balanceBefore(to)} as closing, p.*
+    from (values (1)) as one
+      left join lateral (
+        select l.id, l.group_id, l.direction, l.amount, g.description, l.posted_seq, l.posted_after,
+          (extract(epoch from l.posted_at) * 1000000)::int8 as posted_us
+        from legs l join transaction_groups g on g.id = l.group_id
+        where l.entity_id = ${entity.id} and l.posted_at >= ${from}::text::timestamptz and l.posted_at < ${to}::text::timestamptz
+          ${after ? sql`and (l.posted_at, l.posted_seq) > (${sqlMoment(after.at)}::text::timestamptz, ${after.seq}::int)` : sql``}
+        order by l.posted_at, l.posted_seq
+        limit ${request.limit + 1}) as p on true`;
   const first = rows[0]!;
-  const hasNext = rows.length > request.limit;
-  const shown = first.id === null ? 0 : Math.min(rows.length, request.limit);
-  const entries: StatementEntry[] = new Array(shown);
-  let postedAt: Timestamp | undefined;
-  let postedUs = "";
-  for (let i = 0; i < shown; i++) {
-    const r = rows[i]!;
-    // Legs posted by one write share their moment: one Timestamp for the run of them.
-    if (r.posted_us !== postedUs) {
-      postedUs = r.posted_us;
-      postedAt = timestampOfMicrosText(postedUs);
-    }
-    entries[i] = {
-      $typeName: "ledger.v1.StatementEntry",
-      transactionId: r.id!,
-      transactionGroupId: r.group_id,
-      direction: directionToProto(r.direction),
-      amount: r.amount,
-      description: r.description,
-      postedAt,
-      postedAfter: r.posted_after,
-    };
-  }
-  const last = rows[shown - 1];
+  const entries = rows.filter((r) => r.id !== null);
+  const hasNext = entries.length > request.limit;
+  const shown = hasNext ? entries.slice(0, request.limit) : entries;
+  const last = shown[shown.length - 1];
   const page: PageResult = {
     limit: request.limit,
     hasNext,
-    nextCursor: hasNext && last ? encodeCursorValue({ t: last.posted_us, s: last.posted_seq }) : "",
+    nextCursor: hasNext && last ? encodeCursorValue({ t: `${last.posted_us}`, s: last.posted_seq }) : "",
   };
   return {
     statement: {
@@ -159,48 +148,15 @@ export async function statementPage(
       openingPosted: first.opening ?? 0n,
       closingPosted: first.closing ?? 0n,
     },
-    entries,
+    entries: shown.map((r) => ({
+      transactionId: r.id!,
+      transactionGroupId: r.group_id,
+      direction: directionToProto(r.direction),
+      amount: r.amount,
+      description: r.description,
+      postedAt: timestampOfMicros(r.posted_us),
+      postedAfter: r.posted_after,
+    })),
     page,
-  };
-}
-
-/**
- * The statement of a page: an index range scan of the entity's posted legs in (posted_at,
- * posted_seq) order, each joined to its group by primary key, stopped one past the page; the two
- * balances are index probes of the same order, each run once. (Written on the first row only,
- * with a row_number, they cost Postgres more than parsing them on every row costs the ledger.)
- */
-function statementQuery(sql: Sql, entity: EntityRow, request: StatementRequest) {
-  const { after } = request;
-  const [from, to] = [sqlMoment(request.from), sqlMoment(request.to)];
-  const balanceBefore = (moment: string) => sql`
-    (select posted_after from legs where entity_id = ${entity.id} and posted_at < ${moment}::text::timestamptz
-     order by posted_at desc, posted_seq desc limit 1)`;
-  return sql<StatementRow[]>`
-    select
-      ${balanceBefore(from)} as opening, ${balanceBefore(to)} as closing,
-      p.id, p.group_id, p.direction, p.amount, p.description, p.posted_after, p.posted_us, p.posted_seq
-    from (values (1)) as one
-      left join lateral (
-        select l.id, l.group_id, l.direction, l.amount, g.description, l.posted_after, l.posted_seq,
-          ((extract(epoch from l.posted_at) * 1000000)::int8)::text as posted_us
-        from legs l join transaction_groups g on g.id = l.group_id and g.account_id = ${entity.account_id}
-        where l.entity_id = ${entity.id} and l.posted_at >= ${from}::text::timestamptz and l.posted_at < ${to}::text::timestamptz
-          ${after ? sql`and (l.posted_at, l.posted_seq) > (${sqlMoment(after.at)}::text::timestamptz, ${after.seq}::int)` : sql``}
-        order by l.posted_at, l.posted_seq
-        limit ${request.limit + 1}) as p on true`;
-}
-
-/**
- * The Timestamp of a moment given as decimal microseconds: its seconds and microseconds read off
- * the digits, without the bigint division of `timestampOfMicros` (which takes what this cannot:
- * moments before 1970-01-01T00:00:01Z).
- */
-function timestampOfMicrosText(micros: string): Timestamp {
-  if (micros.length <= 6 || micros.charCodeAt(0) === 45 /* - */) return timestampOfMicros(BigInt(micros));
-  return {
-    $typeName: "google.protobuf.Timestamp",
-    seconds: BigInt(micros.slice(0, -6)),
-    nanos: Number(micros.slice(-6)) * 1000,
   };
 }
