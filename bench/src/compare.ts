@@ -1,6 +1,7 @@
 // `pnpm bench:compare --ref <git-ref> [bench options]`: prices a change. Runs the same bench cells on
 // another revision and on this checkout, in turn (ref, this, ref, this, ...), each run with its own
-// pgbench reference, and prints every cell's `x pgbench` for both with the change between the medians.
+// pgbench reference, and prints every cell's `x pgbench` for both with the change between the medians,
+// then every cell's p50, p99 and the services' CPU per call (what prices a read's latency).
 // Alternating runs spread the machine's drift over both sides; the spread of the rounds says how far
 // the difference can be trusted (bench/README.md#pricing-a-change).
 import { execFileSync, spawnSync } from "node:child_process";
@@ -23,6 +24,10 @@ interface Cell {
   transport: string;
   concurrency: number;
   ratio: number;
+  perSecond: number;
+  p50: number;
+  p99: number;
+  cpu: Record<string, number>;
   errors: Record<string, number>;
 }
 
@@ -56,12 +61,8 @@ function main(): void {
       runs[i]?.push(runBench(side.dir, benchArgs));
     });
   }
-  console.log(
-    `\n${table(
-      sides.map((s) => s.name),
-      runs,
-    )}`,
-  );
+  const names = sides.map((s) => s.name);
+  console.log(`\n${table(names, runs)}\n\n${latencyTable(names, runs)}`);
 }
 
 /** Every argument but --ref and --rounds, for `pnpm bench` itself. */
@@ -101,6 +102,46 @@ function runBench(dir: string, args: string[]): Cell[] {
   return report.cells;
 }
 
+const cellKey = (c: Cell) => `${c.layout} | ${c.workload} | ${c.transport} | ${c.concurrency}`;
+
+/**
+ * The services' CPU per call (ms): the ledger's and the gateway's processes (the one process's,
+ * counted once, in its layout); Postgres is left out, as its processes serve the whole machine.
+ */
+function serviceCpuMs(c: Cell): number {
+  const percent = c.layout === "one-process" ? (c.cpu["ledger"] ?? 0) : (c.cpu["ledger"] ?? 0) + (c.cpu["gateway"] ?? 0);
+  return c.perSecond > 0 ? (percent * 10) / c.perSecond : 0;
+}
+
+/**
+ * A Markdown table: per cell, the medians over the rounds of each side's p50, p99 and services'
+ * CPU per call, and their change: what prices a change to a read's latency (the history and
+ * search cells, which have no pgbench ratio).
+ */
+function latencyTable(names: string[], runs: Cell[][][]): string {
+  const keys = [...new Set(runs.flat(2).map(cellKey))];
+  const lines = [
+    `| layout | workload | via | conc | measure | ${names[0]} (rounds) | ${names[1]} (rounds) | change of medians |`,
+    "|---|---|---|---:|---|---|---|---:|",
+  ];
+  const measures: Array<[string, (c: Cell) => number]> = [
+    ["p50 ms", (c) => c.p50],
+    ["p99 ms", (c) => c.p99],
+    ["service CPU ms/call", serviceCpuMs],
+  ];
+  for (const k of keys) {
+    for (const [measure, of] of measures) {
+      const values = (side: number) =>
+        (runs[side] ?? []).map((cells) => cells.find((c) => cellKey(c) === k)).flatMap((c) => (c ? [of(c)] : []));
+      const [a, b] = [values(0), values(1)];
+      const change = a.length && b.length && median(a) > 0 ? `${((median(b) / median(a) - 1) * 100).toFixed(1)}%` : "n/a";
+      const show = (xs: number[]) => (xs.length ? `${median(xs).toFixed(1)} (${xs.map((x) => x.toFixed(1)).join(", ")})` : "");
+      lines.push(`| ${k} | ${measure} | ${show(a)} | ${show(b)} | ${change} |`);
+    }
+  }
+  return lines.join("\n");
+}
+
 function median(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);
   const mid = Math.floor(s.length / 2);
@@ -109,10 +150,9 @@ function median(xs: number[]): number {
 
 /** A Markdown table: per cell, each side's `x pgbench` in every round, and the change of the medians. */
 function table(names: string[], runs: Cell[][][]): string {
-  const key = (c: Cell) => `${c.layout} | ${c.workload} | ${c.transport} | ${c.concurrency}`;
-  const keys = [...new Set(runs.flat(2).map(key))];
+  const keys = [...new Set(runs.flat(2).map(cellKey))];
   const ratios = (side: number, k: string) =>
-    (runs[side] ?? []).map((cells) => cells.find((c) => key(c) === k)?.ratio).filter((r) => r !== undefined);
+    (runs[side] ?? []).map((cells) => cells.find((c) => cellKey(c) === k)?.ratio).filter((r) => r !== undefined);
   const lines = [`| layout | workload | via | conc | ${names[0]} | ${names[1]} | change of medians |`, "|---|---|---|---:|---|---|---:|"];
   for (const k of keys) {
     const [a, b] = [ratios(0, k), ratios(1, k)];

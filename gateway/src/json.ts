@@ -2,12 +2,22 @@ import type { ConnectError } from "@connectrpc/connect";
 import { invalidArgument } from "@ledger/common";
 
 /**
+ * JSON text a renderer wrote itself, which `toJson` writes as it is: for a long list whose items
+ * the renderer can write straight into text, without an object per item for `toJson` to walk
+ * (render.ts, renderStatement). The renderer answers for it being valid JSON.
+ */
+export class JsonText {
+  constructor(readonly text: string) {}
+}
+
+/**
  * JSON text for API responses. Money is bigint inside the services and JSON.stringify throws on
  * bigint, so this writer prints bigints as plain integer literals, exactly, on purpose. It builds
  * one string as it goes and quotes each member name once per process (a batch answer repeats the
  * same few names thousands of times); json.test.ts checks it against JSON.stringify.
  */
 export function toJson(value: unknown): string {
+  if (value instanceof JsonText) return value.text;
   switch (typeof value) {
     case "bigint":
       return value.toString();

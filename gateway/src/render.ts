@@ -5,6 +5,7 @@ import type { PageInfo } from "@ledger/proto/common/v1/common_pb.js";
 import {
   BalanceAlertFieldSchema,
   BalanceAlertOperatorSchema,
+  Direction,
   DirectionSchema,
   EntityStatusSchema,
   TransactionStatusSchema,
@@ -14,9 +15,11 @@ import {
   type GetEntityStatementResponse,
   type Leg,
   type Program,
+  type StatementEntry,
   type TransactionGroup,
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { enumOfWord } from "./input.js";
+import { JsonText } from "./json.js";
 
 // Proto messages to the JSON shapes of gateway/openapi.yaml. Field names are snake_case, enums
 // are lowercase words, timestamps are ISO 8601 UTC, and amounts stay bigint until written.
@@ -125,7 +128,11 @@ export function renderGroup(group: TransactionGroup) {
   };
 }
 
-/** A page of an entity's statement; its moments to the microsecond, as the ledger stamps them. */
+/**
+ * A page of an entity's statement; its moments to the microsecond, as the ledger stamps them. A
+ * page holds up to 1,000 entries: they are written straight into JSON text, each in the order and
+ * spelling `toJson` would give the object it replaces (docs/decisions/statement-page-written-as-text.md).
+ */
 export function renderStatement(res: GetEntityStatementResponse) {
   const s = res.statement;
   const micros = (ts: Timestamp | undefined) => (ts ? isoMicros(ts) : null);
@@ -138,17 +145,51 @@ export function renderStatement(res: GetEntityStatementResponse) {
       opening_posted: s?.openingPosted ?? 0n,
       closing_posted: s?.closingPosted ?? 0n,
     },
-    entries: res.entries.map((e) => ({
-      transaction_id: e.transactionId,
-      transaction_group_id: e.transactionGroupId,
-      direction: enumWord(DirectionSchema, e.direction),
-      amount: e.amount,
-      description: e.description,
-      posted_at: micros(e.postedAt),
-      posted_after: e.postedAfter,
-    })),
+    entries: new JsonText(statementEntriesJson(res.entries)),
     pagination: renderPage(res.page),
   };
+}
+
+/** The JSON array of a statement's entries, each `{transaction_id, transaction_group_id, direction, amount, description, posted_at, posted_after}`. */
+function statementEntriesJson(entries: StatementEntry[]): string {
+  const debit = JSON.stringify(enumWord(DirectionSchema, Direction.DEBIT));
+  const credit = JSON.stringify(enumWord(DirectionSchema, Direction.CREDIT));
+  const moment = new IsoMicrosWriter();
+  let out = "[";
+  for (let i = 0; i < entries.length; i++) {
+    const e = entries[i]!;
+    const direction =
+      e.direction === Direction.DEBIT
+        ? debit
+        : e.direction === Direction.CREDIT
+          ? credit
+          : JSON.stringify(enumWord(DirectionSchema, e.direction));
+    out += `${i > 0 ? "," : ""}{"transaction_id":${JSON.stringify(e.transactionId)},"transaction_group_id":${JSON.stringify(
+      e.transactionGroupId,
+    )},"direction":${direction},"amount":${e.amount},"description":${JSON.stringify(e.description)},"posted_at":${
+      e.postedAt ? `"${moment.iso(e.postedAt)}"` : "null"
+    },"posted_after":${e.postedAfter}}`;
+  }
+  return `${out}]`;
+}
+
+/**
+ * `isoMicros` for a run of moments, most of them in the same second as the one before (a statement's
+ * legs, oldest first): the date and time of day are formatted once per second, not once per moment.
+ */
+class IsoMicrosWriter {
+  private seconds: bigint | undefined;
+  private prefix = "";
+
+  iso(ts: Timestamp): string {
+    if (ts.seconds !== this.seconds) {
+      const whole = isoMicros(ts);
+      this.seconds = ts.seconds;
+      this.prefix = whole.slice(0, -7);
+      return whole;
+    }
+    return `${this.prefix}${String(Math.floor(ts.nanos / 1000)).padStart(6, "0")}Z`;
+  }
 }
 
 /** A program. */

@@ -300,6 +300,48 @@ describe("GET /entity/statement", () => {
     expect(await ledgerViolations(stack.sql, stack.account.account_id)).toEqual([]);
   });
 
+  it("pages through the legs of one write, which share a moment, adding up across every page boundary", async () => {
+    const payer = await entity("payer");
+    const payees = await Promise.all(Array.from({ length: 3 }, (_, i) => entity(`payee ${i}`)));
+    const start = await now();
+    await ok("/entity/fund", { entity_id: payer, amount: 1_000, description: "seed" });
+    const batch = await ok("/transaction/batch", {
+      transactions: Array.from({ length: 7 }, (_, i) => ({
+        description: `part ${i}`,
+        amount: i + 1,
+        status: "posted",
+        account: { from: payer, to: payees[i % payees.length] },
+      })),
+    });
+    expect(batch.succeeded).toBe(7);
+    const end = await now();
+    await ok("/entity/fund", { entity_id: payer, amount: 5 });
+
+    const whole = await statement(payer, start, end, 1_000);
+    expect(whole.pages).toBe(1);
+    expect(whole.entries.map((e) => e.description)).toEqual(["seed", ...Array.from({ length: 7 }, (_, i) => `part ${i}`)]);
+    // The seven legs of the batch were posted by one write: one moment, told apart only by their place in it.
+    const moment = whole.entries[1]!.posted_at;
+    expect(new Set(whole.entries.slice(1).map((e) => e.posted_at))).toEqual(new Set([moment]));
+    expect(expectChain(whole.opening_posted, whole.entries)).toBe(whole.closing_posted);
+    expect(whole.closing_posted).toBe(1_000 - 28);
+
+    // Every page size puts page boundaries inside that moment: the pages still hold each leg once, in order.
+    for (const limit of [1, 2, 3, 5, 7]) {
+      const paged = await statement(payer, start, end, limit);
+      expect(paged.pages, `limit ${limit}`).toBe(Math.ceil(whole.entries.length / limit));
+      expect(paged.entries, `limit ${limit}`).toEqual(whole.entries);
+      expect([paged.opening_posted, paged.closing_posted]).toEqual([whole.opening_posted, whole.closing_posted]);
+    }
+    // A window from that moment holds all seven legs; one ending there none of them.
+    const fromMoment = await statement(payer, moment, end, 3);
+    expect(fromMoment.entries).toEqual(whole.entries.slice(1));
+    expect(fromMoment.opening_posted).toBe(1_000);
+    const toMoment = await statement(payer, start, moment, 3);
+    expect(toMoment.entries).toEqual(whole.entries.slice(0, 1));
+    expect(toMoment.closing_posted).toBe(1_000);
+  });
+
   it("answers 404 for another account's entity on both paths, over REST and RPC", async () => {
     const a = await entity();
     await ok("/entity/fund", { entity_id: a, amount: 10 });
