@@ -639,6 +639,10 @@ async function main(): Promise<number> {
         // 5. Invariants, once everything owed has flowed out.
         progress("checking invariants");
         await probe.settle(60_000);
+        // Fresh statistics first, as for the notification tables above (autovacuum is off here): an
+        // account that grew by hundreds of thousands of rows since the last analyze is planned as
+        // holding one, and the checks' joins then walk its every leg once per entity.
+        await sql.unsafe("analyze ledger.entities, ledger.legs, ledger.transaction_groups, ledger.entity_balance_history");
         const accounts = [
           mainAccount.account_id,
           hookAccount.account_id,
