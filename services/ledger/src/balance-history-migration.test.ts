@@ -1,10 +1,5 @@
-import { randomBytes } from "node:crypto";
-import { copyFile, mkdtemp, readdir, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { fileURLToPath } from "node:url";
-import { createLogger, isoMicros, migrate, newId, parseIsoTime, timestampOfMicros, type Sql } from "@ledger/common";
-import postgres from "postgres";
+import { isoMicros, newId, parseIsoTime, timestampOfMicros, type Sql } from "@ledger/common";
+import { schemaBefore, type SchemaBefore } from "./schema-before.testing.js";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import type { EntityRow } from "./entities.js";
 import { findEntityAsOf, statementPage, statementRequest } from "./history.js";
@@ -14,11 +9,8 @@ import { findEntityAsOf, statementPage, statementRequest } from "./history.js";
 // row with the posted balance, and each entity a baseline with its exact balances, so as-of reads
 // and statements answer for the time before the migration as docs/api.md#balances-over-time says.
 
-const log = createLogger("balance-history-migration-test", "silent");
-const migrations = fileURLToPath(new URL("../migrations", import.meta.url));
-const schema = `history_migration_${randomBytes(4).toString("hex")}`;
+let previous: SchemaBefore;
 let sql: Sql;
-let dir: string;
 
 const T = (n: number) => `2025-01-01T00:00:0${n}.000000Z`;
 const micros = (iso: string) => {
@@ -28,16 +20,9 @@ const micros = (iso: string) => {
 const [X, A, B] = [newId("entity"), newId("entity"), newId("entity")];
 
 beforeAll(async () => {
-  sql = postgres(inject("databaseUrl"), {
-    max: 2,
-    types: { bigint: postgres.BigInt },
-    onnotice: () => {},
-    connection: { search_path: schema },
-  }) as unknown as Sql;
   // A database of the previous version: every migration before 0011.
-  dir = await mkdtemp(join(tmpdir(), "history-migrations-"));
-  for (const file of await readdir(migrations)) if (file < "0011") await copyFile(join(migrations, file), join(dir, file));
-  await migrate(sql, schema, dir, log);
+  previous = await schemaBefore(inject("databaseUrl"), "0011", "history_migration");
+  sql = previous.sql;
 
   await sql`insert into accounts (id, name) values ('acct_m', 'm')`;
   await sql`insert into programs (id, account_id, name, currency_code, is_default) values ('prg_m', 'acct_m', 'p', 'USD', true)`;
@@ -69,13 +54,11 @@ beforeAll(async () => {
   await group("g6_disputed", "posted", 10, T(6), T(7), true);
   await legs("g6_disputed", A, B, 10, T(6));
 
-  await migrate(sql, schema, migrations, log);
+  await previous.migrateRest();
 });
 
 afterAll(async () => {
-  await sql?.unsafe(`drop schema if exists "${schema}" cascade`);
-  await sql?.end({ timeout: 2 });
-  if (dir) await rm(dir, { recursive: true });
+  await previous?.close();
 });
 
 describe("migration 0011 on existing data", () => {

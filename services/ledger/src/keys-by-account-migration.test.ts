@@ -1,10 +1,5 @@
-import { randomBytes } from "node:crypto";
-import { copyFile, mkdtemp, readdir, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { fileURLToPath } from "node:url";
-import { createLogger, migrate, sqlState, type Sql } from "@ledger/common";
-import postgres from "postgres";
+import { sqlState, type Sql } from "@ledger/common";
+import { schemaBefore, type SchemaBefore } from "./schema-before.testing.js";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { MONEY_TABLES } from "./money-tables.js";
 
@@ -12,23 +7,14 @@ import { MONEY_TABLES } from "./money-tables.js";
 // by account first, the tables that lacked the account filled in from their parents, and foreign
 // keys between money tables composite, so a row can only reference its own account's rows.
 
-const log = createLogger("keys-by-account-migration-test", "silent");
-const migrations = fileURLToPath(new URL("../migrations", import.meta.url));
-const schema = `keys_migration_${randomBytes(4).toString("hex")}`;
+let previous: SchemaBefore;
 let sql: Sql;
-let dir: string;
+let schema: string;
 
 beforeAll(async () => {
-  sql = postgres(inject("databaseUrl"), {
-    max: 2,
-    types: { bigint: postgres.BigInt },
-    onnotice: () => {},
-    connection: { search_path: schema },
-  }) as unknown as Sql;
   // A database of the previous version: every migration before 0014.
-  dir = await mkdtemp(join(tmpdir(), "keys-migrations-"));
-  for (const file of await readdir(migrations)) if (file < "0014") await copyFile(join(migrations, file), join(dir, file));
-  await migrate(sql, schema, dir, log);
+  previous = await schemaBefore(inject("databaseUrl"), "0014", "keys_migration");
+  ({ sql, schema } = previous);
 
   for (const a of ["a", "b"]) {
     await sql`insert into accounts (id, name) values (${`acct_${a}`}, ${a})`;
@@ -71,9 +57,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  await sql?.unsafe(`drop schema if exists "${schema}" cascade`);
-  await sql?.end({ timeout: 2 });
-  if (dir) await rm(dir, { recursive: true });
+  await previous?.close();
 });
 
 const applied = async () => (await sql<{ n: number }[]>`select count(*)::int as n from schema_migrations where version = 14`)[0]!.n;
@@ -81,7 +65,7 @@ const applied = async () => (await sql<{ n: number }[]>`select count(*)::int as 
 describe("migration 0014 on existing data", () => {
   it("fails as a whole, changing nothing, when a leg has no group to take its account from", async () => {
     await sql`insert into legs (id, group_id, position, entity_id, direction, amount) values ('orphan', 'grp_gone', 0, 'ent_a1', 'debit', 1)`;
-    await expect(migrate(sql, schema, migrations, log)).rejects.toThrow(/account_id/);
+    await expect(previous.migrateRest()).rejects.toThrow(/account_id/);
     expect(await applied()).toBe(0);
     const [column] =
       await sql`select 1 from information_schema.columns where table_schema = ${schema} and table_name = 'legs' and column_name = 'account_id'`;
@@ -91,7 +75,7 @@ describe("migration 0014 on existing data", () => {
 
   it("fills in each row's account from its parent, keeping every row", async () => {
     const before = await counts();
-    await migrate(sql, schema, migrations, log);
+    await previous.migrateRest();
     expect(await applied()).toBe(1);
     expect(await counts()).toEqual(before);
     const legs = await sql<{ id: string; account_id: string }[]>`select id, account_id from legs order by id`;
