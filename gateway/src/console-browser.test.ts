@@ -1,56 +1,35 @@
-import { mkdirSync } from "node:fs";
-import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startWebhookReceiver, type WebhookReceiver } from "@ledger/testing";
 import { startStack, type Stack } from "@ledger/e2e";
-import { launchChromium, type Chromium } from "@ledger/testing/browser";
+import { launchChromium, watchedPage, type Chromium, type WatchedPage } from "@ledger/testing/browser";
 import { verifyWebhook } from "@ledger/webhooks";
 
 // The webhook console in headless Chromium against a whole stack and a real HTTPS receiver, driven
 // as a user would: by labels and roles (so the page must have them), with the keyboard where it
-// matters. Screenshots of each step go to SCREENSHOTS (gitignored) for a person to look at.
+// matters. Screenshots of each step go to test-output/console/ (gitignored) for a person to look at.
 // page.evaluate takes strings here: this project's TypeScript has no DOM types.
-
-const SCREENSHOTS = process.env["CONSOLE_SCREENSHOTS_DIR"] ?? fileURLToPath(new URL("../../test-output/console/", import.meta.url));
 
 let stack: Stack;
 let receiver: WebhookReceiver;
 let chromium: Chromium;
+let watched: WatchedPage;
 let page: Page;
 let base: string;
-const outside: string[] = [];
-const problems: string[] = [];
-const shots: string[] = [];
-
-async function shot(name: string) {
-  const path = join(SCREENSHOTS, `${String(shots.length + 1).padStart(2, "0")}-${name}.png`);
-  await page.screenshot({ path, fullPage: true });
-  shots.push(path);
-}
+const shot = (name: string) => watched.shot(name);
 
 beforeAll(async () => {
-  mkdirSync(SCREENSHOTS, { recursive: true });
   receiver = await startWebhookReceiver();
   stack = await startStack({ notification: { webhookExtraCa: receiver.ca } });
   base = stack.restUrl.replace(/\/v1$/, "");
   chromium = await launchChromium();
-  page = await chromium.context.newPage();
-  await page.setViewportSize({ width: 1280, height: 900 });
-  page.on("request", (req) => {
-    if (!req.url().startsWith(base + "/")) outside.push(req.url());
-  });
-  // A CSP or Trusted Types violation, or any script error, shows here.
-  page.on("console", (msg) => {
-    if (msg.type() === "error" && !/Failed to load resource: the server responded with a status of 4\d\d/.test(msg.text()))
-      problems.push(msg.text());
-  });
-  page.on("pageerror", (err) => problems.push(String(err)));
-});
+  watched = await watchedPage(chromium, base);
+  page = watched.page;
+}, 60_000);
 
 afterAll(async () => {
-  if (shots.length > 0) console.log(`console screenshots (${shots.length}):\n${shots.map((s) => `  ${s}`).join("\n")}`);
+  if (watched?.shots.length)
+    console.log(`console screenshots (${watched.shots.length}):\n${watched.shots.map((s) => `  ${s}`).join("\n")}`);
   await chromium?.close();
   await stack?.close();
   await receiver?.close();
@@ -91,7 +70,7 @@ describe("/console in headless Chromium", () => {
         `(() => { try { document.body.insertAdjacentHTML("beforeend", "<b>x</b>"); return "allowed"; } catch (e) { return e.name; } })()`,
       ),
     ).toBe("TypeError");
-    expect(problems.splice(0)).toEqual(["This document requires 'TrustedHTML' assignment. The action has been blocked."]);
+    expect(watched.problems.splice(0)).toEqual(["This document requires 'TrustedHTML' assignment. The action has been blocked."]);
 
     // A wrong key: the API's 401 is shown, with its code.
     await page.getByLabel("API key").fill("sk_not_a_real_key_0000000000000000");
@@ -213,7 +192,7 @@ describe("/console in headless Chromium", () => {
     expect(await destinations().getByRole("row").filter({ hasText: "Orders" }).count()).toBe(0);
     await shot("deleted");
 
-    expect(outside).toEqual([]);
-    expect(problems).toEqual([]);
+    expect(watched.outside).toEqual([]);
+    expect(watched.problems).toEqual([]);
   }, 120_000);
 });

@@ -1,50 +1,30 @@
-import { mkdirSync, readFileSync } from "node:fs";
-import { join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { readFileSync } from "node:fs";
 import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startWebhookReceiver, type WebhookReceiver } from "@ledger/testing";
 import { startStack, type Stack } from "@ledger/e2e";
-import { launchChromium, type Chromium } from "@ledger/testing/browser";
+import { launchChromium, watchedPage, type Chromium, type WatchedPage } from "@ledger/testing/browser";
 
 // The console's ledger view in headless Chromium against a whole stack: money is made through the
 // API first, then the page is driven as a user would, by labels and roles, and what it shows is
 // checked against what the API answers. Screenshots go where console-browser.test.ts puts its own.
 // page.evaluate takes strings here: this project's TypeScript has no DOM types.
 
-const SCREENSHOTS = process.env["CONSOLE_SCREENSHOTS_DIR"] ?? fileURLToPath(new URL("../../test-output/console/", import.meta.url));
-
 let stack: Stack;
 let receiver: WebhookReceiver;
 let chromium: Chromium;
+let watched: WatchedPage;
 let page: Page;
 let base: string;
-const outside: string[] = [];
-const problems: string[] = [];
-let shots = 0;
-
-async function shot(name: string) {
-  shots += 1;
-  await page.screenshot({ path: join(SCREENSHOTS, `ledger-${String(shots).padStart(2, "0")}-${name}.png`), fullPage: true });
-}
+const shot = (name: string) => watched.shot(name);
 
 beforeAll(async () => {
-  mkdirSync(SCREENSHOTS, { recursive: true });
   receiver = await startWebhookReceiver();
   stack = await startStack({ notification: { webhookExtraCa: receiver.ca } });
   base = stack.restUrl.replace(/\/v1$/, "");
   chromium = await launchChromium();
-  page = await chromium.context.newPage();
-  await page.setViewportSize({ width: 1280, height: 900 });
-  page.on("request", (req) => {
-    // A CSV download is a blob: URL of the page's own origin.
-    if (!req.url().startsWith(`${base}/`) && !req.url().startsWith(`blob:${base}/`)) outside.push(req.url());
-  });
-  page.on("console", (msg) => {
-    if (msg.type() === "error" && !/Failed to load resource: the server responded with a status of 4\d\d/.test(msg.text()))
-      problems.push(msg.text());
-  });
-  page.on("pageerror", (err) => problems.push(String(err)));
+  watched = await watchedPage(chromium, base, "ledger-");
+  page = watched.page;
 }, 60_000);
 
 afterAll(async () => {
@@ -342,7 +322,7 @@ describe("/console's ledger view in headless Chromium", () => {
     expect(await attempts.getByRole("row").nth(2).getByRole("cell").nth(4).textContent()).toMatch(/^\d+ ms$/);
     await shot("delivery-attempts");
 
-    expect(outside).toEqual([]);
-    expect(problems).toEqual([]);
+    expect(watched.outside).toEqual([]);
+    expect(watched.problems).toEqual([]);
   }, 120_000);
 });
