@@ -118,17 +118,24 @@ export async function statementPage(
   const balanceBefore = (moment: string) => sql`
     (select posted_after from legs where account_id = ${entity.account_id} and entity_id = ${entity.id} and posted_at < ${moment}::text::timestamptz
      order by posted_at desc, posted_seq desc limit 1)`;
+  // The page's legs are taken first, in the index's order, and each one's group is then probed
+  // for its description: joined in one step, the planner may hash the account's every group for a
+  // window it expects to be small (docs/architecture.md#balance-history).
   const rows = await sql<StatementRow[]>`
     select ${balanceBefore(from)} as opening, ${balanceBefore(to)} as closing, p.*
     from (values (1)) as one
       left join lateral (
-        select l.id, l.group_id, l.direction, l.amount, g.description, l.posted_seq, l.posted_after,
-          (extract(epoch from l.posted_at) * 1000000)::int8 as posted_us
-        from legs l join transaction_groups g on g.account_id = l.account_id and g.id = l.group_id
-        where l.account_id = ${entity.account_id} and l.entity_id = ${entity.id} and l.posted_at >= ${from}::text::timestamptz and l.posted_at < ${to}::text::timestamptz
-          ${after ? sql`and (l.posted_at, l.posted_seq) > (${sqlMoment(after.at)}::text::timestamptz, ${after.seq}::int)` : sql``}
-        order by l.posted_at, l.posted_seq
-        limit ${request.limit + 1}) as p on true`;
+        select l.id, l.group_id, l.direction, l.amount, l.posted_seq, l.posted_after, l.posted_us,
+          (select g.description from transaction_groups g where g.account_id = l.account_id and g.id = l.group_id) as description
+        from (
+          select id, account_id, group_id, direction, amount, posted_seq, posted_after, posted_at,
+            (extract(epoch from posted_at) * 1000000)::int8 as posted_us
+          from legs
+          where account_id = ${entity.account_id} and entity_id = ${entity.id} and posted_at >= ${from}::text::timestamptz and posted_at < ${to}::text::timestamptz
+            ${after ? sql`and (posted_at, posted_seq) > (${sqlMoment(after.at)}::text::timestamptz, ${after.seq}::int)` : sql``}
+          order by posted_at, posted_seq
+          limit ${request.limit + 1}) l
+        order by l.posted_at, l.posted_seq) as p on true`;
   const first = rows[0]!;
   const entries = rows.filter((r) => r.id !== null);
   const hasNext = entries.length > request.limit;
