@@ -7,8 +7,9 @@ import { statementPage, statementRequest } from "./history.js";
 
 // A statement page takes its legs in the index's order first and then probes each one's group for
 // its description (docs/architecture.md#balance-history). Written as one join, the planner chose
-// to hash every group of the account for windows it expected to be short: on a long history, one
-// page in eight took four times as long, and more as the account grows. This holds the statement
+// to hash every group of the account for windows it expected to be short: planned window by
+// window on a long history, one page in eight took four times as long, and more as the account
+// grows (a generic plan would choose it once, for every page). This holds the statement
 // to the shape that cannot do that: the groups are never an input of a join, only probed per leg,
 // even with nested-loop joins switched off, where a join would have to hash or merge them whole.
 
