@@ -328,10 +328,19 @@ function databaseName(url: URL): string {
   return decodeURIComponent(url.pathname.slice(1));
 }
 
-/** A small client of one service's schema, with bigints as bigint: for checks and set-up beside the services. */
-export function schemaClient(url: string, schema: string, max = 2): postgres.Sql<{ bigint: bigint }> {
+/**
+ * A small client of one service's schema, with bigints as bigint: for checks and set-up beside the
+ * services. `debug` hears every statement it sends, with its parameters.
+ */
+export function schemaClient(
+  url: string,
+  schema: string,
+  max = 2,
+  debug?: (connection: number, query: string, parameters: unknown[]) => void,
+): postgres.Sql<{ bigint: bigint }> {
   return postgres(url, {
     max,
+    ...(debug ? { debug } : {}),
     types: { bigint: postgres.BigInt },
     onnotice: () => {},
     connection: { search_path: schema },

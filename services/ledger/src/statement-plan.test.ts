@@ -1,5 +1,4 @@
-import { ledgerViolations, startStack, type Stack } from "@ledger/e2e";
-import postgres from "postgres";
+import { ledgerViolations, schemaClient, startStack, type Stack } from "@ledger/e2e";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import type { Sql } from "@ledger/common";
 import { findEntity } from "./entities.js";
@@ -53,13 +52,9 @@ it("reads a page's legs by range and each one's group by key, never the account'
   }
 
   const statements: Array<{ query: string; params: unknown[] }> = [];
-  const sql = postgres(stack.databaseUrl, {
-    max: 1,
-    types: { bigint: postgres.BigInt },
-    onnotice: () => {},
-    connection: { search_path: "ledger" },
-    debug: (_connection, query, params) => statements.push({ query, params: [...params] }),
-  }) as unknown as Sql;
+  const sql = schemaClient(stack.databaseUrl, "ledger", 1, (_connection, query, params) =>
+    statements.push({ query, params: [...params] }),
+  ) as unknown as Sql;
   try {
     const [row] = await sql<
       Array<{ account_id: string; program_id: string }>
