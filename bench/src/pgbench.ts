@@ -36,9 +36,10 @@ export const TAIL_CLIENTS = 16;
 
 const PGBENCH = process.env["PGBENCH"] ?? "pgbench";
 
-function run(args: string[]): Promise<string> {
+/** Runs pgbench; answers its output (stdout and stderr), or rejects with it when it exits non-zero. */
+function run(args: string[], env?: NodeJS.ProcessEnv): Promise<string> {
   return new Promise((resolve, reject) => {
-    const child = spawn(PGBENCH, args, { stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(PGBENCH, args, { stdio: ["ignore", "pipe", "pipe"], ...(env ? { env } : {}) });
     let out = "";
     child.stdout.on("data", (c: Buffer) => (out += c.toString()));
     child.stderr.on("data", (c: Buffer) => (out += c.toString()));
@@ -63,7 +64,7 @@ export async function runPgbench(
   const database = `${benchDatabase}_pgbench`;
   await admin.unsafe(`drop database if exists ${database} with (force)`);
   await admin.unsafe(`create database ${database}`);
-  const conn = ["-h", url.hostname, "-p", url.port || "5432", "-U", decodeURIComponent(url.username) || "root"];
+  const conn = connectionArgs(url);
   const clients = 32;
   try {
     await run(["-i", "-q", "-s", String(scale), ...conn, database]);
@@ -84,21 +85,39 @@ function tpsOf(out: string): number {
   return Number(tps[1]);
 }
 
-/** `pgbench -N -c 16 -l`: the per-transaction log (one file per thread) read into percentiles. */
+/** pgbench's options to reach the server of `url` as its user (the database is named apart). */
+export function connectionArgs(url: URL): string[] {
+  return ["-h", url.hostname, "-p", url.port || "5432", "-U", decodeURIComponent(url.username) || "root"];
+}
+
+/** `pgbench -N -c 16 -l`: the per-transaction log read into percentiles. */
 async function runTail(conn: string[], database: string, seconds: number): Promise<PgbenchTail> {
+  const args = ["-N", "-c", String(TAIL_CLIENTS), "-j", "2", "-T", String(seconds), "-M", "prepared", ...conn];
+  const { out, latenciesMs } = await runLogged(args, database);
+  return {
+    clients: TAIL_CLIENTS,
+    tps: tpsOf(out),
+    transactions: latenciesMs.length,
+    p50Ms: percentile(latenciesMs, 0.5),
+    p99Ms: percentile(latenciesMs, 0.99),
+  };
+}
+
+/**
+ * `pgbench <options> -l <database>`: its output, and every transaction's latency (ms, sorted) from
+ * its per-transaction log (one file per thread, in a directory of its own, removed after).
+ */
+export async function runLogged(
+  options: string[],
+  database: string,
+  env?: NodeJS.ProcessEnv,
+): Promise<{ out: string; latenciesMs: number[] }> {
   const dir = mkdtempSync(join(tmpdir(), "ledger-pgbench-"));
   try {
-    const args = ["-N", "-c", String(TAIL_CLIENTS), "-j", "2", "-T", String(seconds), "-M", "prepared"];
-    const out = await run([...args, "-l", "--log-prefix", join(dir, "tail"), ...conn, database]);
-    const latencies = readdirSync(dir).flatMap((file) => transactionLatenciesMs(readFileSync(join(dir, file), "utf8")));
-    latencies.sort((a, b) => a - b);
-    return {
-      clients: TAIL_CLIENTS,
-      tps: tpsOf(out),
-      transactions: latencies.length,
-      p50Ms: percentile(latencies, 0.5),
-      p99Ms: percentile(latencies, 0.99),
-    };
+    const out = await run([...options, "-l", "--log-prefix", join(dir, "log"), database], env);
+    const latenciesMs = readdirSync(dir).flatMap((file) => transactionLatenciesMs(readFileSync(join(dir, file), "utf8")));
+    latenciesMs.sort((a, b) => a - b);
+    return { out, latenciesMs };
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
