@@ -25,7 +25,7 @@ import { type LoopResult, runClosedLoop } from "./closed-loop.js";
 import { REQUEST_TIMEOUT_MS, rpcClients } from "./connect.js";
 import { deliveryViolations, moneyViolations } from "./invariants.js";
 import { runPgbench, TAIL_CLIENTS, type PgbenchResult } from "./pgbench.js";
-import { cellsTable, machineInfo, toJson, toMarkdown, type Cell, type Report } from "./report.js";
+import { cellsTable, historyReferenceText, machineInfo, toJson, toMarkdown, type Cell, type Report } from "./report.js";
 import {
   cpuPercent,
   type CpuSource,
@@ -65,6 +65,7 @@ import {
   type HistoryFixture,
   type HistoryWorkloadName,
 } from "./history-workloads.js";
+import { runHistoryReference } from "./history-reference.js";
 import { createFixtures, rpcOperation, WORKLOADS, type Transport, type WorkloadName } from "./workloads.js";
 import {
   isSearchWorkload,
@@ -289,6 +290,7 @@ async function main(): Promise<number> {
   const unexpectedErrors: string[] = [];
   const violations: string[] = [];
   const peaks = {} as Partial<Record<Layout, Record<ServiceName, number>>>;
+  const historyReference: NonNullable<Report["historyReference"]> = {};
   let perCellPeakRss = true;
   let machine: Report["machine"] | undefined;
   try {
@@ -385,6 +387,22 @@ async function main(): Promise<number> {
               await probe.settle(180_000);
               endProgress();
               console.log(`history entity: ${history.moments.length} posted legs at ${new Set(history.moments).size} distinct moments`);
+              // The same reads as SQL alone, on the same database and now, before the ledger's cells.
+              const referenceSeconds = settings.smoke ? 1 : Math.max(5, Math.round(settings.durationS));
+              const workloads = settings.workloads.filter(isHistoryWorkload);
+              progress(`history reference: ${workloads.join(" and ")} as SQL alone through pgbench at c=1, ${referenceSeconds} s each`);
+              const [entity] = await sql<{ account_id: string; program_id: string }[]>`
+                select account_id, program_id from entities where id = ${history.entityId}`;
+              const reference = await runHistoryReference({
+                databaseUrl,
+                entity: { entityId: history.entityId, accountId: entity!.account_id, programId: entity!.program_id },
+                moments: history.moments,
+                workloads,
+                seconds: referenceSeconds,
+              });
+              historyReference[layout] = reference;
+              endProgress();
+              console.log(`history reference (the same SQL alone through pgbench, c=1): ${historyReferenceText(reference)}`);
             }
             for (const transport of settings.transports) {
               if (transport === "h2load" && !H2LOAD_WORKLOADS.includes(workload as WorkloadName)) continue;
@@ -674,6 +692,7 @@ async function main(): Promise<number> {
         layouts: settings.layouts,
       },
       ...(pgbench ? { pgbench } : {}),
+      ...(Object.keys(historyReference).length ? { historyReference } : {}),
       cells,
       webhooks,
       drains,
