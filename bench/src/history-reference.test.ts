@@ -1,6 +1,6 @@
 import { fileURLToPath } from "node:url";
-import { createLogger, migrate, type Sql } from "@ledger/common";
-import postgres from "postgres";
+import { createLogger, migrate } from "@ledger/common";
+import { schemaClient } from "@ledger/e2e";
 import { describe, expect, inject, it } from "vitest";
 import { historyReferenceVariables, runHistoryReference } from "./history-reference.js";
 
@@ -39,7 +39,7 @@ describe("historyReferenceVariables", () => {
 describe("runHistoryReference", () => {
   it("runs both scripts through pgbench on the ledger's schema and reads each one's latencies", async () => {
     const databaseUrl = inject("databaseUrl");
-    const sql = postgres(databaseUrl, { max: 1, onnotice: () => {} }) as unknown as Sql;
+    const sql = schemaClient(databaseUrl, "ledger", 1);
     try {
       const migrations = fileURLToPath(new URL("../../services/ledger/migrations", import.meta.url));
       await migrate(sql, "ledger", migrations, createLogger("history-reference-test", "silent"));
