@@ -146,7 +146,7 @@ export async function statementPage(
     hasNext,
     nextCursor: hasNext && last ? encodeCursorValue({ t: `${last.posted_us}`, s: last.posted_seq }) : "",
   };
-  return {
+  const response: MessageInitShape<typeof GetEntityStatementResponseSchema> = {
     statement: {
       entityId: entity.id,
       currencyCode: entity.currency_code,
@@ -166,4 +166,9 @@ export async function statementPage(
     })),
     page,
   };
+  // The driver's result array outlives the page until V8's next full collection, so its 1,000
+  // rows were copied out of the young generation and then promoted: emptied here, they die young
+  // (docs/decisions/statement-rows-released.md).
+  rows.length = 0;
+  return response;
 }
