@@ -166,9 +166,5 @@ export async function statementPage(
     })),
     page,
   };
-  // The driver's result array outlives the page until V8's next full collection, so its rows
-  // (up to 1,001) were copied out of the young generation and then promoted: emptied here, they die young
-  // (docs/decisions/statement-rows-released.md).
-  rows.length = 0;
   return response;
 }
