@@ -146,7 +146,7 @@ export async function statementPage(
     hasNext,
     nextCursor: hasNext && last ? encodeCursorValue({ t: `${last.posted_us}`, s: last.posted_seq }) : "",
   };
-  const response: MessageInitShape<typeof GetEntityStatementResponseSchema> = {
+  return {
     statement: {
       entityId: entity.id,
       currencyCode: entity.currency_code,
@@ -166,5 +166,4 @@ export async function statementPage(
     })),
     page,
   };
-  return response;
 }
