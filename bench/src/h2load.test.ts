@@ -4,7 +4,13 @@ import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fromBinary } from "@bufbuild/protobuf";
-import { CreateTransactionRequestSchema, FundEntityRequestSchema } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import {
+  CreateTransactionRequestSchema,
+  FundEntityRequestSchema,
+  GetEntityRequestSchema,
+  GetEntityStatementRequestSchema,
+} from "@ledger/proto/ledger/v1/ledger_pb.js";
+import { isoMicros } from "@ledger/common";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { clientsPerProcess, parseH2loadOutput, runH2load } from "./h2load.js";
 
@@ -116,6 +122,51 @@ describe("h2load cells", () => {
     // Processes 0 and 2 debit the hot entity, 1 and 3 entities of their own (2 and 6).
     expect(debited.has("ent_hot")).toBe(true);
     for (const id of debited) expect(["ent_hot", "ent_002", "ent_006"]).toContain(id);
+  });
+
+  it("reads the history entity's statement as a row of one-second runs, each a full page's window of its own", async () => {
+    // 5,000 legs, ten to a moment, one second apart, to the microsecond as the seeding reads them back.
+    const moments = Array.from({ length: 5000 }, (_, i) =>
+      new Date(Date.UTC(2026, 0, 1) + Math.floor(i / 10) * 1000).toISOString().replace("Z", "000Z"),
+    );
+    const history = { entityId: "ent_history", moments };
+    seen = [];
+    const result = await runH2load({
+      ledgerUrl: url,
+      apiKey: "k",
+      workload: "statement",
+      concurrency: 1,
+      seconds: 3,
+      fixtures: FIXTURES,
+      history,
+      dir,
+    });
+    expect(new Set(seen.map((s) => s.path))).toEqual(new Set(["/ledger.v1.LedgerService/GetEntityStatement"]));
+    const windows = new Set(
+      seen.map((s) => {
+        const req = fromBinary(GetEntityStatementRequestSchema, s.body);
+        expect(req).toMatchObject({ entityId: "ent_history", limit: 1000 });
+        // Twice a page of legs between from and to: the page is always full.
+        const from = moments.indexOf(isoMicros(req.from!));
+        const to = moments.indexOf(isoMicros(req.to!));
+        expect(from).toBeGreaterThanOrEqual(0);
+        expect(to - from).toBeGreaterThanOrEqual(1990);
+        return `${req.from!.seconds}-${req.to!.seconds}`;
+      }),
+    );
+    // One window a second, one h2load process at a time: three windows (two, should two draws coincide).
+    expect(windows.size).toBeGreaterThanOrEqual(2);
+    expect(windows.size).toBeLessThanOrEqual(3);
+    expect(result.ok).toBeGreaterThan(0);
+    expect(result.perSecond).toBeLessThan(seen.length);
+
+    seen = [];
+    await runH2load({ ledgerUrl: url, apiKey: "k", workload: "as-of", concurrency: 1, seconds: 1, fixtures: FIXTURES, history, dir });
+    expect(new Set(seen.map((s) => s.path))).toEqual(new Set(["/ledger.v1.LedgerService/GetEntity"]));
+    expect(new Set(seen.map((s) => fromBinary(GetEntityRequestSchema, s.body).entityId))).toEqual(new Set(["ent_history"]));
+    await expect(
+      runH2load({ ledgerUrl: url, apiKey: "k", workload: "statement", concurrency: 4, seconds: 1, fixtures: FIXTURES, history, dir }),
+    ).rejects.toThrow(/concurrency 1 only/);
   });
 
   it("refuses a workload it cannot send", async () => {

@@ -7,8 +7,10 @@
 // h2load posts one body file for all its requests, so the load runs as up to MAX_PROCESSES h2load
 // processes, each with a body of its own: its own pair of entities (transfer), its own entity
 // (deposit), or, in every other process, a debit of the hot entity (hot). Each client of a process
-// keeps one call in flight, as wrk's connections do. Only the single-call workloads run this way: a
-// batch answers 200 with refused items inside, which h2load cannot see.
+// keeps one call in flight, as wrk's connections do. The history reads run at concurrency 1 as a
+// row of one-second h2load runs, each with a random moment or window of its own (a window holds
+// twice a page, so every page is full). Batches do not run this way: a batch answers 200 with refused
+// items inside, which h2load cannot see.
 import { spawn } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -16,13 +18,16 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import {
   CreateTransactionRequestSchema,
   FundEntityRequestSchema,
+  GetEntityRequestSchema,
+  GetEntityStatementRequestSchema,
   LedgerService,
   TransactionStatus,
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import type { LoopResult } from "./closed-loop.js";
+import { historyRequests, isHistoryWorkload, STATEMENT_PAGE, type HistoryFixture, type HistoryWorkloadName } from "./history-workloads.js";
 import type { Fixtures, WorkloadName } from "./workloads.js";
 
-export const H2LOAD_WORKLOADS: readonly WorkloadName[] = ["transfer", "deposit", "hot"];
+export const H2LOAD_WORKLOADS: readonly string[] = ["transfer", "deposit", "hot", "as-of", "statement"];
 
 /** More processes than this only add scheduling noise on a small machine. */
 const MAX_PROCESSES = 16;
@@ -31,10 +36,12 @@ export interface H2loadOptions {
   /** The ledger service's RPC base URL (http://host:port: HTTP/2 with prior knowledge). */
   ledgerUrl: string;
   apiKey: string;
-  workload: WorkloadName;
+  workload: WorkloadName | HistoryWorkloadName;
   concurrency: number;
   seconds: number;
   fixtures: Fixtures;
+  /** The history reads' entity; needed by `as-of` and `statement`. */
+  history?: HistoryFixture;
   /** Where the body and log files go. */
   dir: string;
 }
@@ -78,6 +85,18 @@ function requests(workload: WorkloadName, fixtures: Fixtures, processes: number)
     default:
       throw new Error(`h2load does not run the ${workload} workload`);
   }
+}
+
+/** The method of a history read and a request body with a fresh random moment or window. */
+export function historyRequest(workload: HistoryWorkloadName, history: HistoryFixture): { path: string; body: Uint8Array } {
+  const draw = historyRequests(history);
+  const path = (name: string) => `/${LedgerService.typeName}/${name}`;
+  if (workload === "as-of") {
+    const request = create(GetEntityRequestSchema, { entityId: history.entityId, asOf: draw.asOf() });
+    return { path: path(LedgerService.method.getEntity.name), body: toBinary(GetEntityRequestSchema, request) };
+  }
+  const request = create(GetEntityStatementRequestSchema, { entityId: history.entityId, limit: STATEMENT_PAGE, ...draw.window() });
+  return { path: path(LedgerService.method.getEntityStatement.name), body: toBinary(GetEntityStatementRequestSchema, request) };
 }
 
 /** Clients of each process: `concurrency` spread over at most MAX_PROCESSES processes. */
@@ -146,24 +165,35 @@ function percentile(sorted: number[], p: number): number {
  * of its successful calls (from h2load's per-request logs) and failures by status.
  */
 export async function runH2load(options: H2loadOptions): Promise<H2loadResult> {
-  const clients = clientsPerProcess(options.concurrency);
-  const { path, bodies } = requests(options.workload, options.fixtures, clients.length);
-  const url = new URL(path, options.ledgerUrl).toString();
-  const runs = await Promise.all(
-    clients.map((n, i) => {
-      const body = join(options.dir, `h2load-${i}.bin`);
-      const log = join(options.dir, `h2load-${i}.log`);
-      writeFileSync(body, bodies[i] as Uint8Array);
-      writeFileSync(log, "");
-      const args = [
-        ...["--clients", String(n), "--threads", "1", "--max-concurrent-streams", "1"],
-        ...["--duration", String(Math.max(1, Math.round(options.seconds))), "--data", body, "--log-file", log],
-        ...["--header", "content-type: application/proto", "--header", "connect-protocol-version: 1"],
-        ...["--header", `authorization: ${options.apiKey}`, url],
-      ];
-      return runProcess(args).then((run) => ({ run, log }));
-    }),
-  );
+  const seconds = Math.max(1, Math.round(options.seconds));
+  /** One h2load process: `clients` calls in flight, posting `body` to `path` for `duration` seconds. */
+  const start = (i: number, clients: number, path: string, bodyBytes: Uint8Array, duration: number) => {
+    const body = join(options.dir, `h2load-${i}.bin`);
+    const log = join(options.dir, `h2load-${i}.log`);
+    writeFileSync(body, bodyBytes);
+    writeFileSync(log, "");
+    const args = [
+      ...["--clients", String(clients), "--threads", "1", "--max-concurrent-streams", "1"],
+      ...["--duration", String(duration), "--data", body, "--log-file", log],
+      ...["--header", "content-type: application/proto", "--header", "connect-protocol-version: 1"],
+      ...["--header", `authorization: ${options.apiKey}`, new URL(path, options.ledgerUrl).toString()],
+    ];
+    return runProcess(args).then((run) => ({ run, log }));
+  };
+  let runs: Array<{ run: ProcessRun; log: string }>;
+  if (isHistoryWorkload(options.workload)) {
+    if (!options.history) throw new Error(`h2load's ${options.workload} cells need the history entity`);
+    if (options.concurrency !== 1) throw new Error(`h2load runs ${options.workload} at concurrency 1 only`);
+    runs = [];
+    for (let i = 0; i < seconds; i++) {
+      const { path, body } = historyRequest(options.workload, options.history);
+      runs.push(await start(i, 1, path, body, 1));
+    }
+  } else {
+    const clients = clientsPerProcess(options.concurrency);
+    const { path, bodies } = requests(options.workload, options.fixtures, clients.length);
+    runs = await Promise.all(clients.map((n, i) => start(i, n, path, bodies[i] as Uint8Array, seconds)));
+  }
   const latencies: number[] = [];
   const errors: Record<string, number> = {};
   for (const { log } of runs) {
@@ -184,10 +214,13 @@ export async function runH2load(options: H2loadOptions): Promise<H2loadResult> {
   }
   latencies.sort((a, b) => a - b);
   const succeeded = runs.reduce((sum, { run }) => sum + run.succeeded, 0);
-  const seconds = Math.max(...runs.map(({ run }) => run.seconds));
+  // Side by side, the processes share the window; in a row, their windows add up.
+  const elapsed = isHistoryWorkload(options.workload)
+    ? runs.reduce((sum, { run }) => sum + run.seconds, 0)
+    : Math.max(...runs.map(({ run }) => run.seconds));
   return {
     ok: succeeded,
-    perSecond: succeeded / seconds,
+    perSecond: succeeded / elapsed,
     p50: percentile(latencies, 50),
     p95: percentile(latencies, 95),
     p99: percentile(latencies, 99),

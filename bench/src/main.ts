@@ -92,8 +92,8 @@ const USAGE = `usage: pnpm bench [--duration S] [--warmup S] [--concurrency 1,16
                      search at 1, whatever --concurrency says; accounts and accounts-one
                      over rpc in the processes layout only)
   --transport L      rest (wrk through the gateway), rpc (Connect's client straight to the
-                     services), h2load (h2load straight to the ledger: transfer, deposit and
-                     hot only); any of them (default rest,rpc,h2load)
+                     services), h2load (h2load straight to the ledger: transfer, deposit,
+                     hot, as-of and statement only); any of them (default rest,rpc,h2load)
   --layout L         processes (four, as deployed), one-process (as npm start runs it), or both
                      (default processes,one-process; the drains and the webhook targets run in
                      the processes layout only)
@@ -405,7 +405,7 @@ async function main(): Promise<number> {
               console.log(`history reference (the same SQL alone through pgbench, c=1): ${historyReferenceText(reference)}`);
             }
             for (const transport of settings.transports) {
-              if (transport === "h2load" && !H2LOAD_WORKLOADS.includes(workload as WorkloadName)) continue;
+              if (transport === "h2load" && !H2LOAD_WORKLOADS.includes(workload)) continue;
               // The accounts pair compares two ledger processes side by side: over RPC, with processes apart.
               if (isAccountWorkload(workload) && (transport !== "rpc" || layout !== "processes")) continue;
               const accountsUrl = isAccountWorkload(workload) ? await accountsLedger(workload) : undefined;
@@ -447,6 +447,7 @@ async function main(): Promise<number> {
                       concurrency,
                       seconds,
                       fixtures,
+                      ...(history ? { history } : {}),
                       dir: h2loadDir,
                     });
                   progress(`${label}: h2load, ${total} s`);

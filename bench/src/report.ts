@@ -339,10 +339,12 @@ export function runtimeTargets(report: Report): Target[] {
         bestBatch.every(({ cell }) => cell.perSecond >= BATCH_GOAL * tps && Object.keys(cell.errors).length === 0),
     });
   }
-  // History reads: every cell measured, in any layout and over either transport.
+  // History reads: every cell measured, in any layout and over every transport; as for transfers,
+  // Connect's client's tail is the client's own when h2load measured the server beside it.
   for (const workload of HISTORY_WORKLOADS) {
     const cells = report.cells.filter((c) => c.workload === workload);
     if (!cells.length) continue;
+    const judged = (c: Cell) => c.transport !== "rpc" || !cells.some((x) => x.layout === c.layout && x.transport === "h2load");
     // Shown beside the target, which stays the ledger's own p99: the machine's tail for the same SQL.
     const references = Object.entries(report.historyReference ?? {}).flatMap(([layout, r]) =>
       r[workload] ? [`${layout} p99 ${f1(r[workload].p99Ms)} ms`] : [],
@@ -350,10 +352,10 @@ export function runtimeTargets(report: Report): Target[] {
     rows.push({
       target: `${workload === "as-of" ? "balances as of a random moment" : `a statement page of ${STATEMENT_PAGE} entries`} of a long history, p99 at concurrency 1`,
       measured:
-        cells.map((c) => `${c.layout} ${c.transport === "rest" ? "REST" : "RPC"} ${f1(c.p99)} ms`).join(", ") +
+        cells.map((c) => `${c.layout} ${TRANSPORT_NAMES[c.transport]} ${f1(c.p99)} ms${judged(c) ? "" : " (not judged)"}`).join(", ") +
         (references.length ? ` (the same SQL alone through pgbench at c=1: ${references.join(", ")})` : ""),
       goal: `< ${HISTORY_P99_GOAL_MS} ms`,
-      met: cells.every((c) => c.p99 < HISTORY_P99_GOAL_MS && Object.keys(c.errors).length === 0),
+      met: cells.every((c) => !judged(c) || (c.p99 < HISTORY_P99_GOAL_MS && Object.keys(c.errors).length === 0)),
     });
   }
   const apart = report.peakRssMb.processes;
