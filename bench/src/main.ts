@@ -78,7 +78,7 @@ import {
   type SearchWorkloadName,
 } from "./search-workload.js";
 import { runWrk } from "./wrk.js";
-import { H2LOAD_WORKLOADS, runH2load } from "./h2load.js";
+import { H2LOAD_WORKLOADS, runH2load, type H2loadOptions } from "./h2load.js";
 
 const ALL_WORKLOADS = [...WORKLOADS, ...BATCH_WORKLOADS, ...HISTORY_WORKLOADS, ...SEARCH_WORKLOADS, ...ACCOUNT_WORKLOADS];
 
@@ -443,7 +443,7 @@ async function main(): Promise<number> {
                     runH2load({
                       ledgerUrl: system.urls.ledger,
                       apiKey: mainAccount.api_key,
-                      workload: workload as WorkloadName,
+                      workload: workload as H2loadOptions["workload"],
                       concurrency,
                       seconds,
                       fixtures,
