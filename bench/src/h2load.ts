@@ -51,6 +51,11 @@ export interface H2loadResult extends LoopResult {
   cpuSeconds: number;
 }
 
+/** The URL path of one of the ledger's methods, as Connect serves it. */
+function methodPath(name: string): string {
+  return `/${LedgerService.typeName}/${name}`;
+}
+
 /** The method a workload calls and each process's request body. */
 function requests(workload: WorkloadName, fixtures: Fixtures, processes: number): { path: string; bodies: Uint8Array[] } {
   const { entities, hot } = fixtures;
@@ -65,19 +70,18 @@ function requests(workload: WorkloadName, fixtures: Fixtures, processes: number)
       }),
     );
   const at = (i: number) => entities[i] as string;
-  const method = (name: string) => `/${LedgerService.typeName}/${name}`;
   const each = <T>(f: (i: number) => T) => Array.from({ length: processes }, (_, i) => f(i));
   switch (workload) {
     case "transfer":
-      return { path: method(LedgerService.method.createTransaction.name), bodies: each((i) => transfer(at(2 * i), at(2 * i + 1))) };
+      return { path: methodPath(LedgerService.method.createTransaction.name), bodies: each((i) => transfer(at(2 * i), at(2 * i + 1))) };
     case "hot":
       return {
-        path: method(LedgerService.method.createTransaction.name),
+        path: methodPath(LedgerService.method.createTransaction.name),
         bodies: each((i) => transfer(i % 2 === 0 ? hot : at(2 * i), at(2 * i + 1))),
       };
     case "deposit":
       return {
-        path: method(LedgerService.method.fundEntity.name),
+        path: methodPath(LedgerService.method.fundEntity.name),
         bodies: each((i) =>
           toBinary(FundEntityRequestSchema, create(FundEntityRequestSchema, { entityId: at(i), amount: 1n, description: "bench" })),
         ),
@@ -90,13 +94,12 @@ function requests(workload: WorkloadName, fixtures: Fixtures, processes: number)
 /** The method of a history read and a request body with a fresh random moment or window. */
 export function historyRequest(workload: HistoryWorkloadName, history: HistoryFixture): { path: string; body: Uint8Array } {
   const draw = historyRequests(history);
-  const path = (name: string) => `/${LedgerService.typeName}/${name}`;
   if (workload === "as-of") {
     const request = create(GetEntityRequestSchema, { entityId: history.entityId, asOf: draw.asOf() });
-    return { path: path(LedgerService.method.getEntity.name), body: toBinary(GetEntityRequestSchema, request) };
+    return { path: methodPath(LedgerService.method.getEntity.name), body: toBinary(GetEntityRequestSchema, request) };
   }
   const request = create(GetEntityStatementRequestSchema, { entityId: history.entityId, limit: STATEMENT_PAGE, ...draw.window() });
-  return { path: path(LedgerService.method.getEntityStatement.name), body: toBinary(GetEntityStatementRequestSchema, request) };
+  return { path: methodPath(LedgerService.method.getEntityStatement.name), body: toBinary(GetEntityStatementRequestSchema, request) };
 }
 
 /** Clients of each process: `concurrency` spread over at most MAX_PROCESSES processes. */
