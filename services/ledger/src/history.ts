@@ -13,7 +13,7 @@ import {
   type PageResult,
   type Sql,
 } from "@ledger/common";
-import type { GetEntityStatementResponseSchema } from "@ledger/proto/ledger/v1/ledger_pb.js";
+import type { GetEntityStatementResponseSchema, StatementEntrySchema } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import type { EntityRow } from "./entities.js";
 import { directionToProto, type LegDirection } from "./groups.js";
 
@@ -74,6 +74,9 @@ interface StatementRow {
   posted_after: bigint;
 }
 
+/** A statement page's entry, as the answer takes it. */
+type Entry = MessageInitShape<typeof StatementEntrySchema>;
+
 /** What a statement page asks for, checked. */
 export interface StatementRequest {
   from: bigint;
@@ -121,7 +124,16 @@ export async function statementPage(
   // The page's legs are taken first, in the index's order, and each one's group is then probed
   // for its description: joined in one step, the planner may hash the account's every group for a
   // window it expects to be small (docs/architecture.md#balance-history).
-  const rows = await sql<StatementRow[]>`
+  // Each row becomes its entry as it arrives (forEach) rather than in an array postgres.js keeps
+  // for the query: that array dates from the connection's previous query, so it is often in V8's
+  // old generation already, and the rows it held lived on until a full collection
+  // (docs/decisions/statement-rows-as-they-arrive.md).
+  const entries: Entry[] = [];
+  let opening: bigint | null = null;
+  let closing: bigint | null = null;
+  let hasNext = false;
+  let last: StatementRow | undefined;
+  await sql<StatementRow[]>`
     select ${balanceBefore(from)} as opening, ${balanceBefore(to)} as closing, p.*
     from (values (1)) as one
       left join lateral (
@@ -135,12 +147,25 @@ export async function statementPage(
             ${after ? sql`and (posted_at, posted_seq) > (${sqlMoment(after.at)}::text::timestamptz, ${after.seq}::int)` : sql``}
           order by posted_at, posted_seq
           limit ${request.limit + 1}) l
-        order by l.posted_at, l.posted_seq) as p on true`;
-  const first = rows[0]!;
-  const entries = rows.filter((r) => r.id !== null);
-  const hasNext = entries.length > request.limit;
-  const shown = hasNext ? entries.slice(0, request.limit) : entries;
-  const last = shown[shown.length - 1];
+        order by l.posted_at, l.posted_seq) as p on true`.forEach((r) => {
+    opening = r.opening;
+    closing = r.closing;
+    if (r.id === null) return;
+    if (entries.length === request.limit) {
+      hasNext = true;
+      return;
+    }
+    last = r;
+    entries.push({
+      transactionId: r.id,
+      transactionGroupId: r.group_id,
+      direction: directionToProto(r.direction),
+      amount: r.amount,
+      description: r.description,
+      postedAt: timestampOfMicros(r.posted_us),
+      postedAfter: r.posted_after,
+    });
+  });
   const page: PageResult = {
     limit: request.limit,
     hasNext,
@@ -152,18 +177,10 @@ export async function statementPage(
       currencyCode: entity.currency_code,
       from: timestampOfMicros(request.from),
       to: timestampOfMicros(request.to),
-      openingPosted: first.opening ?? 0n,
-      closingPosted: first.closing ?? 0n,
+      openingPosted: opening ?? 0n,
+      closingPosted: closing ?? 0n,
     },
-    entries: shown.map((r) => ({
-      transactionId: r.id!,
-      transactionGroupId: r.group_id,
-      direction: directionToProto(r.direction),
-      amount: r.amount,
-      description: r.description,
-      postedAt: timestampOfMicros(r.posted_us),
-      postedAfter: r.posted_after,
-    })),
+    entries,
     page,
   };
 }
