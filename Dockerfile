@@ -82,4 +82,7 @@ COPY --from=build --chown=root:root /app/gateway/openapi.yaml /app/gateway/opena
 COPY --from=build --chown=root:root /app/gateway/console /app/gateway/console
 USER 1000:1000
 EXPOSE 8080 8081 8082 8083
-CMD ["node", "dist/ledger.js"]
+# V8's allocation-site pretenuring off, on node's command line (V8 flags other than the heap sizes
+# are not allowed in NODE_OPTIONS): every service's manifest starts it the same way
+# (docs/decisions/no-allocation-site-pretenuring.md).
+CMD ["node", "--no-allocation-site-pretenuring", "dist/ledger.js"]

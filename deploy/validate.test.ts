@@ -124,9 +124,12 @@ function checkAgainstCode(obj: Obj, envNames: Set<string>, imageName: string | u
     if (imageName !== undefined) expect(c.image, `${where}: image`).toBe(imageName);
     // Compiled JavaScript on plain node: `node [heap flags] dist/<name>.js`, a bundle
     // scripts/build.mjs makes from a source entry point that exists; no TypeScript loader, and no
-    // node flag but the young generation's size.
+    // node flag but the young generation's size and allocation-site pretenuring off
+    // (docs/operations.md#memory).
     const script = c.command!.at(-1)!;
-    for (const flag of c.command!.slice(1, -1)) expect(flag, `${where}: node flag`).toMatch(/^--max-semi-space-size=\d+$/);
+    for (const flag of c.command!.slice(1, -1)) {
+      expect(flag, `${where}: node flag`).toMatch(/^(--max-semi-space-size=\d+|--no-allocation-site-pretenuring)$/);
+    }
     const compiled = /^dist\/([\w-]+)\.js$/.exec(script)?.[1];
     expect(compiled && ENTRIES[compiled], `${where}: ${script} is one of scripts/build.mjs's outputs`).toBeTruthy();
     const entry = ENTRIES[compiled!]!;
@@ -478,7 +481,22 @@ describe("deploy/base", () => {
   it("gives the ledger and the notification service a smaller young generation still, on their command lines", () => {
     for (const name of ["ledger", "notification"]) {
       const deployment = objects.find((o) => o.kind === "Deployment" && o.metadata.name === name)!;
-      expect(podSpecOf(deployment)!.containers[0]!.command).toEqual(["node", "--max-semi-space-size=4", `dist/${name}.js`]);
+      expect(podSpecOf(deployment)!.containers[0]!.command).toEqual([
+        "node",
+        "--max-semi-space-size=4",
+        "--no-allocation-site-pretenuring",
+        `dist/${name}.js`,
+      ]);
+    }
+  });
+
+  it("starts every service with allocation-site pretenuring off", () => {
+    for (const name of ["ledger", "hold", "notification", "gateway"]) {
+      const deployment = objects.find((o) => o.kind === "Deployment" && o.metadata.name === name)!;
+      const command = podSpecOf(deployment)!.containers[0]!.command as string[];
+      expect(command[0]).toBe("node");
+      expect(command.slice(1, -1)).toContain("--no-allocation-site-pretenuring");
+      expect(command.at(-1)).toBe(`dist/${name}.js`);
     }
   });
 });
@@ -586,7 +604,7 @@ describe("Dockerfile", () => {
     expect(runtime).toMatch(/COPY --from=prod-deps [^\n]* \/app \/app/);
     expect(runtime).not.toMatch(/COPY --from=(deps|build) [^\n]* \/app \/app\n/);
     expect(runtime).not.toMatch(/tsx|--import/);
-    expect(runtime).toMatch(/^CMD \["node", "dist\/ledger\.js"\]$/m);
+    expect(runtime).toMatch(/^CMD \["node", "--no-allocation-site-pretenuring", "dist\/ledger\.js"\]$/m);
   });
 
   it("caps glibc's malloc arenas for every process of the image", () => {

@@ -253,10 +253,12 @@ it("is what `npm start` runs: the compiled script on plain node, no TypeScript l
   // mapped on its own (returned to the system when freed), and V8's young generation at a quarter
   // of its default, and a heap limit just under 2 GB, below which V8 grows the old generation by at
   // most about twice instead of four times; the caller's own values win (docs/operations.md#memory).
-  // NODE_OPTIONS carries those two flags and whatever the caller's NODE_OPTIONS holds, nothing else.
+  // NODE_OPTIONS carries those two flags and whatever the caller's NODE_OPTIONS holds, nothing else;
+  // allocation-site pretenuring is off on node's command line, where V8 takes it
+  // (docs/decisions/no-allocation-site-pretenuring.md).
   expect(steps.at(-1)).toBe(
     `MALLOC_ARENA_MAX=\${MALLOC_ARENA_MAX:-2} MALLOC_MMAP_THRESHOLD_=\${MALLOC_MMAP_THRESHOLD_:-131072} ` +
-      `NODE_OPTIONS="--max-semi-space-size=4 --max-old-space-size=1900 \${NODE_OPTIONS:-}" node dist/start-all.js`,
+      `NODE_OPTIONS="--max-semi-space-size=4 --max-old-space-size=1900 \${NODE_OPTIONS:-}" node --no-allocation-site-pretenuring dist/start-all.js`,
   );
   expect(pkg.scripts["start"]).not.toMatch(/tsx|ts-node|--import|--loader|--require/);
   // The bundle imports no TypeScript source and no loader: every import left in it is node's, PGlite's

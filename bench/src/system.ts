@@ -55,6 +55,16 @@ function npmStartNodeOptions(repoRoot: string): string {
 }
 
 /**
+ * The node flags `npm start` puts on its one process's command line (`node <these> dist/start-all.js`
+ * in package.json's start script): V8 flags that NODE_OPTIONS does not take.
+ */
+function npmStartNodeFlags(repoRoot: string): string[] {
+  const flags = new RegExp(`\\bnode((?: --[^ ]+)*) ${ONE_PROCESS_ENTRY.replace(".", "\\.")}`).exec(npmStartScript(repoRoot))?.[1];
+  if (flags === undefined) throw new Error(`package.json: the start script does not run node ... ${ONE_PROCESS_ENTRY}`);
+  return flags.split(" ").filter(Boolean);
+}
+
+/**
  * The default package.json's start script gives the variable `name` (`NAME=${NAME:-value}`), so the
  * one-process layout runs with what `npm start` sets.
  */
@@ -253,10 +263,13 @@ export async function startSystem(options: SystemOptions): Promise<System> {
     children.set(name, await launch(name, name, Number(new URL(urls[name]).port)));
   };
   const startOneProcess = async () => {
-    const child = await spawnReady(ONE_PROCESS_ENTRY, [], "all", { ...env, NODE_EXTRA_CA_CERTS: options.caFile }, [
-      ports.ledger,
-      ports.gatewayOps,
-    ]);
+    const child = await spawnReady(
+      ONE_PROCESS_ENTRY,
+      npmStartNodeFlags(options.repoRoot),
+      "all",
+      { ...env, NODE_EXTRA_CA_CERTS: options.caFile },
+      [ports.ledger, ports.gatewayOps],
+    );
     for (const name of SERVICES) children.set(name, child);
   };
   const stop = async () => {
