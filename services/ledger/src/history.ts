@@ -127,7 +127,7 @@ export async function statementPage(
   // Each row becomes its entry as it arrives (forEach) rather than in an array postgres.js keeps
   // for the query: that array dates from the connection's previous query, so it is often in V8's
   // old generation already, and the rows it held lived on until a full collection
-  // (docs/decisions/statement-rows-as-they-arrive.md).
+  // (docs/decisions/no-allocation-site-pretenuring.md).
   const entries: Entry[] = [];
   let opening: bigint | null = null;
   let closing: bigint | null = null;
