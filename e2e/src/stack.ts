@@ -144,6 +144,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     // a database distributed by account needs.
     batchOneAccount: process.env["LEDGER_BATCH_ONE_ACCOUNT"] === "true",
     entityCacheSize: DEFAULT_ENTITY_CACHE_SIZE,
+    chainedWrites: true,
     serviceToken: TEST_SERVICE_TOKEN,
     tracing: options.tracing,
     ...options.ledger,

@@ -9,7 +9,7 @@ import type { BatchStore, KeyStatements, StoredAnswer, TransactionWork } from ".
 import { keyString, type Submission } from "./batch-units.js";
 import { createBatcher } from "./batcher.js";
 import { cachedBook } from "./money-load.js";
-import { Book, EntityCache, type MoneyCommand } from "./money.js";
+import { Book, EntityCache, type MoneyCommand, type WriteChain } from "./money.js";
 import { type BookEntity, entityState } from "./money-rules.js";
 
 // Which way group commit sends its batches (batch-paths.ts), driven with no database: a store that
@@ -19,8 +19,11 @@ import { type BookEntity, entityState } from "./money-rules.js";
 const ACCOUNT = "acct_paths";
 const PROGRAM = "prg_paths";
 
-/** A transaction of the fake store: what it writes at its commit. */
+/** A transaction of the fake store: its id (the version it gives the rows it writes), and what it writes at its commit. */
 interface FakeTx {
+  id: string;
+  /** Its rows were cached under its id before its commit (a chained write): not cached again at the commit. */
+  chained: boolean;
   books: Book[];
   completed: StoredAnswer[];
   refused: Array<{ accountId: string; key: string }>;
@@ -47,6 +50,8 @@ class FakeStore implements BatchStore {
   /** Errors the next transactions fail with instead of committing, one each. */
   readonly failures: Error[] = [];
   private gate: Promise<void> | undefined;
+  /** The last transaction id given; a row's version is the id of the transaction that wrote it ("1" for the first rows). */
+  private lastId = 1;
 
   readonly keys: KeyStatements = {
     claim: async (_tx, claims) =>
@@ -97,7 +102,7 @@ class FakeStore implements BatchStore {
     if (!(book instanceof Book)) return book;
     this.opened.push(`cached ${names(commands)}`);
     this.accounts.push(accountsOf(commands));
-    return { book, unitDone: () => {}, writeOn: (on: unknown) => this.write(on, book) };
+    return { book, unitDone: () => {}, writeOn: (on: unknown, chain?: WriteChain) => this.write(on, book, chain) };
   }
 
   async openBook(tx: Tx, commands: MoneyCommand[]) {
@@ -128,13 +133,22 @@ class FakeStore implements BatchStore {
     return this.rows.get(id)!.posted;
   }
 
-  private write(tx: unknown, book: Book): Promise<void> {
+  private write(tx: unknown, book: Book, chain?: WriteChain): Promise<void> {
     (tx as FakeTx).books.push(book);
+    if (chain) {
+      (tx as FakeTx).chained = true;
+      // As money.ts does once the rows are locked: the rows the write leaves, cached under the transaction's id.
+      void Promise.resolve().then(() => {
+        for (const state of book.effects().changedEntities)
+          this.cache.remember(Object.assign({}, state.row, { posted: state.posted, version: (tx as FakeTx).id }));
+        chain.cached();
+      });
+    }
     return Promise.resolve();
   }
 
   private async run<T>(work: TransactionWork<T>): Promise<T> {
-    const tx: FakeTx = { books: [], completed: [], refused: [], inserted: [] };
+    const tx: FakeTx = { id: String(++this.lastId), chained: false, books: [], completed: [], refused: [], inserted: [] };
     const writes = sentWrites();
     const result = await work(tx as unknown as Tx, writes);
     await Promise.all(writes);
@@ -154,9 +168,9 @@ class FakeStore implements BatchStore {
         throw databaseError("23505", { table_name: "idempotency_keys", constraint_name: "idempotency_keys_pkey" });
     }
     for (const state of tx.books.flatMap((book) => book.effects().changedEntities)) {
-      const row = Object.assign({}, state.row, { posted: state.posted, version: String(Number(state.row.version) + 1) });
+      const row = Object.assign({}, state.row, { posted: state.posted, version: tx.id });
       this.rows.set(row.id, row);
-      this.cache.remember(row);
+      if (!tx.chained) this.cache.remember(row);
     }
     for (const key of tx.inserted) this.storedKeys.set(keyString(key), { fingerprint: key.fingerprint, response: key.response });
     for (const key of tx.completed) this.storedKeys.get(keyString(key))!.response = key.response;
@@ -219,7 +233,10 @@ function transfer(
  */
 const ONE_ACCOUNT_FROM_ENV = process.env["LEDGER_BATCH_ONE_ACCOUNT"] === "true";
 
-function batcherOn(store: FakeStore, settings: { maxBatch?: number; maxInFlight?: number; lingerMs?: number; oneAccount?: boolean } = {}) {
+function batcherOn(
+  store: FakeStore,
+  settings: { maxBatch?: number; maxInFlight?: number; lingerMs?: number; oneAccount?: boolean; chained?: boolean } = {},
+) {
   return createBatcher({
     store,
     outbox: { wake: () => {} },
@@ -228,6 +245,7 @@ function batcherOn(store: FakeStore, settings: { maxBatch?: number; maxInFlight?
     maxInFlight: settings.maxInFlight ?? 4,
     lingerMs: settings.lingerMs ?? 10,
     oneAccountPerTransaction: settings.oneAccount ?? ONE_ACCOUNT_FROM_ENV,
+    chainedWrites: settings.chained ?? false,
   });
 }
 
@@ -325,6 +343,36 @@ describe("which way a batch goes", () => {
     // Had both taken the same cached versions, the second would be refused as stale and read again under lock.
     expect(store.opened).toEqual(["cached first", "cached second"]);
     expect(await countedSince(before)).toEqual({ cached: 2, waits: 1 });
+    expect([store.posted("a"), store.posted("b")]).toEqual([70n, 30n]);
+  });
+
+  it("with chained writes, builds a batch on the rows one in flight leaves before that one commits, and commits both", async () => {
+    const store = new FakeStore([entity("a", 100n), entity("b", 0n)], true);
+    const batcher = batcherOn(store, { maxBatch: 1, maxInFlight: 2, lingerMs: 0, chained: true });
+    const before = await counts();
+    const open = store.pause();
+    const answers = [batcher.submit(transfer("first", "a", "b", 10n)), batcher.submit(transfer("second", "a", "b", 20n))];
+    await turn();
+    // Both books are open while every commit is held: the second rests on what the first leaves.
+    expect(store.opened).toEqual(["cached first", "cached second"]);
+    expect(store.cache.row("a")!.posted).toBe(70n);
+    expect(store.posted("a")).toBe(100n);
+    open();
+    await Promise.all(answers);
+    expect(await countedSince(before)).toEqual({ chained: 2, waits: 1 });
+    expect([store.posted("a"), store.posted("b")]).toEqual([70n, 30n]);
+  });
+
+  it("without chained writes, builds the second book only once the first batch committed", async () => {
+    const store = new FakeStore([entity("a", 100n), entity("b", 0n)], true);
+    const batcher = batcherOn(store, { maxBatch: 1, maxInFlight: 2, lingerMs: 0, chained: false });
+    const open = store.pause();
+    const answers = [batcher.submit(transfer("first", "a", "b", 10n)), batcher.submit(transfer("second", "a", "b", 20n))];
+    await turn();
+    expect(store.opened).toEqual(["cached first"]);
+    open();
+    await Promise.all(answers);
+    expect(store.opened).toEqual(["cached first", "cached second"]);
     expect([store.posted("a"), store.posted("b")]).toEqual([70n, 30n]);
   });
 

@@ -6,7 +6,7 @@ import { Counter, Histogram } from "prom-client";
 import { applyUnits, RefusedUnclaimedKey } from "./batch-apply.js";
 import type { BatchStore, TransactionWork } from "./batch-store.js";
 import { commandsOf, finish, type Unit, type UnitResult } from "./batch-units.js";
-import { namedEntityIds, type CachedOpenBook, type MoneyCommand, type OpenBook } from "./money.js";
+import { namedEntityIds, type CachedOpenBook, type MoneyCommand, type OpenBook, type WriteChain } from "./money.js";
 
 const batchSize = new Histogram({
   name: "ledger_batch_commands",
@@ -35,7 +35,7 @@ const batchWaits = new Counter({
 const batchPaths = new Counter({
   name: "ledger_batch_paths_total",
   help:
-    "Batches by how they read their rows: cached (no read; one round trip), locked (read under lock first), " +
+    "Batches by how they read their rows: cached (no read; one round trip), chained (cached, and its rows handed on before its commit), locked (read under lock first), " +
     "stale (written on cached rows that had changed: nothing written, applied again as locked), " +
     "known_key (an idempotency key existed: nothing written, applied again as locked, which replays it), " +
     "or keyed_refusal (a command with a key was refused: nothing written, applied again as locked, which claims the key first and replays an earlier success).",
@@ -52,6 +52,10 @@ export interface BatchRunner {
   maxInFlight: number;
   log: Logger;
   outbox: { wake(): void };
+  /** A cached batch may chain its write behind another's (docs/decisions/chained-writes.md). */
+  chainedWrites: boolean;
+  /** Batches of this runner in flight now (`runBatch` counts them). */
+  running: number;
 }
 
 /**
@@ -63,6 +67,7 @@ export async function runBatch(runner: BatchRunner, units: Unit[]): Promise<void
   batchSize.observe(units.reduce((n, u) => n + u.items.length, 0));
   const endTimer = batchDuration.startTimer();
   let results: UnitResult[];
+  runner.running++;
   try {
     results = (await runCached(runner, units)) ?? (await runLocked(runner, units));
     endTimer();
@@ -79,6 +84,8 @@ export async function runBatch(runner: BatchRunner, units: Unit[]): Promise<void
     runner.log.warn({ err: (err as Error).message, units: units.length }, "batch failed as a whole; applying its units one by one");
     await Promise.all(units.map((u) => runBatch(runner, [u])));
     return;
+  } finally {
+    runner.running--;
   }
   runner.outbox.wake();
   units.forEach((unit, i) => {
@@ -87,8 +94,8 @@ export async function runBatch(runner: BatchRunner, units: Unit[]): Promise<void
 }
 
 /** A cached book as `applyUnits` opens books: its commands are the batch's, its write goes on `on`. */
-function openOn(open: CachedOpenBook, on: Sql | Tx): () => Promise<OpenBook> {
-  return () => Promise.resolve({ book: open.book, unitDone: open.unitDone, write: () => open.writeOn(on) });
+function openOn(open: CachedOpenBook, on: Sql | Tx, chain: WriteChain | undefined): () => Promise<OpenBook> {
+  return () => Promise.resolve({ book: open.book, unitDone: open.unitDone, write: () => open.writeOn(on, chain) });
 }
 
 /**
@@ -111,14 +118,20 @@ async function runCached(runner: BatchRunner, units: Unit[]): Promise<UnitResult
   const claimed = await cachedBookAfterWrites(runner, commands);
   if (!claimed) return undefined;
   const { open, release } = claimed;
+  // Chained while other batches are in flight, since one of them may rest on this one: once the
+  // transaction holds the rows, the rows the write will leave are cached and given back
+  // (`release`), before COMMIT is answered (docs/decisions/chained-writes.md). A lone batch has
+  // no one to hand its rows to early.
+  const chain: WriteChain | undefined = runner.chainedWrites && runner.running > 1 ? { cached: release } : undefined;
   try {
     // No key is claimed, so every unit is live and applyUnits asks for a book over these same
-    // commands. With no key the write is one statement on its own, a transaction with no BEGIN
-    // or COMMIT; with keys, their insert and the write are pipelined between BEGIN and COMMIT:
-    // still one round trip.
-    const work: TransactionWork<UnitResult[]> = (tx, writes) => applyUnits(tx, units, writes, openOn(open, tx), "insert", store.keys);
-    const results = await (allKeys.length === 0 ? store.alone(work) : store.transaction(work));
-    batchPaths.inc({ path: "cached" });
+    // commands. With no key and no chain the write is one statement on its own, a transaction
+    // with no BEGIN or COMMIT; otherwise the keys' insert, the chain's lock and the write are
+    // pipelined between BEGIN and COMMIT: still one round trip.
+    const work: TransactionWork<UnitResult[]> = (tx, writes) =>
+      applyUnits(tx, units, writes, openOn(open, tx, chain), "insert", store.keys);
+    const results = await (allKeys.length === 0 && !chain ? store.alone(work) : store.transaction(work));
+    batchPaths.inc({ path: chain ? "chained" : "cached" });
     return results;
   } catch (err) {
     if (sqlState(err) === "40001") batchPaths.inc({ path: "stale" });

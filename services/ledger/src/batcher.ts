@@ -2,7 +2,7 @@
 import { fromBinary, type DescMessage, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
 import { ConnectError } from "@connectrpc/connect";
 import { createGroupScheduler, type GroupCommitSettings, type Logger, type Outbox } from "@ledger/common";
-import { runBatch } from "./batch-paths.js";
+import { runBatch, type BatchRunner } from "./batch-paths.js";
 import type { BatchStore } from "./batch-store.js";
 import {
   keyString,
@@ -23,6 +23,11 @@ export interface BatcherOptions extends GroupCommitSettings {
   store: BatchStore;
   outbox: Pick<Outbox, "wake">;
   log: Logger;
+  /**
+   * A cached batch may rest on the rows another batch has sent and not yet committed, and go to
+   * Postgres right behind it (docs/decisions/chained-writes.md). Off unless set.
+   */
+  chainedWrites?: boolean;
 }
 
 /**
@@ -68,7 +73,14 @@ function keysOf(unit: Pick<Unit, "items" | "idempotency">): string[] {
  * is one account's, so it still goes whole in one transaction.
  */
 export function createBatcher(options: BatcherOptions) {
-  const runner = { store: options.store, maxInFlight: options.maxInFlight, log: options.log, outbox: options.outbox };
+  const runner: BatchRunner = {
+    store: options.store,
+    maxInFlight: options.maxInFlight,
+    log: options.log,
+    outbox: options.outbox,
+    chainedWrites: options.chainedWrites === true,
+    running: 0,
+  };
   const scheduler = createGroupScheduler<Unit>(Object.assign({}, options, { run: (units: Unit[]) => runBatch(runner, units) }));
 
   function enqueue(unit: Omit<Unit, "queuedAt" | "keys" | "size" | "account" | "resolve" | "reject">): Promise<UnitResult> {

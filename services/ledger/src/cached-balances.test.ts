@@ -2,6 +2,7 @@ import { ConnectError } from "@connectrpc/connect";
 import { eventSubject, sqlState } from "@ledger/common";
 import { ledgerViolations, startStack, type Stack } from "@ledger/e2e";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { postgresBatchStore } from "./batch-store.js";
 import { readLedgerConfig } from "./config.js";
 import { BOOK_ENTITY_COLUMNS, type CachedOpenBook, EntityCache, type MoneyCommand, openCachedBook } from "./money.js";
 import type { BookEntity } from "./money-rules.js";
@@ -23,11 +24,18 @@ afterAll(async () => stack?.close());
  */
 async function paths(): Promise<Record<string, number>> {
   const text = await (await fetch(`${stack.ledgerUrl}/metrics`)).text();
-  const counts: Record<string, number> = { cached: 0, locked: 0, stale: 0, known_key: 0 };
+  const counts: Record<string, number> = { cached: 0, chained: 0, locked: 0, stale: 0, known_key: 0 };
   for (const m of text.matchAll(/^ledger_batch_paths_total\{path="(\w+)"\} (\d+)$/gm)) counts[m[1]!] = Number(m[2]);
   counts["failed"] = Number(/^ledger_batch_fallbacks_total (\d+)$/m.exec(text)?.[1] ?? 0);
   counts["waits"] = Number(/^ledger_batch_waits_total (\d+)$/m.exec(text)?.[1] ?? 0);
   return counts;
+}
+
+/** How many database sessions wait for a lock the session `pid` holds. */
+async function waitingOn(pid: number): Promise<number> {
+  const [row] = await stack.sql<{ n: number }[]>`
+    select count(*)::int as n from pg_stat_activity where ${pid}::int = any(pg_blocking_pids(pid))`;
+  return row!.n;
 }
 
 async function since(before: Record<string, number>): Promise<Record<string, number>> {
@@ -146,6 +154,7 @@ describe("two ledger processes on one database", () => {
     // every transaction takes entity locks in one order (ordinary by id, then external), whichever
     // way it got its rows, so none is ever a deadlock's victim.
     const run = await since(before);
+    console.log("RUN", JSON.stringify(run));
     expect(run.cached).toBeGreaterThan(0);
     expect(run.stale).toBeGreaterThan(0);
     expect(run.failed).toBe(0);
@@ -188,11 +197,50 @@ describe("batches of one process on the same entities", () => {
     expect([await posted(payer), await posted(payee)]).toEqual([0n, 102n]);
     expect(await ledgerViolations(stack.sql, stack.account.account_id)).toEqual([]);
 
-    // The later transactions waited and went the cached way on the rows the earlier ones wrote:
-    // none read under lock, and none rested on a version another had already replaced.
+    // The later transactions went the cached way on the rows the earlier ones wrote: none read
+    // under lock, and none rested on a version another had already replaced. Chained writes are on
+    // in the test stacks, so one went in while another was in flight, having waited (if it
+    // started beside that one) only until that one held the rows, not until it committed.
     const run = await since(before);
-    expect(run.waits).toBeGreaterThan(0);
-    expect(run.cached).toBeGreaterThan(1);
+    expect(run.cached! + run.chained!).toBeGreaterThan(1);
+    expect([run.locked, run.stale, run.failed]).toEqual([0, 0, 0]);
+  });
+
+  it("chains batch calls on the same rows one behind another, and keeps every cent and every refusal", async () => {
+    const client = stack.ledgerClient(stack.account.api_key);
+    const entity = async (name: string) => (await client.createEntity({ entityName: name, entityType: "wallet" })).entity!.entityId;
+    const payer = await entity("chained payer");
+    const payees = await Promise.all([1, 2, 3, 4].map((n) => entity(`chained payee ${n}`)));
+    await client.fundEntity({ entityId: payer, amount: 1_000n });
+    for (const payee of payees) await client.fundEntity({ entityId: payee, amount: 1n });
+    const before = await paths();
+
+    // 40 calls of 50 transfers of 1 at once, 2,000 asked of the 1,000 the payer holds: the
+    // transactions in flight all name the payer, so each rests on the one before it.
+    const calls = await Promise.all(
+      Array.from({ length: 40 }, (_, call) =>
+        client.createTransactions({
+          transactions: Array.from({ length: 50 }, (_, i) => ({
+            transaction: {
+              description: "chained",
+              status: 2,
+              form: { case: "transfer" as const, value: { fromEntityId: payer, toEntityId: payees[(call + i) % 4]!, amount: 1n } },
+            },
+          })),
+        }),
+      ),
+    );
+    expect(calls.reduce((n, c) => n + c.succeeded, 0)).toBe(1_000);
+    const refusals = calls.flatMap((c) => c.results.flatMap((r) => (r.result.case === "error" ? [r.result.value.code] : [])));
+    expect(refusals.length).toBe(1_000);
+    expect(new Set(refusals)).toEqual(new Set(["insufficient_funds"]));
+    const posted = async (id: string) => (await client.getEntity({ entityId: id })).entity!.balances!.posted;
+    expect(await posted(payer)).toBe(0n);
+    expect((await Promise.all(payees.map(posted))).reduce((a, b) => a + b, 0n)).toBe(1_004n);
+    expect(await ledgerViolations(stack.sql, stack.account.account_id)).toEqual([]);
+
+    const run = await since(before);
+    expect(run.chained).toBeGreaterThan(0);
     expect([run.locked, run.stale, run.failed]).toEqual([0, 0, 0]);
   });
 });
@@ -213,6 +261,7 @@ describe("LEDGER_ENTITY_CACHE_SIZE", () => {
       });
     }
     const run = await since(before);
+    console.log("RUN", JSON.stringify(run));
     expect([run.cached, run.locked]).toEqual([0, 3]);
     expect((await client.getEntity({ entityId: b })).entity!.balances!.posted).toBe(30n);
     await replica.close();
@@ -363,16 +412,7 @@ describe("the write's version check", () => {
       const open = openCachedBook([deposit], cache, subjectOf) as CachedOpenBook;
       expect(open.book.apply(deposit).ok).toBe(true);
       const written = open.writeOn(stack.sql);
-      await expect
-        .poll(
-          async () =>
-            (
-              await stack.sql<
-                { n: number }[]
-              >`select count(*)::int as n from pg_stat_activity where ${pid}::int = any(pg_blocking_pids(pid))`
-            )[0]!.n,
-        )
-        .toBe(1);
+      await expect.poll(() => waitingOn(pid)).toBe(1);
       // The waiting write has not taken the external entity: the holder could still write it.
       const free = await stack.sql`select id from entities where id = ${external.id} for update nowait`.then(
         () => true,
@@ -386,6 +426,83 @@ describe("the write's version check", () => {
     }
     const [row] = await stack.sql<{ posted: bigint }[]>`select posted from entities where id = ${a}`;
     expect(row!.posted).toBe(105n);
+  });
+});
+
+describe("a chained write (docs/decisions/chained-writes.md)", () => {
+  const subjectOf = (type: string) => eventSubject(stack.subjectPrefix, type);
+
+  /**
+   * Two transfers of 30 from a funded entity: the first written in a transaction the test holds
+   * open, with its rows cached under that transaction's id as the batcher caches them; the second
+   * built on the cached rows, so on what the first leaves, and sent while the first is open.
+   * `end` then commits or rolls back the first.
+   */
+  async function chainBehindOpenTransaction(end: "commit" | "rollback") {
+    const client = stack.ledgerClient(stack.account.api_key);
+    const entity = async () => (await client.createEntity({ entityName: "chain", entityType: "wallet" })).entity!.entityId;
+    const [a, b] = await Promise.all([entity(), entity()]);
+    await client.fundEntity({ entityId: a, amount: 100n });
+    const store = postgresBatchStore({ sql: stack.sql, subjectOf, entityCacheSize: 10 });
+    for (const row of await stack.sql<BookEntity[]>`
+      select ${stack.sql.unsafe(BOOK_ENTITY_COLUMNS)} from entities where id in (${a}, ${b})`)
+      store.cache.remember(row);
+    const transfer = (n: number): MoneyCommand => ({
+      kind: "create",
+      accountId: stack.account.account_id,
+      programId: stack.account.program_id,
+      requestId: `req_chain_${n}`,
+      traceparent: "",
+      description: `chain ${n}`,
+      metadata: null,
+      status: "posted",
+      legs: [
+        { entityId: a, direction: "debit", amount: 30n },
+        { entityId: b, direction: "credit", amount: 30n },
+      ],
+    });
+    const first = await stack.sql.reserve();
+    try {
+      await first`begin`;
+      const [{ pid }] = (await first`select pg_backend_pid() as pid`) as unknown as [{ pid: number }];
+      let cached = false;
+      const open1 = store.openCachedBook([transfer(1)]) as CachedOpenBook;
+      expect(open1.book.apply(transfer(1)).ok).toBe(true);
+      await open1.writeOn(first as never, { cached: () => (cached = true) });
+      // The first has written and not committed; the cache holds what it leaves, under its id.
+      expect(cached).toBe(true);
+      const [{ id }] = (await first`select pg_current_xact_id()::xid::text as id`) as unknown as [{ id: string }];
+      expect(store.cache.row(a)).toMatchObject({ posted: 70n, version: id });
+      const open2 = store.openCachedBook([transfer(2)]) as CachedOpenBook;
+      expect(open2.book.apply(transfer(2)).ok).toBe(true);
+      const second = open2.writeOn(stack.sql).then(
+        () => undefined,
+        (err: unknown) => err,
+      );
+      // The second waits in Postgres for the first's row locks.
+      await expect.poll(() => waitingOn(pid)).toBe(1);
+      await first.unsafe(end);
+      const outcome = await second;
+      const posted = await stack.sql<{ id: string; posted: bigint }[]>`select id, posted from entities where id in (${a}, ${b})`;
+      const legs = await stack.sql<{ n: number }[]>`select count(*)::int as n from legs where entity_id = ${a}`;
+      expect(await ledgerViolations(stack.sql, stack.account.account_id)).toEqual([]);
+      return { outcome, a: posted.find((r) => r.id === a)!.posted, b: posted.find((r) => r.id === b)!.posted, legsOfA: legs[0]!.n };
+    } finally {
+      first.release();
+    }
+  }
+
+  it("rests on rows another transaction wrote and has not committed, and commits once that one does", async () => {
+    const result = await chainBehindOpenTransaction("commit");
+    expect(result.outcome).toBeUndefined();
+    // The funding's leg and both transfers'.
+    expect(result).toMatchObject({ a: 40n, b: 60n, legsOfA: 3 });
+  });
+
+  it("writes nothing when the transaction it rests on rolls back", async () => {
+    const result = await chainBehindOpenTransaction("rollback");
+    expect(sqlState(result.outcome)).toBe("40001");
+    expect(result).toMatchObject({ a: 100n, b: 0n, legsOfA: 1 });
   });
 });
 

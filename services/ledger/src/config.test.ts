@@ -16,4 +16,11 @@ describe("ledger configuration", () => {
     expect(readLedgerConfig({ LEDGER_BATCH_ONE_ACCOUNT: "false" }).batchOneAccount).toBe(false);
     expect(() => readLedgerConfig({ LEDGER_BATCH_ONE_ACCOUNT: "sometimes" })).toThrow(/LEDGER_BATCH_ONE_ACCOUNT/);
   });
+
+  it("chains cached writes unless LEDGER_CHAINED_WRITES is false, and refuses a value that is not a boolean", () => {
+    expect(readLedgerConfig({}).chainedWrites).toBe(true);
+    expect(readLedgerConfig({ LEDGER_CHAINED_WRITES: "false" }).chainedWrites).toBe(false);
+    expect(readLedgerConfig({ LEDGER_CHAINED_WRITES: "true" }).chainedWrites).toBe(true);
+    expect(() => readLedgerConfig({ LEDGER_CHAINED_WRITES: "maybe" })).toThrow(/LEDGER_CHAINED_WRITES/);
+  });
 });

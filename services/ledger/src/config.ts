@@ -55,6 +55,12 @@ export interface LedgerConfig extends InfraConfig {
   batchOneAccount: boolean;
   /** Ordinary entities whose balances the process keeps for the cached path (LEDGER_ENTITY_CACHE_SIZE; 0 turns the path off). */
   entityCacheSize: number;
+  /**
+   * Group commit: a cached batch may rest on the rows another batch of the process has sent and not
+   * yet committed, and go to Postgres right behind it (LEDGER_CHAINED_WRITES; on unless "false").
+   * docs/decisions/chained-writes.md.
+   */
+  chainedWrites: boolean;
   /** Shared secret of the installation's services (SERVICE_TOKEN). */
   serviceToken: string;
   /** How often API keys' `last_used_at` is written, in one statement (LEDGER_KEY_USAGE_FLUSH_MS); a minute unless set. */
@@ -78,6 +84,7 @@ export function readLedgerConfig(env: Record<string, string | undefined> = proce
     batchHalfAbove: envInt(env, "LEDGER_BATCH_HALF_ABOVE", 32, 0, 1_000),
     batchOneAccount: envBool(env, "LEDGER_BATCH_ONE_ACCOUNT", false),
     entityCacheSize: envInt(env, "LEDGER_ENTITY_CACHE_SIZE", DEFAULT_ENTITY_CACHE_SIZE, 0, 1_000_000),
+    chainedWrites: envBool(env, "LEDGER_CHAINED_WRITES", true),
     serviceToken: readServiceToken(env),
     keyUsageFlushMs: envInt(env, "LEDGER_KEY_USAGE_FLUSH_MS", DEFAULT_KEY_USAGE_FLUSH_MS, 100, 3_600_000),
     ...(devApiKey ? { devApiKey } : {}),

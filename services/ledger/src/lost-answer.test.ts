@@ -14,7 +14,7 @@ let stack: Stack;
 let proxy: AnswerLosingProxy;
 beforeAll(async () => {
   // The write statement of a money batch, on either path (docs/architecture.md#cached-balances).
-  proxy = await answerLosingProxy(new URL(inject("databaseUrl")), "unchanged as materialized");
+  proxy = await answerLosingProxy(new URL(inject("databaseUrl")), "ordinary_balances as (");
   stack = await startStack({ ledger: { databaseUrl: proxy.url } });
 });
 afterAll(async () => {

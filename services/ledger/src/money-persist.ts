@@ -37,8 +37,10 @@ export interface Written {
  *
  * `read` is every ordinary entity the rules read, with the version they read. The statement locks
  * those rows in id order and fails as a whole (40001, `require_unchanged_entities`) unless every
- * one still has that version: that is what lets the rules run on cached rows with nothing read or
- * locked before (docs/architecture.md#cached-balances). After a locked read the check always holds.
+ * one has that version once locked: that is what lets the rules run on cached rows with nothing
+ * read or locked before (docs/architecture.md#cached-balances), even on rows another transaction
+ * has written and not yet committed (docs/decisions/chained-writes.md). After a locked read the
+ * check always holds.
  *
  * `alerts`: the balance alerts whose `triggered` the batch changed (balance-alert-watch.ts); their
  * events are in `outbox` already. Nearly always none.
@@ -123,12 +125,17 @@ export function persist(
   );
   return tx<Array<ExternalBalances & { version: string | null }>>`
     with
-    unchanged as materialized (
-      select e.id from entities e
+    -- Every row read is locked, and counts as unchanged if the version it has once locked is the
+    -- one read. Not filtered by version before the lock: a write chained behind another
+    -- transaction of the process expects that one's version (docs/decisions/chained-writes.md),
+    -- which this statement's snapshot cannot see yet; the lock waits for that transaction, and
+    -- then yields the row as it committed it.
+    locked as materialized (
+      select e.id, e.xmin = r.version as unchanged from entities e
         join json_to_recordset(${json(read)}::text::json) as r(id text, account_id text, version xid) on r.account_id = e.account_id and r.id = e.id
-      where e.xmin = r.version
       order by e.id
       for no key update of e),
+    unchanged as (select id from locked where unchanged),
     ordinary_balances as (
       update entities e
       set posted = v.posted, pending_debits = v.pending_debits, pending_credits = v.pending_credits, held = v.held, updated_at = ${now},
@@ -238,6 +245,24 @@ export function persist(
       externals: rows.filter((r) => r.version === null),
       ordinary: rows.flatMap((r) => (r.version === null ? [] : [{ id: r.id, version: r.version }])),
     }));
+}
+
+/**
+ * Locks the ordinary entities the rules read, in id order, as `persist` does, and answers with the
+ * transaction's id: the version (xmin) every row the transaction writes will have if it commits.
+ * Sent right before a chained write (docs/decisions/chained-writes.md): its answer comes once the
+ * rows are this transaction's, so a write chained behind it cannot take them first.
+ */
+export function lockForChain(tx: Tx, read: ReadVersion[]): Promise<string> {
+  return tx<Array<{ version: string }>>`
+    with locked as materialized (
+      select e.id from entities e
+        join json_to_recordset(${json(read)}::text::json) as r(id text, account_id text) on r.account_id = e.account_id and r.id = e.id
+      order by e.id
+      for no key update of e)
+    select pg_current_xact_id()::xid::text as version, (select count(*) from locked) as locked`
+    .execute()
+    .then((rows) => rows[0]!.version);
 }
 
 /**

@@ -4,7 +4,7 @@
 // them together for a transaction.
 import { outboxWrite, type Sql, type Tx } from "@ledger/common";
 import { cachedBook, type EntityCache, loadBook } from "./money-load.js";
-import { type AccountOutboxWrite, persist } from "./money-persist.js";
+import { type AccountOutboxWrite, lockForChain, persist } from "./money-persist.js";
 import { Book, type BookEntity, type MoneyCommand } from "./money-rules.js";
 import type { AlertOrigin } from "./balance-alert-events.js";
 import { AlertWatch } from "./balance-alert-watch.js";
@@ -35,11 +35,23 @@ export interface OpenBook {
 /**
  * A book over cached rows, opened before any connection is chosen: `writeOn` sends its effects as
  * one statement on `on`, and fails with 40001 when a row the rules read changed since it was cached.
+ * With `chain`, the rows it leaves are cached before it is answered (`WriteChain`).
  */
 export interface CachedOpenBook {
   book: Book;
   unitDone(origin: AlertOrigin): void;
-  writeOn(on: Sql | Tx): Promise<void>;
+  writeOn(on: Sql | Tx, chain?: WriteChain): Promise<void>;
+}
+
+/**
+ * A write another batch may rest on before it commits (docs/decisions/chained-writes.md): it
+ * locks the rows the rules read and asks for its transaction's id first, and once that is
+ * answered the rows the write will leave are cached under that id and `cached` is called. Should
+ * the transaction not commit, no row ever has that version, and a write resting on one fails its
+ * version check.
+ */
+export interface WriteChain {
+  cached(): void;
 }
 
 /**
@@ -78,7 +90,7 @@ export function openCachedBook(
   return {
     book,
     unitDone: (origin) => alerts.unitDone(origin),
-    writeOn: (on) => writeBook(on as Tx, book, alerts, cache, subjectOf, now),
+    writeOn: (on, chain) => writeBook(on as Tx, book, alerts, cache, subjectOf, now, chain),
   };
 }
 
@@ -89,7 +101,8 @@ function writable(tx: Tx, book: Book, cache: EntityCache, subjectOf: (type: stri
 
 /**
  * Sends `book`'s effects, with its balance alerts' crossings, as one statement on `tx`, and caches
- * the rows as that statement left them.
+ * the rows as that statement left them: once it is answered, or with `chain` as soon as the
+ * transaction's id is known.
  */
 function writeBook(
   tx: Tx,
@@ -98,6 +111,7 @@ function writeBook(
   cache: EntityCache,
   subjectOf: (type: string) => string,
   now: Date,
+  chain?: WriteChain,
 ): Promise<void> {
   const effects = book.effects();
   const crossed = alerts.writes(now);
@@ -105,14 +119,12 @@ function writeBook(
     crossed.events.length === 0 ? effects.events : [...effects.events, ...crossed.events];
   const read = book.rows().flatMap((row) => (row.is_external ? [] : [{ id: row.id, account_id: row.account_id, version: row.version }]));
   const outbox = outboxRowsByAccount(events, subjectOf);
-  return persist(tx, effects, outbox, now, read, crossed.changes).then((written) => {
-    cache.refreshExternalBalances(written.externals);
-    // Each changed row as this write left it, under the version the write gave it. Cached
-    // before COMMIT is answered: should the transaction roll back, no row ever has that
-    // version, and a write resting on it fails its check.
-    const versions = new Map(written.ordinary.map((v) => [v.id, v.version]));
+  // Each changed ordinary row as this write leaves it, under the version the write gives it. Cached
+  // before COMMIT is answered: should the transaction roll back, no row ever has that version,
+  // and a write resting on it fails its check.
+  const cacheRowsLeft = (versionOf: (id: string) => string | undefined) => {
     for (const state of effects.changedEntities) {
-      const version = versions.get(state.row.id);
+      const version = versionOf(state.row.id);
       if (state.row.is_external || version === undefined) continue;
       const row: BookEntity = Object.assign({}, state.row, {
         posted: state.posted,
@@ -125,6 +137,24 @@ function writeBook(
       if (alertsAfter) row.alerts = alertsAfter;
       cache.remember(row);
     }
+  };
+  if (chain) {
+    // Every changed ordinary row gets the transaction's id as its xmin. Not cached again at the
+    // answer: a batch resting on these rows may have cached newer ones by then.
+    lockForChain(tx, read).then(
+      (version) => {
+        cacheRowsLeft(() => version);
+        chain.cached();
+      },
+      () => {}, // the write fails with the transaction, and its caller hears that
+    );
+  }
+  const written = persist(tx, effects, outbox, now, read, crossed.changes);
+  if (chain) return written.then((w) => cache.refreshExternalBalances(w.externals));
+  return written.then((w) => {
+    cache.refreshExternalBalances(w.externals);
+    const versions = new Map(w.ordinary.map((v) => [v.id, v.version]));
+    cacheRowsLeft((id) => versions.get(id));
   });
 }
 

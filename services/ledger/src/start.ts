@@ -53,6 +53,7 @@ export function startLedger(config: LedgerConfig): Promise<LedgerHandle> {
             lingerMs: config.batchLingerMs,
             halfAbove: config.batchHalfAbove,
             oneAccountPerTransaction: config.batchOneAccount,
+            chainedWrites: config.chainedWrites,
           }),
           // Uncached: the services asking cache the answer themselves, and two caches in a row would
           // add up to twice the delay before a revoked key is refused.
