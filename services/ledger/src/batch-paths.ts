@@ -54,8 +54,6 @@ export interface BatchRunner {
   outbox: { wake(): void };
   /** A cached batch may chain its write behind another's (docs/decisions/chained-writes.md). */
   chainedWrites: boolean;
-  /** Batches of this runner in flight now (`runBatch` counts them). */
-  running: number;
 }
 
 /**
@@ -67,7 +65,6 @@ export async function runBatch(runner: BatchRunner, units: Unit[]): Promise<void
   batchSize.observe(units.reduce((n, u) => n + u.items.length, 0));
   const endTimer = batchDuration.startTimer();
   let results: UnitResult[];
-  runner.running++;
   try {
     results = (await runCached(runner, units)) ?? (await runLocked(runner, units));
     endTimer();
@@ -84,8 +81,6 @@ export async function runBatch(runner: BatchRunner, units: Unit[]): Promise<void
     runner.log.warn({ err: (err as Error).message, units: units.length }, "batch failed as a whole; applying its units one by one");
     await Promise.all(units.map((u) => runBatch(runner, [u])));
     return;
-  } finally {
-    runner.running--;
   }
   runner.outbox.wake();
   units.forEach((unit, i) => {
@@ -117,12 +112,13 @@ async function runCached(runner: BatchRunner, units: Unit[]): Promise<UnitResult
   if (new Set(allKeys).size !== allKeys.length) return undefined;
   const claimed = await cachedBookAfterWrites(runner, commands);
   if (!claimed) return undefined;
-  const { open, release } = claimed;
-  // Chained while other batches are in flight, since one of them may rest on this one: once the
-  // transaction holds the rows, the rows the write will leave are cached and given back
-  // (`release`), before COMMIT is answered (docs/decisions/chained-writes.md). A lone batch has
-  // no one to hand its rows to early.
-  const chain: WriteChain | undefined = runner.chainedWrites && runner.running > 1 ? { cached: release } : undefined;
+  const { open, release, waited } = claimed;
+  // Chained when batches overlap: this one waited for another's rows, or another waits for rows
+  // now. Once the transaction holds its rows, the rows the write will leave are cached and given
+  // back (`release`), before COMMIT is answered (docs/decisions/chained-writes.md). A batch no
+  // other overlaps keeps its one statement with no BEGIN or COMMIT: chaining would cost it three
+  // more statements and hand its rows to no one.
+  const chain: WriteChain | undefined = runner.chainedWrites && (waited || store.cache.waiting > 0) ? { cached: release } : undefined;
   try {
     // No key is claimed, so every unit is live and applyUnits asks for a book over these same
     // commands. With no key and no chain the write is one statement on its own, a transaction
@@ -156,13 +152,14 @@ async function runCached(runner: BatchRunner, units: Unit[]): Promise<UnitResult
 async function cachedBookAfterWrites(
   runner: BatchRunner,
   commands: MoneyCommand[],
-): Promise<{ open: CachedOpenBook; release: () => void } | undefined> {
+): Promise<{ open: CachedOpenBook; release: () => void; waited: boolean } | undefined> {
   const { cache } = runner.store;
   for (let waits = 0; ; waits++) {
     const cached = runner.store.openCachedBook(commands);
     if (!cached) return undefined;
     if ("book" in cached) {
-      return { open: cached, release: cache.claimWriting(cached.book.rows().flatMap((row) => (row.is_external ? [] : [row.id]))) };
+      const release = cache.claimWriting(cached.book.rows().flatMap((row) => (row.is_external ? [] : [row.id])));
+      return { open: cached, release, waited: waits > 0 };
     }
     if (waits === runner.maxInFlight) return undefined;
     batchWaits.inc();

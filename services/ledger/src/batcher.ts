@@ -79,7 +79,6 @@ export function createBatcher(options: BatcherOptions) {
     log: options.log,
     outbox: options.outbox,
     chainedWrites: options.chainedWrites === true,
-    running: 0,
   };
   const scheduler = createGroupScheduler<Unit>(Object.assign({}, options, { run: (units: Unit[]) => runBatch(runner, units) }));
 

@@ -123,6 +123,11 @@ export class EntityCache {
     return new Promise((resolve) => this.waiters.push({ ids, resolve }));
   }
 
+  /** How many batches wait for written rows now (`whenWritten`). */
+  get waiting(): number {
+    return this.waiters.length;
+  }
+
   /** How many ordinary entities are cached. */
   get size(): number {
     return this.ordinary.size;
