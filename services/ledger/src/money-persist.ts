@@ -260,6 +260,7 @@ export function lockForChain(tx: Tx, read: ReadVersion[]): Promise<string> {
         join json_to_recordset(${json(read)}::text::json) as r(id text, account_id text) on r.account_id = e.account_id and r.id = e.id
       order by e.id
       for no key update of e)
+    -- Counted, so that Postgres takes every lock before it answers (an unread step would not run).
     select pg_current_xact_id()::xid::text as version, (select count(*) from locked) as locked`
     .execute()
     .then((rows) => rows[0]!.version);
