@@ -254,23 +254,29 @@ async function main(): Promise<number> {
   const admin = postgres(adminUrl.toString(), { max: 1, onnotice: () => {} });
   const runStarted = Date.now();
 
-  // 1. The reference, alone on the machine.
-  let pgbench: PgbenchResult | undefined;
-  if (settings.pgbench) {
+  // 1. The reference, alone on the machine: the opening run (with the latency reference), then a
+  // TPC-B run right before each later layout, and one after the last. Each layout's `x pgbench`
+  // divides by the run just before it: this shared machine's speed drifts over a long run, and a
+  // reference taken half an hour before a cell says less of it (bench/README.md#method).
+  const measureReference = async (when: string, tail: boolean): Promise<PgbenchResult> => {
     progress(
-      `pgbench: init scale ${settings.pgbenchScale}, then ${settings.pgbenchSeconds} s with 32 clients, then ${settings.pgbenchSeconds} s of -N with ${TAIL_CLIENTS} for the latency reference`,
+      `pgbench ${when}: init scale ${settings.pgbenchScale}, then ${settings.pgbenchSeconds} s with 32 clients` +
+        (tail ? `, then ${settings.pgbenchSeconds} s of -N with ${TAIL_CLIENTS} for the latency reference` : ""),
     );
-    pgbench = await runPgbench(admin, adminUrl.toString(), databaseName, settings.pgbenchScale, settings.pgbenchSeconds);
+    const result = await runPgbench(admin, adminUrl.toString(), databaseName, settings.pgbenchScale, settings.pgbenchSeconds, { tail });
     endProgress();
     console.log(
-      `pgbench: ${Math.round(pgbench.tps)} TPS (scale ${pgbench.scale}, ${pgbench.clients} clients, ${pgbench.seconds} s, latency avg ${pgbench.latencyMs.toFixed(2)} ms)`,
+      `pgbench ${when}: ${Math.round(result.tps)} TPS (scale ${result.scale}, ${result.clients} clients, ${result.seconds} s, latency avg ${result.latencyMs.toFixed(2)} ms)`,
     );
-    if (pgbench.tail) {
-      const t = pgbench.tail;
+    if (result.tail) {
+      const t = result.tail;
       console.log(`pgbench -N, ${t.clients} clients: ${Math.round(t.tps)} TPS, p50 ${t.p50Ms.toFixed(1)} ms, p99 ${t.p99Ms.toFixed(1)} ms`);
     }
-  }
-  const ratioOf = (perSecond: number) => (pgbench ? perSecond / pgbench.tps : 0);
+    return result;
+  };
+  const pgbench = settings.pgbench ? await measureReference("(opening)", true) : undefined;
+  const layoutReferences: Partial<Record<Layout, PgbenchResult>> = {};
+  let closingReference: PgbenchResult | undefined;
 
   // 2. The webhook receiver, shared by every layout; then each layout on a fresh database and stream.
   const receiver = await startWebhookReceiver();
@@ -294,7 +300,10 @@ async function main(): Promise<number> {
   let perCellPeakRss = true;
   let machine: Report["machine"] | undefined;
   try {
-    for (const layout of settings.layouts) {
+    for (const [index, layout] of settings.layouts.entries()) {
+      const reference = pgbench && index > 0 ? await measureReference(`before ${layout}`, false) : pgbench;
+      if (reference) layoutReferences[layout] = reference;
+      const ratioOf = (perSecond: number) => (reference ? perSecond / reference.tps : 0);
       await admin.unsafe(`drop database if exists "${databaseName.replace(/"/g, '""')}" with (force)`);
       progress(
         layout === "processes"
@@ -611,7 +620,7 @@ async function main(): Promise<number> {
               };
               await drainWith(1, "fresh database");
               // Half of pgbench's TPS, steady, alone and then beside a destination that answers after 2 s.
-              const steadyRate = Math.max(1, Math.round((pgbench?.tps ?? 2_000) / 2));
+              const steadyRate = Math.max(1, Math.round((reference?.tps ?? 2_000) / 2));
               beside = await slowBeside(
                 hookRpc,
                 hookFixtures,
@@ -679,6 +688,7 @@ async function main(): Promise<number> {
         await sql.end({ timeout: 5 });
       }
     }
+    if (pgbench && settings.layouts.length > 0) closingReference = await measureReference("(closing)", false);
 
     const report: Report = {
       date: new Date(runStarted).toISOString(),
@@ -692,7 +702,8 @@ async function main(): Promise<number> {
         perCellPeakRss,
         layouts: settings.layouts,
       },
-      ...(pgbench ? { pgbench } : {}),
+      ...(pgbench ? { pgbench, pgbenchByLayout: layoutReferences } : {}),
+      ...(closingReference ? { pgbenchClosing: closingReference } : {}),
       ...(Object.keys(historyReference).length ? { historyReference } : {}),
       cells,
       webhooks,

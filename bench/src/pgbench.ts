@@ -49,7 +49,8 @@ function run(args: string[], env?: NodeJS.ProcessEnv): Promise<string> {
 }
 
 /**
- * `pgbench -i -s <scale>` into a fresh database, then `-c 32 -j 2 -T <seconds> -M prepared`; drops it after.
+ * `pgbench -i -s <scale>` into a fresh database, then `-c 32 -j 2 -T <seconds> -M prepared`, then
+ * (with `tail`) the latency reference; drops the database after.
  * The scratch database is named after the bench's own (`<benchDatabase>_pgbench`), so two benches on one
  * server with different BENCH_DATABASE_URLs do not drop each other's.
  */
@@ -59,6 +60,7 @@ export async function runPgbench(
   benchDatabase: string,
   scale: number,
   seconds: number,
+  options: { tail: boolean } = { tail: true },
 ): Promise<PgbenchResult> {
   const url = new URL(baseUrl);
   const database = `${benchDatabase}_pgbench`;
@@ -71,8 +73,9 @@ export async function runPgbench(
     const out = await run(["-c", String(clients), "-j", "2", "-T", String(seconds), "-M", "prepared", ...conn, database]);
     const tps = tpsOf(out);
     const latency = /latency average = ([\d.]+) ms/.exec(out);
-    const tail = await runTail(conn, database, seconds);
-    return { tps, latencyMs: latency ? Number(latency[1]) : 0, scale, clients, seconds, tail };
+    const result: PgbenchResult = { tps, latencyMs: latency ? Number(latency[1]) : 0, scale, clients, seconds };
+    if (options.tail) result.tail = await runTail(conn, database, seconds);
+    return result;
   } finally {
     await admin.unsafe(`drop database if exists ${database} with (force)`).catch(() => {});
   }

@@ -204,4 +204,21 @@ describe("runtimeTargets", () => {
       "| RPC (binary, HTTP/2, straight to the ledger) at concurrency 64 | Connect's client: 3600/s = 0.90x pgbench | ≥ 0.8x pgbench TPS | yes |",
     );
   });
+  it("judges the one process on the pgbench run right before its layout, and shows how the reference moved", () => {
+    const r = report([transferCell("h2load", 64, 2600, 30), batchCell("rpc", 16, 4300)], {});
+    // The opening run (4,000 TPS) was before the processes layout; the machine then slowed.
+    r.pgbenchByLayout = {
+      processes: r.pgbench!,
+      "one-process": { tps: 3000, latencyMs: 10, scale: 10, clients: 32, seconds: 10 },
+    };
+    r.pgbenchClosing = { tps: 2800, latencyMs: 11, scale: 10, clients: 32, seconds: 10 };
+    const rows = runtimeTargets(r);
+    // 2,600/3,000 = 0.87x (against the opening run it would be 0.65x, not met); 4,300/3,000 = 1.43x.
+    expect(rows[0]).toMatchObject({ measured: "h2load: 2600/s = 0.87x pgbench", met: true });
+    expect(rows[1]).toMatchObject({ measured: "RPC 4300/s = 1.43x (c=16)", met: false }); // REST batches not measured
+    expect(toMarkdown(r)).toContain(
+      "**The reference over the run** (each layout's `x pgbench` divides by the TPC-B run right before it, the opening one for the first): " +
+        "before one-process 3000 TPS (75% of the opening), after the last layout 2800 TPS (70% of the opening).",
+    );
+  });
 });

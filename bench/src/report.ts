@@ -22,7 +22,7 @@ export interface Cell {
   itemsPerCall: number;
   /** Transfers per second: calls per second times `itemsPerCall`. */
   perSecond: number;
-  /** perSecond / pgbench TPS. */
+  /** perSecond / the TPS of its layout's pgbench reference (`Report.pgbenchByLayout`). */
   ratio: number;
   /** WAL the server wrote over the measured window per transfer (or hold pair), every database and service included. */
   walBytesPerUnit?: number | undefined;
@@ -58,7 +58,15 @@ export interface Report {
   smoke: boolean;
   machine: Machine;
   settings: { warmupS: number; durationS: number; concurrency: number[]; entities: number; perCellPeakRss: boolean; layouts: Layout[] };
+  /** The opening pgbench run, alone on the machine, with the latency reference. */
   pgbench?: PgbenchResult;
+  /**
+   * The reference each layout's ratios divide by: the opening run for the first layout, a TPC-B run
+   * right before it for each later one (older reports have only `pgbench`).
+   */
+  pgbenchByLayout?: Partial<Record<Layout, PgbenchResult>>;
+  /** A TPC-B run after the last layout: how far the machine drifted over the run. */
+  pgbenchClosing?: PgbenchResult;
   /**
    * The history reads' reference in each layout: their SQL alone through pgbench at concurrency 1,
    * on that layout's database right after its history entity was seeded (history-reference.ts).
@@ -160,6 +168,21 @@ export function toMarkdown(report: Report): string {
           : ""),
       "",
     );
+    const later = Object.entries(report.pgbenchByLayout ?? {}).filter(([, r]) => r !== p);
+    if (later.length || report.pgbenchClosing) {
+      const share = (r: PgbenchResult) => `${f0((100 * r.tps) / p.tps)}% of the opening`;
+      out.push(
+        "**The reference over the run** (each layout's `x pgbench` divides by the TPC-B run right before it, the opening one for the first): " +
+          [
+            ...later.map(([layout, r]) => `before ${layout} ${f0(r!.tps)} TPS (${share(r!)})`),
+            ...(report.pgbenchClosing
+              ? [`after the last layout ${f0(report.pgbenchClosing.tps)} TPS (${share(report.pgbenchClosing)})`]
+              : []),
+          ].join(", ") +
+          ".",
+        "",
+      );
+    }
   }
   const references = Object.entries(report.historyReference ?? {});
   if (references.length) {
@@ -260,6 +283,11 @@ const HISTORY_P99_GOAL_MS = 20;
 const APART_RSS_GOAL_MB = 150;
 const ONE_PROCESS_RSS_GOAL_MB = 200;
 
+/** The pgbench run a layout's ratios divide by (the opening run in reports from before there was one per layout). */
+export function referenceOf(report: Report, layout: Layout): PgbenchResult | undefined {
+  return report.pgbenchByLayout?.[layout] ?? report.pgbench;
+}
+
 /** One target of the report, against what the run measured. */
 export interface Target {
   target: string;
@@ -277,7 +305,7 @@ const TRANSPORT_NAMES: Record<Transport, string> = { rest: "REST", h2load: "RPC 
 
 export function runtimeTargets(report: Report): Target[] {
   const rows: Target[] = [];
-  const tps = report.pgbench?.tps;
+  const tps = referenceOf(report, "one-process")?.tps;
   const transfer = (transport: Transport, concurrency: number) =>
     report.cells.find(
       (c) => c.layout === "one-process" && c.workload === "transfer" && c.transport === transport && c.concurrency === concurrency,
@@ -385,7 +413,7 @@ export function runtimeTargets(report: Report): Target[] {
 /** Each webhook target against what this run measured. */
 export function webhookTargets(report: Report): Target[] {
   const rows: Target[] = [];
-  const tps = report.pgbench?.tps;
+  const tps = referenceOf(report, "processes")?.tps;
   const [one] = report.drains;
   // The two-process drain against the one-process drain run just before it, on the same database.
   const twoAt = report.drains.findIndex((d) => d.processes === 2);
