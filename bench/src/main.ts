@@ -256,7 +256,7 @@ async function main(): Promise<number> {
 
   // 1. The reference, alone on the machine: the opening run (with the latency reference), then a
   // TPC-B run right before each later layout, and one after the last. Each layout's `x pgbench`
-  // divides by the run just before it: this shared machine's speed drifts over a long run, and a
+  // divides by the run just before it: a shared machine's speed drifts over a long run, and a
   // reference taken half an hour before a cell says less of it (bench/README.md#method).
   const measureReference = async (when: string, tail: boolean): Promise<PgbenchResult> => {
     progress(
@@ -688,7 +688,7 @@ async function main(): Promise<number> {
         await sql.end({ timeout: 5 });
       }
     }
-    if (pgbench && settings.layouts.length > 0) closingReference = await measureReference("(closing)", false);
+    if (pgbench) closingReference = await measureReference("(closing)", false);
 
     const report: Report = {
       date: new Date(runStarted).toISOString(),
