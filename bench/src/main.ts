@@ -301,8 +301,11 @@ async function main(): Promise<number> {
   let machine: Report["machine"] | undefined;
   try {
     for (const [index, layout] of settings.layouts.entries()) {
-      const reference = pgbench && index > 0 ? await measureReference(`before ${layout}`, false) : pgbench;
-      if (reference) layoutReferences[layout] = reference;
+      let reference = pgbench;
+      if (pgbench && index > 0) {
+        reference = await measureReference(`before ${layout}`, false);
+        layoutReferences[layout] = reference;
+      }
       const ratioOf = (perSecond: number) => (reference ? perSecond / reference.tps : 0);
       await admin.unsafe(`drop database if exists "${databaseName.replace(/"/g, '""')}" with (force)`);
       progress(

@@ -61,8 +61,8 @@ export interface Report {
   /** The opening pgbench run, alone on the machine, with the latency reference. */
   pgbench?: PgbenchResult;
   /**
-   * The reference each layout's ratios divide by: the opening run for the first layout, a TPC-B run
-   * right before it for each later one (older reports have only `pgbench`).
+   * The TPC-B run right before each layout after the first, which that layout's ratios divide by;
+   * a layout not here (the first, or any in reports older than these runs) divides by `pgbench`.
    */
   pgbenchByLayout?: Partial<Record<Layout, PgbenchResult>>;
   /** A TPC-B run after the last layout: how far the machine drifted over the run. */
@@ -168,7 +168,7 @@ export function toMarkdown(report: Report): string {
           : ""),
       "",
     );
-    const later = Object.entries(report.pgbenchByLayout ?? {}).filter(([, r]) => r !== p);
+    const later = Object.entries(report.pgbenchByLayout ?? {});
     if (later.length || report.pgbenchClosing) {
       const share = (r: PgbenchResult) => `${f0((100 * r.tps) / p.tps)}% of the opening`;
       out.push(
@@ -283,7 +283,7 @@ const HISTORY_P99_GOAL_MS = 20;
 const APART_RSS_GOAL_MB = 150;
 const ONE_PROCESS_RSS_GOAL_MB = 200;
 
-/** The pgbench run a layout's ratios divide by (the opening run in reports from before there was one per layout). */
+/** The pgbench run a layout's ratios divide by: the one right before it, or else the opening run. */
 export function referenceOf(report: Report, layout: Layout): PgbenchResult | undefined {
   return report.pgbenchByLayout?.[layout] ?? report.pgbench;
 }
