@@ -60,3 +60,18 @@ export async function backlogProbe(sql: postgres.Sql, natsUrl: string, stream: s
     },
   };
 }
+
+/**
+ * Removes a run's stream. Each reserves its whole size (NATS_STREAM_MAX_BYTES, 16 GiB in the bench)
+ * in the NATS store, so a run that dies before its probe removes it would leave the next runs with
+ * "insufficient storage resources".
+ */
+export async function deleteStream(natsUrl: string, stream: string): Promise<void> {
+  const nc = await connect({ servers: natsUrl });
+  try {
+    const jsm = await jetstreamManager(nc);
+    await jsm.streams.delete(stream).catch(() => {});
+  } finally {
+    await nc.close();
+  }
+}

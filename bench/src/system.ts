@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { parseAllDocuments } from "yaml";
 import { freePort } from "@ledger/testing";
 import { buildAll, isCurrent } from "../../scripts/build.mjs";
+import { deleteStream } from "./backlog.js";
 
 /** The four processes, in start order. */
 export const SERVICES = ["ledger", "hold", "notification", "gateway"] as const;
@@ -301,6 +302,8 @@ export async function startSystem(options: SystemOptions): Promise<System> {
     }
   } catch (err) {
     await stop();
+    // The services may have made the run's stream before one of them failed.
+    await deleteStream(options.natsUrl, stream).catch(() => {});
     throw err;
   }
   const pid = (name: ServiceName) => children.get(name)!.pid!;
