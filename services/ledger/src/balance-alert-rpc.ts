@@ -1,5 +1,4 @@
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import { invalidArgument } from "@ledger/common";
 import {
   CreateBalanceAlertRequestSchema,
   CreateBalanceAlertResponseSchema,
@@ -11,6 +10,7 @@ import { alertToProto, createBalanceAlert, deleteBalanceAlert, listBalanceAlerts
 import { findEntity } from "./entities.js";
 import type { LedgerDeps } from "./ledger-rpc.js";
 import { commandScope } from "./programs.js";
+import { requireId } from "./rpc-input.js";
 import { createWritePath } from "./write-path.js";
 
 /** The balance alert methods of the LedgerService (docs/api.md#balance-alerts). */
@@ -18,11 +18,6 @@ export type BalanceAlertHandlers = Pick<
   ServiceImpl<typeof LedgerService>,
   "createBalanceAlert" | "listBalanceAlerts" | "deleteBalanceAlert"
 >;
-
-function requireId(value: string, field: string): string {
-  if (value === "") throw invalidArgument(`${field} is required`, { field });
-  return value;
-}
 
 /** Handlers of the balance alerts: each checks its request, then reads or changes them in the entity's program. */
 export function createBalanceAlertHandlers(deps: LedgerDeps): BalanceAlertHandlers {

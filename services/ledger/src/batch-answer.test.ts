@@ -8,7 +8,7 @@ import {
   Direction,
   TransactionStatus,
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
-import { batchAnswer } from "./ledger-rpc.js";
+import { batchAnswer } from "./transaction-rpc.js";
 
 const at = { seconds: 1_772_600_767n, nanos: 89_000_000 };
 const leg = { transactionGroupId: "trx-grp_1", amount: 70n, status: TransactionStatus.POSTED, createdAt: at };

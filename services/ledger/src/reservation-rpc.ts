@@ -2,6 +2,7 @@ import type { DescMessage, MessageInitShape } from "@bufbuild/protobuf";
 import { ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import { IDEMPOTENT_REPLAYED_HEADER, invalidArgument, notFound, parseAmount, sqlState, type Sql } from "@ledger/common";
 import {
+  type ApplyReservationsRequest,
   ApplyReservationsRequestSchema,
   ApplyReservationsResponseSchema,
   type CaptureReservationRequest,
@@ -19,7 +20,7 @@ import {
   type ReservationService,
 } from "@ledger/proto/ledger/v1/reservation_pb.js";
 import { groupToProto } from "./groups.js";
-import { commandScope, type ProgramResolver } from "./programs.js";
+import { commandScope, type CommandScope, type ProgramResolver } from "./programs.js";
 import type { MoneyCommand, ReservationRow } from "./money.js";
 import { itemError, type Applied, type ItemAnswer, type Submission } from "./batch-units.js";
 import type { createBatcher } from "./batcher.js";
@@ -62,122 +63,79 @@ async function onceMoreOnDuplicate<T>(attempt: () => Promise<T>): Promise<T> {
   }
 }
 
-/** The reservation primitive holds are built on (docs/architecture.md#the-services-and-who-owns-what: the ledger is the only writer of money). */
-export function createReservationService(deps: {
+/** What the reservation handlers need. */
+interface ReservationDeps {
   sql: Sql;
   outbox: Outbox;
   batcher: ReturnType<typeof createBatcher>;
   resolveProgram: ProgramResolver;
-}): ServiceImpl<typeof ReservationService> {
+}
+
+type Scope = (ctx: HandlerContext, programId: string) => Promise<CommandScope>;
+
+// Each command as a single call and an item of ApplyReservations validate and build it alike.
+async function reserveCommand(scope: Scope, ctx: HandlerContext, req: ReserveRequest): Promise<MoneyCommand> {
+  const base = await scope(ctx, req.programId);
+  const reservationId = parseCallerId(req.reservationId, "reservation_id");
+  if (req.entityId === "") throw invalidArgument("entity_id is required");
+  const amount = parseAmount(req.amount);
+  return { kind: "reserve", ...base, reservationId, entityId: req.entityId, amount };
+}
+
+async function captureCommand(scope: Scope, ctx: HandlerContext, req: CaptureReservationRequest): Promise<MoneyCommand> {
+  const base = await scope(ctx, req.programId);
+  const reservationId = parseCallerId(req.reservationId, "reservation_id");
+  const captureId = parseCallerId(req.captureId, "capture_id");
+  if (req.destinationEntityId === "") throw invalidArgument("destination_entity_id is required");
+  const amount = parseAmount(req.amount);
+  return {
+    kind: "capture",
+    ...base,
+    reservationId,
+    captureId,
+    amount,
+    destinationEntityId: req.destinationEntityId,
+    description: req.description || `Capture of ${reservationId}`,
+  };
+}
+
+async function releaseCommand(scope: Scope, ctx: HandlerContext, req: ReleaseReservationRequest): Promise<MoneyCommand> {
+  const base = await scope(ctx, req.programId);
+  const reservationId = parseCallerId(req.reservationId, "reservation_id");
+  return { kind: "release", ...base, reservationId };
+}
+
+const reserved = (outcome: Applied) => ({ reservation: reservationToProto(outcome.reservation!) });
+const captured = (outcome: Applied) => ({
+  reservation: reservationToProto(outcome.reservation!),
+  transactionGroup: groupToProto(outcome.group!),
+});
+
+/** The reservation primitive holds are built on (docs/architecture.md#the-services-and-who-owns-what: the ledger is the only writer of money). */
+export function createReservationService(deps: ReservationDeps): ServiceImpl<typeof ReservationService> {
   const { submit } = createWritePath(deps);
 
-  const scope = (ctx: HandlerContext, programId: string) => commandScope(ctx, deps.resolveProgram, programId);
-
-  // Each command as a single call and an item of ApplyReservations validate and build it alike.
-  async function reserveCommand(ctx: HandlerContext, req: ReserveRequest): Promise<MoneyCommand> {
-    const base = await scope(ctx, req.programId);
-    const reservationId = parseCallerId(req.reservationId, "reservation_id");
-    if (req.entityId === "") throw invalidArgument("entity_id is required");
-    const amount = parseAmount(req.amount);
-    return { kind: "reserve", ...base, reservationId, entityId: req.entityId, amount };
-  }
-
-  async function captureCommand(ctx: HandlerContext, req: CaptureReservationRequest): Promise<MoneyCommand> {
-    const base = await scope(ctx, req.programId);
-    const reservationId = parseCallerId(req.reservationId, "reservation_id");
-    const captureId = parseCallerId(req.captureId, "capture_id");
-    if (req.destinationEntityId === "") throw invalidArgument("destination_entity_id is required");
-    const amount = parseAmount(req.amount);
-    return {
-      kind: "capture",
-      ...base,
-      reservationId,
-      captureId,
-      amount,
-      destinationEntityId: req.destinationEntityId,
-      description: req.description || `Capture of ${reservationId}`,
-    };
-  }
-
-  async function releaseCommand(ctx: HandlerContext, req: ReleaseReservationRequest): Promise<MoneyCommand> {
-    const base = await scope(ctx, req.programId);
-    const reservationId = parseCallerId(req.reservationId, "reservation_id");
-    return { kind: "release", ...base, reservationId };
-  }
-
-  const reserved = (outcome: Applied) => ({ reservation: reservationToProto(outcome.reservation!) });
-  const captured = (outcome: Applied) => ({
-    reservation: reservationToProto(outcome.reservation!),
-    transactionGroup: groupToProto(outcome.group!),
-  });
+  const scope: Scope = (ctx, programId) => commandScope(ctx, deps.resolveProgram, programId);
 
   return {
     async reserve(req, ctx) {
-      const command = await reserveCommand(ctx, req);
+      const command = await reserveCommand(scope, ctx, req);
       return onceMoreOnDuplicate(() => submit(ctx, ReserveRequestSchema, req, ReserveResponseSchema, command, reserved));
     },
 
     async captureReservation(req, ctx) {
-      const command = await captureCommand(ctx, req);
+      const command = await captureCommand(scope, ctx, req);
       return onceMoreOnDuplicate(() =>
         submit(ctx, CaptureReservationRequestSchema, req, CaptureReservationResponseSchema, command, captured),
       );
     },
 
     async releaseReservation(req, ctx) {
-      const command = await releaseCommand(ctx, req);
+      const command = await releaseCommand(scope, ctx, req);
       return submit(ctx, ReleaseReservationRequestSchema, req, ReleaseReservationResponseSchema, command, reserved);
     },
 
-    async applyReservations(req, ctx) {
-      if (req.commands.length === 0 || req.commands.length > MAX_RESERVATION_COMMANDS) {
-        throw invalidArgument(`commands must hold 1 to ${MAX_RESERVATION_COMMANDS} items; got ${req.commands.length}`, {
-          field: "commands",
-        });
-      }
-      // A malformed item refuses alone: it keeps its place with its error and the others apply.
-      const items = await Promise.all(
-        req.commands.map(async (item, index): Promise<Submission<DescMessage>> => {
-          const { command } = item;
-          try {
-            switch (command.case) {
-              case "reserve":
-                return { command: await reserveCommand(ctx, command.value), responseSchema: ReserveResponseSchema, respond: reserved };
-              case "capture":
-                return {
-                  command: await captureCommand(ctx, command.value),
-                  responseSchema: CaptureReservationResponseSchema,
-                  respond: captured,
-                };
-              case "release":
-                return {
-                  command: await releaseCommand(ctx, command.value),
-                  responseSchema: ReleaseReservationResponseSchema,
-                  respond: reserved,
-                };
-              default:
-                throw invalidArgument(`commands[${index}] names no command`, { field: "commands", index });
-            }
-          } catch (err) {
-            return { command: ConnectError.from(err), responseSchema: ReserveResponseSchema, respond: reserved };
-          }
-        }),
-      );
-      const idempotency = callIdempotency(ctx, ApplyReservationsRequestSchema, req);
-      const kinds = req.commands.map((item) => item.command.case);
-      // Two calls with one reservation id can both insert it; the second try answers from the first's row.
-      const answer = await onceMoreOnDuplicate(() =>
-        deps.batcher.submitBatch({
-          items,
-          atomic: false,
-          ...(idempotency ? { idempotency } : {}),
-          responseSchema: ApplyReservationsResponseSchema,
-          respond: (answers) => ({ results: answers.map((a, i) => commandResult(a, kinds[i])) }),
-        }),
-      );
-      if (answer.replayed) ctx.responseHeader.set(IDEMPOTENT_REPLAYED_HEADER, "true");
-      return answer.response;
-    },
+    applyReservations: (req, ctx) => applyReservations(deps, scope, req, ctx),
 
     async getReservation(req, ctx) {
       const { accountId, programId } = await scope(ctx, req.programId);
@@ -189,6 +147,57 @@ export function createReservationService(deps: {
       return { reservation: reservationToProto(row) };
     },
   };
+}
+
+/** ApplyReservations: each item validated and built on its own, then all submitted as one batch. */
+async function applyReservations(deps: ReservationDeps, scope: Scope, req: ApplyReservationsRequest, ctx: HandlerContext) {
+  if (req.commands.length === 0 || req.commands.length > MAX_RESERVATION_COMMANDS) {
+    throw invalidArgument(`commands must hold 1 to ${MAX_RESERVATION_COMMANDS} items; got ${req.commands.length}`, {
+      field: "commands",
+    });
+  }
+  // A malformed item refuses alone: it keeps its place with its error and the others apply.
+  const items = await Promise.all(
+    req.commands.map(async (item, index): Promise<Submission<DescMessage>> => {
+      const { command } = item;
+      try {
+        switch (command.case) {
+          case "reserve":
+            return { command: await reserveCommand(scope, ctx, command.value), responseSchema: ReserveResponseSchema, respond: reserved };
+          case "capture":
+            return {
+              command: await captureCommand(scope, ctx, command.value),
+              responseSchema: CaptureReservationResponseSchema,
+              respond: captured,
+            };
+          case "release":
+            return {
+              command: await releaseCommand(scope, ctx, command.value),
+              responseSchema: ReleaseReservationResponseSchema,
+              respond: reserved,
+            };
+          default:
+            throw invalidArgument(`commands[${index}] names no command`, { field: "commands", index });
+        }
+      } catch (err) {
+        return { command: ConnectError.from(err), responseSchema: ReserveResponseSchema, respond: reserved };
+      }
+    }),
+  );
+  const idempotency = callIdempotency(ctx, ApplyReservationsRequestSchema, req);
+  const kinds = req.commands.map((item) => item.command.case);
+  // Two calls with one reservation id can both insert it; the second try answers from the first's row.
+  const answer = await onceMoreOnDuplicate(() =>
+    deps.batcher.submitBatch({
+      items,
+      atomic: false,
+      ...(idempotency ? { idempotency } : {}),
+      responseSchema: ApplyReservationsResponseSchema,
+      respond: (answers) => ({ results: answers.map((a, i) => commandResult(a, kinds[i])) }),
+    }),
+  );
+  if (answer.replayed) ctx.responseHeader.set(IDEMPOTENT_REPLAYED_HEADER, "true");
+  return answer.response;
 }
 
 /** One item's result: the single call's response under the item's kind, or its error in the batch envelope. */
