@@ -53,76 +53,8 @@ export function persist(
   read: ReadVersion[],
   alerts: AlertChange[],
 ): Promise<Written> {
-  const changed = batch.changedEntities;
-  const balances = (states: EntityState[]) =>
-    json(
-      states.map((s) => ({
-        id: s.row.id,
-        account_id: s.row.account_id,
-        posted: `${s.posted}`,
-        pending_debits: `${s.pendingDebits}`,
-        pending_credits: `${s.pendingCredits}`,
-        held: `${s.held}`,
-      })),
-    );
-  const ordinary = balances(changed.filter((s) => !s.row.is_external));
-  const external = balances(changed.filter((s) => s.row.is_external));
-  const groups = json(
-    batch.newGroups.map((g) => ({
-      id: g.id,
-      account_id: g.account_id,
-      program_id: g.program_id,
-      status: g.status,
-      description: g.description,
-      metadata: g.metadata,
-      currency_code: g.currency_code,
-      amount: `${g.amount}`,
-      reverses_group_id: g.reverses_group_id,
-      created_at: g.created_at,
-    })),
-  );
-  const legs = json(
-    batch.newGroups.flatMap((g) =>
-      g.legs.map((l) => ({
-        id: l.id,
-        account_id: g.account_id,
-        group_id: l.group_id,
-        position: l.position,
-        entity_id: l.entity_id,
-        direction: l.direction,
-        amount: `${l.amount}`,
-        created_at: l.created_at,
-      })),
-    ),
-  );
-  const groupChanges = json(
-    batch.changedGroups.map((g) => ({
-      id: g.id,
-      account_id: g.account_id,
-      status: g.status,
-      disputed: g.disputed,
-      reason: g.reason,
-      reversed_by_group_id: g.reversed_by_group_id,
-      updated_at: g.updated_at,
-    })),
-  );
-  const reservations = json(
-    batch.newReservations.map((r) => Object.assign({}, r, { amount: `${r.amount}`, captured_amount: `${r.captured_amount}` })),
-  );
-  const reservationChanges = json(
-    batch.changedReservations.map((r) => ({
-      id: r.id,
-      account_id: r.account_id,
-      captured_amount: `${r.captured_amount}`,
-      status: r.status,
-      updated_at: r.updated_at,
-    })),
-  );
-  const captures = json(batch.newCaptures.map((c) => Object.assign({}, c, { amount: `${c.amount}` })));
-  const posted = json(postedLegRows(batch));
-  const outboxRows = json(
-    outbox.map((o) => ({ account_id: o.accountId, event_ids: o.eventIds, subjects: o.subjects, payloads: o.payloads })),
-  );
+  const { ordinary, external, groups, legs, groupChanges, reservations, reservationChanges, captures, posted, outboxRows } =
+    writeParameters(batch, outbox);
   return tx<Array<ExternalBalances & { version: string | null }>>`
     with
     -- Every row read is locked, and counts as unchanged if the version it has once locked is the
@@ -245,6 +177,81 @@ export function persist(
       externals: rows.filter((r) => r.version === null),
       ordinary: rows.flatMap((r) => (r.version === null ? [] : [{ id: r.id, version: r.version }])),
     }));
+}
+
+/** The rows `persist` writes, each kind as one JSON parameter (amounts as text, so int8 stays exact). */
+function writeParameters(batch: Omit<BookEffects, "events">, outbox: AccountOutboxWrite[]) {
+  const changed = batch.changedEntities;
+  const balances = (states: EntityState[]) =>
+    json(
+      states.map((s) => ({
+        id: s.row.id,
+        account_id: s.row.account_id,
+        posted: `${s.posted}`,
+        pending_debits: `${s.pendingDebits}`,
+        pending_credits: `${s.pendingCredits}`,
+        held: `${s.held}`,
+      })),
+    );
+  const ordinary = balances(changed.filter((s) => !s.row.is_external));
+  const external = balances(changed.filter((s) => s.row.is_external));
+  const groups = json(
+    batch.newGroups.map((g) => ({
+      id: g.id,
+      account_id: g.account_id,
+      program_id: g.program_id,
+      status: g.status,
+      description: g.description,
+      metadata: g.metadata,
+      currency_code: g.currency_code,
+      amount: `${g.amount}`,
+      reverses_group_id: g.reverses_group_id,
+      created_at: g.created_at,
+    })),
+  );
+  const legs = json(
+    batch.newGroups.flatMap((g) =>
+      g.legs.map((l) => ({
+        id: l.id,
+        account_id: g.account_id,
+        group_id: l.group_id,
+        position: l.position,
+        entity_id: l.entity_id,
+        direction: l.direction,
+        amount: `${l.amount}`,
+        created_at: l.created_at,
+      })),
+    ),
+  );
+  const groupChanges = json(
+    batch.changedGroups.map((g) => ({
+      id: g.id,
+      account_id: g.account_id,
+      status: g.status,
+      disputed: g.disputed,
+      reason: g.reason,
+      reversed_by_group_id: g.reversed_by_group_id,
+      updated_at: g.updated_at,
+    })),
+  );
+  const reservations = json(
+    batch.newReservations.map((r) => Object.assign({}, r, { amount: `${r.amount}`, captured_amount: `${r.captured_amount}` })),
+  );
+  const reservationChanges = json(
+    batch.changedReservations.map((r) => ({
+      id: r.id,
+      account_id: r.account_id,
+      captured_amount: `${r.captured_amount}`,
+      status: r.status,
+      updated_at: r.updated_at,
+    })),
+  );
+  const captures = json(batch.newCaptures.map((c) => Object.assign({}, c, { amount: `${c.amount}` })));
+  const posted = json(postedLegRows(batch));
+  const outboxRows = json(
+    outbox.map((o) => ({ account_id: o.accountId, event_ids: o.eventIds, subjects: o.subjects, payloads: o.payloads })),
+  );
+  return { ordinary, external, groups, legs, groupChanges, reservations, reservationChanges, captures, posted, outboxRows };
 }
 
 /**

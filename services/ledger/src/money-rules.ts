@@ -369,196 +369,216 @@ interface Effects {
   events: EncodedEvent[];
 }
 
+/** What one command does to the staged balances and rows: each kind's rules are in its own function below. */
 function applyOne(command: MoneyCommand, ctx: ApplyContext): Effects {
   switch (command.kind) {
-    case "create": {
-      const group = newGroup(command, ctx, command.legs, command.status, command.description, command.metadata);
-      return { group, created: [group], changed: [], events: [encodeTransactionEvent("transaction.created", group, command, ctx.now)] };
-    }
+    case "create":
+      return applyCreate(command, ctx);
     case "fund":
-    case "defund": {
-      const entity = entityOf(command, command.entityId, ctx);
-      const externalId = ctx.externalIdFor(entity.program_id, entity.currency_code);
-      if (!externalId) throw new ConnectError("program has no external entity", Code.Internal);
-      const [from, to] = command.kind === "fund" ? [externalId, entity.id] : [entity.id, externalId];
-      const legs: LegSpec[] = [
-        { entityId: from, direction: "debit", amount: command.amount },
-        { entityId: to, direction: "credit", amount: command.amount },
-      ];
-      const group = newGroup(command, ctx, legs, "posted", command.description, null);
-      return { group, created: [group], changed: [], events: [encodeTransactionEvent("transaction.created", group, command, ctx.now)] };
-    }
-    case "settle": {
-      const group = groupOf(command, command.groupId, ctx);
-      if (group.status !== "pending") {
-        throw ruleViolation(
-          "invalid_state",
-          `transaction group ${group.id} is ${group.status}; only a pending group can be ${command.to}`,
-          {
-            status: group.status,
-          },
-        );
-      }
-      for (const leg of group.legs) {
-        const state = ctx.stage(leg.entity_id);
-        if (leg.direction === "debit") {
-          state.pendingDebits -= leg.amount;
-          if (command.to === "posted") state.posted -= leg.amount;
-        } else {
-          state.pendingCredits -= leg.amount;
-          if (command.to === "posted") state.posted += leg.amount;
-        }
-      }
-      const changed: GroupRow = Object.assign({}, group, {
-        status: command.to,
-        reason: command.reason || group.reason,
-        updated_at: ctx.now,
-      });
-      const type =
-        command.to === "posted" ? "transaction.posted" : command.to === "canceled" ? "transaction.canceled" : "transaction.failed";
-      return { group: changed, created: [], changed: [changed], events: [encodeTransactionEvent(type, changed, command, ctx.now)] };
-    }
-    case "reverse": {
-      const group = groupOf(command, command.groupId, ctx);
-      if (group.status !== "posted") {
-        throw ruleViolation("invalid_state", `transaction group ${group.id} is ${group.status}; only a posted group can be reversed`, {
-          status: group.status,
-        });
-      }
-      const flipped: LegSpec[] = group.legs.map((leg) => ({
-        entityId: leg.entity_id,
-        direction: leg.direction === "debit" ? "credit" : "debit",
-        amount: leg.amount,
-      }));
-      const description = command.description || `Reversal of ${group.id}`;
-      const reversal = newGroup(command, ctx, flipped, "posted", description, group.metadata, group.id);
-      const reversed: GroupRow = Object.assign({}, group, {
-        status: "reversed" as const,
-        reversed_by_group_id: reversal.id,
-        updated_at: ctx.now,
-      });
-      return {
-        group: reversed,
-        reversal,
-        created: [reversal],
-        changed: [reversed],
-        events: [
-          encodeTransactionEvent("transaction.created", reversal, command, ctx.now),
-          encodeTransactionEvent("transaction.reversed", reversed, command, ctx.now),
-        ],
-      };
-    }
-    case "dispute": {
-      const group = groupOf(command, command.groupId, ctx);
-      if (group.status !== "posted" || group.disputed) {
-        const why = group.disputed ? "is already disputed" : `is ${group.status}; only a posted group can be disputed`;
-        throw ruleViolation("invalid_state", `transaction group ${group.id} ${why}`, { status: group.status, disputed: group.disputed });
-      }
-      const disputed: GroupRow = Object.assign({}, group, { disputed: true, reason: command.reason || group.reason, updated_at: ctx.now });
-      return {
-        group: disputed,
-        created: [],
-        changed: [disputed],
-        events: [encodeTransactionEvent("transaction.disputed", disputed, command, ctx.now)],
-      };
-    }
-    case "reserve": {
-      const existing = ctx.reservations.get(inAccount(command.accountId, command.reservationId));
-      if (existing) {
-        if (existing.program_id !== command.programId) throw notFound("entity", command.entityId);
-        if (existing.entity_id !== command.entityId || existing.amount !== command.amount) {
-          throw ruleViolation("idempotency_conflict", `reservation ${existing.id} already exists with another entity or amount`);
-        }
-        return { reservation: existing, created: [], changed: [], events: [] };
-      }
-      const entity = entityOf(command, command.entityId, ctx);
-      if (entity.is_external) throw invalidArgument("funds cannot be held in a program's external entity");
-      checkStatus(entity, "debit");
-      const before = ctx.before(entity.id);
-      const state = ctx.stage(entity.id);
-      state.held += command.amount;
-      checkOverdraft(before, state, command.amount);
-      const reservation: ReservationRow = {
-        id: command.reservationId,
-        account_id: command.accountId,
-        program_id: command.programId,
-        entity_id: entity.id,
-        amount: command.amount,
-        captured_amount: 0n,
-        status: "active",
-        currency_code: entity.currency_code,
-        created_at: ctx.now,
-        updated_at: ctx.now,
-      };
-      return { reservation, reservations: [reservation], created: [], changed: [], events: [] };
-    }
-    case "capture": {
-      const reservation = reservationOf(command, command.reservationId, ctx);
-      const earlier = ctx.captures.get(inAccount(command.accountId, command.captureId));
-      if (earlier) {
-        if (earlier.reservation_id !== reservation.id || earlier.amount !== command.amount) {
-          throw ruleViolation("idempotency_conflict", `capture ${earlier.id} already exists with another amount`);
-        }
-        return { reservation, group: ctx.groups.get(earlier.group_id)!, created: [], changed: [], events: [] };
-      }
-      if (reservation.status !== "active") throw ruleViolation("hold_not_active", `reservation ${reservation.id} is ${reservation.status}`);
-      const remaining = reservation.amount - reservation.captured_amount;
-      if (command.amount > remaining) {
-        throw ruleViolation("capture_exceeds_hold", `the capture of ${command.amount} exceeds the ${remaining} remaining`, {
-          remaining: Number(remaining),
-          requested: Number(command.amount),
-        });
-      }
-      if (command.destinationEntityId === reservation.entity_id) {
-        throw invalidArgument("destination_entity_id must differ from the entity the funds are held in");
-      }
-      // The reserved money leaves `held` and `posted` together, so available does not move.
-      ctx.stage(reservation.entity_id).held -= command.amount;
-      const group = newGroup(
-        command,
-        ctx,
-        [
-          { entityId: reservation.entity_id, direction: "debit", amount: command.amount },
-          { entityId: command.destinationEntityId, direction: "credit", amount: command.amount },
-        ],
-        "posted",
-        command.description,
-        null,
-        undefined,
-        reservation.entity_id,
-      );
-      const captured = reservation.captured_amount + command.amount;
-      const updated: ReservationRow = Object.assign({}, reservation, {
-        captured_amount: captured,
-        status: captured === reservation.amount ? "released" : "active",
-        updated_at: ctx.now,
-      });
-      return {
-        group,
-        reservation: updated,
-        reservations: [updated],
-        captures: [
-          {
-            id: command.captureId,
-            account_id: command.accountId,
-            reservation_id: reservation.id,
-            amount: command.amount,
-            group_id: group.id,
-          },
-        ],
-        created: [group],
-        changed: [],
-        events: [encodeTransactionEvent("transaction.created", group, command, ctx.now)],
-      };
-    }
-    case "release": {
-      const reservation = reservationOf(command, command.reservationId, ctx);
-      if (reservation.status === "released") return { reservation, created: [], changed: [], events: [] };
-      ctx.stage(reservation.entity_id).held -= reservation.amount - reservation.captured_amount;
-      const released: ReservationRow = Object.assign({}, reservation, { status: "released" as const, updated_at: ctx.now });
-      return { reservation: released, reservations: [released], created: [], changed: [], events: [] };
+    case "defund":
+      return applyFundOrDefund(command, ctx);
+    case "settle":
+      return applySettle(command, ctx);
+    case "reverse":
+      return applyReverse(command, ctx);
+    case "dispute":
+      return applyDispute(command, ctx);
+    case "reserve":
+      return applyReserve(command, ctx);
+    case "capture":
+      return applyCapture(command, ctx);
+    case "release":
+      return applyRelease(command, ctx);
+  }
+}
+
+function applyCreate(command: Extract<MoneyCommand, { kind: "create" }>, ctx: ApplyContext): Effects {
+  const group = newGroup(command, ctx, command.legs, command.status, command.description, command.metadata);
+  return { group, created: [group], changed: [], events: [encodeTransactionEvent("transaction.created", group, command, ctx.now)] };
+}
+
+function applyFundOrDefund(command: Extract<MoneyCommand, { kind: "fund" | "defund" }>, ctx: ApplyContext): Effects {
+  const entity = entityOf(command, command.entityId, ctx);
+  const externalId = ctx.externalIdFor(entity.program_id, entity.currency_code);
+  if (!externalId) throw new ConnectError("program has no external entity", Code.Internal);
+  const [from, to] = command.kind === "fund" ? [externalId, entity.id] : [entity.id, externalId];
+  const legs: LegSpec[] = [
+    { entityId: from, direction: "debit", amount: command.amount },
+    { entityId: to, direction: "credit", amount: command.amount },
+  ];
+  const group = newGroup(command, ctx, legs, "posted", command.description, null);
+  return { group, created: [group], changed: [], events: [encodeTransactionEvent("transaction.created", group, command, ctx.now)] };
+}
+
+function applySettle(command: Extract<MoneyCommand, { kind: "settle" }>, ctx: ApplyContext): Effects {
+  const group = groupOf(command, command.groupId, ctx);
+  if (group.status !== "pending") {
+    throw ruleViolation("invalid_state", `transaction group ${group.id} is ${group.status}; only a pending group can be ${command.to}`, {
+      status: group.status,
+    });
+  }
+  for (const leg of group.legs) {
+    const state = ctx.stage(leg.entity_id);
+    if (leg.direction === "debit") {
+      state.pendingDebits -= leg.amount;
+      if (command.to === "posted") state.posted -= leg.amount;
+    } else {
+      state.pendingCredits -= leg.amount;
+      if (command.to === "posted") state.posted += leg.amount;
     }
   }
+  const changed: GroupRow = Object.assign({}, group, {
+    status: command.to,
+    reason: command.reason || group.reason,
+    updated_at: ctx.now,
+  });
+  const type = command.to === "posted" ? "transaction.posted" : command.to === "canceled" ? "transaction.canceled" : "transaction.failed";
+  return { group: changed, created: [], changed: [changed], events: [encodeTransactionEvent(type, changed, command, ctx.now)] };
+}
+
+function applyReverse(command: Extract<MoneyCommand, { kind: "reverse" }>, ctx: ApplyContext): Effects {
+  const group = groupOf(command, command.groupId, ctx);
+  if (group.status !== "posted") {
+    throw ruleViolation("invalid_state", `transaction group ${group.id} is ${group.status}; only a posted group can be reversed`, {
+      status: group.status,
+    });
+  }
+  const flipped: LegSpec[] = group.legs.map((leg) => ({
+    entityId: leg.entity_id,
+    direction: leg.direction === "debit" ? "credit" : "debit",
+    amount: leg.amount,
+  }));
+  const description = command.description || `Reversal of ${group.id}`;
+  const reversal = newGroup(command, ctx, flipped, "posted", description, group.metadata, group.id);
+  const reversed: GroupRow = Object.assign({}, group, {
+    status: "reversed" as const,
+    reversed_by_group_id: reversal.id,
+    updated_at: ctx.now,
+  });
+  return {
+    group: reversed,
+    reversal,
+    created: [reversal],
+    changed: [reversed],
+    events: [
+      encodeTransactionEvent("transaction.created", reversal, command, ctx.now),
+      encodeTransactionEvent("transaction.reversed", reversed, command, ctx.now),
+    ],
+  };
+}
+
+function applyDispute(command: Extract<MoneyCommand, { kind: "dispute" }>, ctx: ApplyContext): Effects {
+  const group = groupOf(command, command.groupId, ctx);
+  if (group.status !== "posted" || group.disputed) {
+    const why = group.disputed ? "is already disputed" : `is ${group.status}; only a posted group can be disputed`;
+    throw ruleViolation("invalid_state", `transaction group ${group.id} ${why}`, { status: group.status, disputed: group.disputed });
+  }
+  const disputed: GroupRow = Object.assign({}, group, { disputed: true, reason: command.reason || group.reason, updated_at: ctx.now });
+  return {
+    group: disputed,
+    created: [],
+    changed: [disputed],
+    events: [encodeTransactionEvent("transaction.disputed", disputed, command, ctx.now)],
+  };
+}
+
+function applyReserve(command: Extract<MoneyCommand, { kind: "reserve" }>, ctx: ApplyContext): Effects {
+  const existing = ctx.reservations.get(inAccount(command.accountId, command.reservationId));
+  if (existing) {
+    if (existing.program_id !== command.programId) throw notFound("entity", command.entityId);
+    if (existing.entity_id !== command.entityId || existing.amount !== command.amount) {
+      throw ruleViolation("idempotency_conflict", `reservation ${existing.id} already exists with another entity or amount`);
+    }
+    return { reservation: existing, created: [], changed: [], events: [] };
+  }
+  const entity = entityOf(command, command.entityId, ctx);
+  if (entity.is_external) throw invalidArgument("funds cannot be held in a program's external entity");
+  checkStatus(entity, "debit");
+  const before = ctx.before(entity.id);
+  const state = ctx.stage(entity.id);
+  state.held += command.amount;
+  checkOverdraft(before, state, command.amount);
+  const reservation: ReservationRow = {
+    id: command.reservationId,
+    account_id: command.accountId,
+    program_id: command.programId,
+    entity_id: entity.id,
+    amount: command.amount,
+    captured_amount: 0n,
+    status: "active",
+    currency_code: entity.currency_code,
+    created_at: ctx.now,
+    updated_at: ctx.now,
+  };
+  return { reservation, reservations: [reservation], created: [], changed: [], events: [] };
+}
+
+function applyCapture(command: Extract<MoneyCommand, { kind: "capture" }>, ctx: ApplyContext): Effects {
+  const reservation = reservationOf(command, command.reservationId, ctx);
+  const earlier = ctx.captures.get(inAccount(command.accountId, command.captureId));
+  if (earlier) {
+    if (earlier.reservation_id !== reservation.id || earlier.amount !== command.amount) {
+      throw ruleViolation("idempotency_conflict", `capture ${earlier.id} already exists with another amount`);
+    }
+    return { reservation, group: ctx.groups.get(earlier.group_id)!, created: [], changed: [], events: [] };
+  }
+  if (reservation.status !== "active") throw ruleViolation("hold_not_active", `reservation ${reservation.id} is ${reservation.status}`);
+  const remaining = reservation.amount - reservation.captured_amount;
+  if (command.amount > remaining) {
+    throw ruleViolation("capture_exceeds_hold", `the capture of ${command.amount} exceeds the ${remaining} remaining`, {
+      remaining: Number(remaining),
+      requested: Number(command.amount),
+    });
+  }
+  if (command.destinationEntityId === reservation.entity_id) {
+    throw invalidArgument("destination_entity_id must differ from the entity the funds are held in");
+  }
+  // The reserved money leaves `held` and `posted` together, so available does not move.
+  ctx.stage(reservation.entity_id).held -= command.amount;
+  const group = newGroup(
+    command,
+    ctx,
+    [
+      { entityId: reservation.entity_id, direction: "debit", amount: command.amount },
+      { entityId: command.destinationEntityId, direction: "credit", amount: command.amount },
+    ],
+    "posted",
+    command.description,
+    null,
+    undefined,
+    reservation.entity_id,
+  );
+  const captured = reservation.captured_amount + command.amount;
+  const updated: ReservationRow = Object.assign({}, reservation, {
+    captured_amount: captured,
+    status: captured === reservation.amount ? "released" : "active",
+    updated_at: ctx.now,
+  });
+  return {
+    group,
+    reservation: updated,
+    reservations: [updated],
+    captures: [
+      {
+        id: command.captureId,
+        account_id: command.accountId,
+        reservation_id: reservation.id,
+        amount: command.amount,
+        group_id: group.id,
+      },
+    ],
+    created: [group],
+    changed: [],
+    events: [encodeTransactionEvent("transaction.created", group, command, ctx.now)],
+  };
+}
+
+function applyRelease(command: Extract<MoneyCommand, { kind: "release" }>, ctx: ApplyContext): Effects {
+  const reservation = reservationOf(command, command.reservationId, ctx);
+  if (reservation.status === "released") return { reservation, created: [], changed: [], events: [] };
+  ctx.stage(reservation.entity_id).held -= reservation.amount - reservation.captured_amount;
+  const released: ReservationRow = Object.assign({}, reservation, { status: "released" as const, updated_at: ctx.now });
+  return { reservation: released, reservations: [released], created: [], changed: [], events: [] };
 }
 
 function reservationOf(command: CommandBase, reservationId: string, ctx: ApplyContext): ReservationRow {
