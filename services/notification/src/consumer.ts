@@ -1,5 +1,13 @@
 import { fromBinary } from "@bufbuild/protobuf";
-import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type ConsumerMessages, type JsMsg } from "@nats-io/jetstream";
+import {
+  AckPolicy,
+  DeliverPolicy,
+  jetstream,
+  jetstreamManager,
+  type ConsumerMessages,
+  type JetStreamManager,
+  type JsMsg,
+} from "@nats-io/jetstream";
 import {
   backgroundLoop,
   ensureEventStream,
@@ -72,6 +80,85 @@ function isPoison(event: Event): string | undefined {
   return undefined;
 }
 
+/** Messages stored together, each with its decoded event. */
+type Batch = Array<{ m: JsMsg; event: Event }>;
+
+/** Makes the durable consumer, or sets how many messages it lets be out unacknowledged. */
+async function ensureDurableConsumer(jsm: JetStreamManager, stream: StreamSettings, name: string): Promise<void> {
+  try {
+    const info = await jsm.consumers.info(stream.name, name);
+    // A consumer made by an earlier version may let another number be out at once; set ours.
+    if (info.config.max_ack_pending !== MAX_ACK_PENDING)
+      await jsm.consumers.update(stream.name, name, { max_ack_pending: MAX_ACK_PENDING });
+  } catch (err) {
+    if (!/not found/i.test(String((err as Error).message))) throw err;
+    await jsm.consumers.add(stream.name, {
+      durable_name: name,
+      ack_policy: AckPolicy.Explicit,
+      deliver_policy: DeliverPolicy.All,
+      filter_subject: `${stream.subjectPrefix}.events.>`,
+      ack_wait: 30_000_000_000,
+      max_ack_pending: MAX_ACK_PENDING,
+    });
+  }
+}
+
+// One span per event, a child of the span that committed it, so the trace of a call goes on
+// across JetStream; the event is stored with the new span's traceparent for its deliveries.
+function startStoreSpans(tracing: Tracing | undefined, batch: Batch): Map<string, TracedSpan> | undefined {
+  if (!tracing) return undefined;
+  const spans = new Map<string, TracedSpan>();
+  for (const { m, event } of batch) {
+    // A message redelivered into the same batch is stored once, so it gets one span.
+    if (spans.has(event.id)) continue;
+    const attributes = {
+      "messaging.system": "nats",
+      "messaging.operation.name": "process",
+      "messaging.destination.name": m.subject,
+      "messaging.message.id": event.id,
+      "event.type": event.type,
+    };
+    spans.set(
+      event.id,
+      startSpan(tracing, `process ${event.type}`, SpanKind.CONSUMER, { traceparent: event.traceparent, tracestate: "" }, attributes),
+    );
+  }
+  return spans;
+}
+
+/**
+ * Stores a batch in one transaction and acks its messages once it committed. When the transaction
+ * fails, stores them one by one, and naks the one that fails alone so JetStream redelivers it later.
+ */
+async function storeBatch(options: ConsumerOptions, batch: Batch): Promise<void> {
+  const { log, sql } = options;
+  const spans = startStoreSpans(options.tracing, batch);
+  let failure: string | undefined = "store_failed";
+  try {
+    const queued = await ingestEvents(
+      sql,
+      batch.map((b) => b.event),
+      spans ? (event) => spans.get(event.id)!.link.traceparent : undefined,
+    );
+    failure = undefined;
+    for (const b of batch) b.m.ack();
+    if (queued > 0) options.onIngested();
+  } catch (err) {
+    if (batch.length > 1) {
+      // One event the database refuses must not hold back the others: store them one by one.
+      for (const b of batch) await storeBatch(options, [b]);
+      return;
+    }
+    log.warn({ event_id: batch[0]!.event.id, err: (err as Error).message }, "storing an event failed; it will be redelivered");
+    batch[0]!.m.nak(2_000);
+  } finally {
+    for (const { span } of spans?.values() ?? []) {
+      if (failure) recordFailure(span, failure);
+      span.end();
+    }
+  }
+}
+
 /**
  * Reads every event of the stream and stores it (ingestEvents is idempotent per event id). A message
  * is acked only after its transaction committed; a passing fault (the database is down) naks it
@@ -93,22 +180,7 @@ export function createEventConsumer(options: ConsumerOptions): EventConsumer {
     installation ??= await installationOf(sql);
     await ensureEventStream(nc, options.stream, [installation], log, { applyLimits: false });
     const jsm = await jetstreamManager(nc);
-    try {
-      const info = await jsm.consumers.info(options.stream.name, name);
-      // A consumer made by an earlier version may let another number be out at once; set ours.
-      if (info.config.max_ack_pending !== MAX_ACK_PENDING)
-        await jsm.consumers.update(options.stream.name, name, { max_ack_pending: MAX_ACK_PENDING });
-    } catch (err) {
-      if (!/not found/i.test(String((err as Error).message))) throw err;
-      await jsm.consumers.add(options.stream.name, {
-        durable_name: name,
-        ack_policy: AckPolicy.Explicit,
-        deliver_policy: DeliverPolicy.All,
-        filter_subject: `${options.stream.subjectPrefix}.events.>`,
-        ack_wait: 30_000_000_000,
-        max_ack_pending: MAX_ACK_PENDING,
-      });
-    }
+    await ensureDurableConsumer(jsm, options.stream, name);
     const consumer = await jetstream(nc).consumers.get(options.stream.name, name);
     lagSources.delete(lag);
     lag = async () => {
@@ -141,63 +213,11 @@ export function createEventConsumer(options: ConsumerOptions): EventConsumer {
 
   // Messages that arrive while a transaction stores the previous ones wait and go together in
   // the next: one transaction per burst, not per event.
-  const pending: Array<{ m: JsMsg; event: Event }> = [];
+  const pending: Batch = [];
   let flushing: Promise<void> | undefined;
   async function flush(): Promise<void> {
-    while (pending.length > 0) await store(pending.splice(0, STORE_BATCH));
+    while (pending.length > 0) await storeBatch(options, pending.splice(0, STORE_BATCH));
     flushing = undefined;
-  }
-
-  // One span per event, a child of the span that committed it, so the trace of a call goes on
-  // across JetStream; the event is stored with the new span's traceparent for its deliveries.
-  function startStoreSpans(batch: Array<{ m: JsMsg; event: Event }>): Map<string, TracedSpan> | undefined {
-    const tracing = options.tracing;
-    if (!tracing) return undefined;
-    const spans = new Map<string, TracedSpan>();
-    for (const { m, event } of batch) {
-      // A message redelivered into the same batch is stored once, so it gets one span.
-      if (spans.has(event.id)) continue;
-      const attributes = {
-        "messaging.system": "nats",
-        "messaging.operation.name": "process",
-        "messaging.destination.name": m.subject,
-        "messaging.message.id": event.id,
-        "event.type": event.type,
-      };
-      spans.set(
-        event.id,
-        startSpan(tracing, `process ${event.type}`, SpanKind.CONSUMER, { traceparent: event.traceparent, tracestate: "" }, attributes),
-      );
-    }
-    return spans;
-  }
-
-  async function store(batch: Array<{ m: JsMsg; event: Event }>): Promise<void> {
-    const spans = startStoreSpans(batch);
-    let failure: string | undefined = "store_failed";
-    try {
-      const queued = await ingestEvents(
-        sql,
-        batch.map((b) => b.event),
-        spans ? (event) => spans.get(event.id)!.link.traceparent : undefined,
-      );
-      failure = undefined;
-      for (const b of batch) b.m.ack();
-      if (queued > 0) options.onIngested();
-    } catch (err) {
-      if (batch.length > 1) {
-        // One event the database refuses must not hold back the others: store them one by one.
-        for (const b of batch) await store([b]);
-        return;
-      }
-      log.warn({ event_id: batch[0]!.event.id, err: (err as Error).message }, "storing an event failed; it will be redelivered");
-      batch[0]!.m.nak(2_000);
-    } finally {
-      for (const { span } of spans?.values() ?? []) {
-        if (failure) recordFailure(span, failure);
-        span.end();
-      }
-    }
   }
 
   // One iteration consumes until the subscription ends (stop, or NATS went away); then, after a

@@ -67,8 +67,17 @@ export interface NotificationDeps {
 /** The default overlap of a roll: a day for receivers to switch (docs/webhooks.md#signing-and-verification). */
 const DEFAULT_ROLL_OVERLAP_SECONDS = 86_400;
 
-/** Maps NotificationService RPCs onto the store; every call acts for the caller's account only. */
-export function createNotificationService(deps: NotificationDeps): ServiceImpl<typeof NotificationService> {
+/** The NotificationService's methods, by what they read or change. */
+type NotificationHandlers = ServiceImpl<typeof NotificationService>;
+type Mutate = ReturnType<typeof idempotentWrite>;
+
+/**
+ * A write, once per Idempotency-Key (docs/api.md#idempotency), in one transaction, with the shared
+ * mechanism of @ledger/common. A replay returns exactly what the first call did, so the replay
+ * of a create or a roll shows the secret that call made (not the current one). Stored responses
+ * are sealed with the key that encrypts signing secrets, so no secret rests in clear.
+ */
+function idempotentWrite(deps: NotificationDeps) {
   const { sql } = deps;
   // A transaction that loses a deadlock runs again: the client never sees the collision.
   const begin = <T>(fn: (tx: Tx) => Promise<T>) => transaction(sql, fn);
@@ -79,13 +88,7 @@ export function createNotificationService(deps: NotificationDeps): ServiceImpl<t
     open: (stored, aad) => (isSealed(stored) ? open(deps.secretKey, `idempotency\u0000${aad}`, stored) : stored),
   };
 
-  /**
-   * A write, once per Idempotency-Key (docs/api.md#idempotency), in one transaction, with the shared
-   * mechanism of @ledger/common. A replay returns exactly what the first call did, so the replay
-   * of a create or a roll shows the secret that call made (not the current one). Stored responses
-   * are sealed with the key that encrypts signing secrets, so no secret rests in clear.
-   */
-  const mutate = <I extends DescMessage, O extends DescMessage>(
+  return <I extends DescMessage, O extends DescMessage>(
     ctx: HandlerContext,
     accountId: string,
     requestSchema: I,
@@ -93,7 +96,20 @@ export function createNotificationService(deps: NotificationDeps): ServiceImpl<t
     responseSchema: O,
     effect: (tx: Tx) => Promise<MessageInitShape<O>>,
   ) => runIdempotent({ ctx, begin, accountId, requestSchema, request, responseSchema, effect, codec: storedResponses });
+}
 
+/** Maps NotificationService RPCs onto the store; every call acts for the caller's account only. */
+export function createNotificationService(deps: NotificationDeps): NotificationHandlers {
+  const mutate = idempotentWrite(deps);
+  return { ...eventHandlers(deps, mutate), ...endpointHandlers(deps, mutate) };
+}
+
+/** The event log and the deliveries of its events. */
+function eventHandlers(
+  deps: NotificationDeps,
+  mutate: Mutate,
+): Pick<NotificationHandlers, "listEvents" | "getEvent" | "resendDelivery" | "listDeliveries" | "listDeliveryAttempts"> {
+  const { sql } = deps;
   return {
     async listEvents(req, ctx) {
       const { accountId } = principalOf(ctx);
@@ -112,6 +128,44 @@ export function createNotificationService(deps: NotificationDeps): ServiceImpl<t
       return { event, deliveries: deliveries.map(deliveryMessage) };
     },
 
+    async resendDelivery(req, ctx) {
+      const { accountId } = principalOf(ctx);
+      if (req.deliveryId === "") throw invalidArgument("delivery_id is required", { field: "delivery_id" });
+      const response = await mutate(ctx, accountId, ResendDeliveryRequestSchema, req, ResendDeliveryResponseSchema, async (tx) => ({
+        deliveryId: await resendDelivery(tx, accountId, req.deliveryId),
+      }));
+      deps.wake();
+      return response;
+    },
+
+    async listDeliveries(req, ctx) {
+      const { accountId } = principalOf(ctx);
+      if (req.endpointId === "") throw invalidArgument("endpoint_id is required", { field: "endpoint_id" });
+      const page = parsePageRequest(req.limit, req.cursor, isDeliveryId);
+      const result = toPage(await listDeliveries(sql, accountId, req.endpointId, page), page, (row) => row.id);
+      return { deliveries: result.items.map(deliveryMessage), page: result.page };
+    },
+
+    async listDeliveryAttempts(req, ctx) {
+      const { accountId } = principalOf(ctx);
+      if (req.deliveryId === "") throw invalidArgument("delivery_id is required", { field: "delivery_id" });
+      const page = parsePageRequest(req.limit, req.cursor, isAttemptId);
+      const result = toPage(await listDeliveryAttempts(sql, accountId, req.deliveryId, page), page, (row) => row.id);
+      return { attempts: result.items.map(attemptMessage), page: result.page };
+    },
+  };
+}
+
+/** The webhook destinations and their signing secrets. */
+function endpointHandlers(
+  deps: NotificationDeps,
+  mutate: Mutate,
+): Pick<
+  NotificationHandlers,
+  "createEndpoint" | "listEndpoints" | "getEndpoint" | "updateEndpoint" | "deleteEndpoint" | "rollEndpointSecret"
+> {
+  const { sql } = deps;
+  return {
     async createEndpoint(req, ctx) {
       const { accountId } = principalOf(ctx);
       const input = {
@@ -176,32 +230,6 @@ export function createNotificationService(deps: NotificationDeps): ServiceImpl<t
         endpointId: req.endpointId,
         secret: await rollSecret(tx, deps.secretKey, accountId, req.endpointId, overlap),
       }));
-    },
-
-    async resendDelivery(req, ctx) {
-      const { accountId } = principalOf(ctx);
-      if (req.deliveryId === "") throw invalidArgument("delivery_id is required", { field: "delivery_id" });
-      const response = await mutate(ctx, accountId, ResendDeliveryRequestSchema, req, ResendDeliveryResponseSchema, async (tx) => ({
-        deliveryId: await resendDelivery(tx, accountId, req.deliveryId),
-      }));
-      deps.wake();
-      return response;
-    },
-
-    async listDeliveries(req, ctx) {
-      const { accountId } = principalOf(ctx);
-      if (req.endpointId === "") throw invalidArgument("endpoint_id is required", { field: "endpoint_id" });
-      const page = parsePageRequest(req.limit, req.cursor, isDeliveryId);
-      const result = toPage(await listDeliveries(sql, accountId, req.endpointId, page), page, (row) => row.id);
-      return { deliveries: result.items.map(deliveryMessage), page: result.page };
-    },
-
-    async listDeliveryAttempts(req, ctx) {
-      const { accountId } = principalOf(ctx);
-      if (req.deliveryId === "") throw invalidArgument("delivery_id is required", { field: "delivery_id" });
-      const page = parsePageRequest(req.limit, req.cursor, isAttemptId);
-      const result = toPage(await listDeliveryAttempts(sql, accountId, req.deliveryId, page), page, (row) => row.id);
-      return { attempts: result.items.map(attemptMessage), page: result.page };
     },
   };
 }
