@@ -137,40 +137,69 @@ export interface Outbox {
   stop(): Promise<void>;
 }
 
-/** Creates the outbox of one service. */
-export function createOutbox(options: OutboxOptions): Outbox {
-  const { sql, log } = options;
-  // 1,000 events with all their publishes in flight, in two lanes: one lane selects and deletes
-  // while the other waits for JetStream's acks; smaller batches in one lane published a burst
-  // several times slower (docs/decisions/relay-batched-publish.md).
-  const batchSize = options.batchSize ?? 1_000;
-  const lanes = options.lanes ?? 2;
-  const pollMs = options.pollMs ?? 250;
-  let streamReady = false;
+/** The row `enqueue` inserts for `events`: their ids, subjects and encoded messages, in order. */
+function outboxWriteOf(stream: StreamSettings, events: Event[]): OutboxWrite {
+  return outboxWrite(
+    events.map((event) => ({
+      id: event.id,
+      subject: eventSubject(stream.subjectPrefix, event.type),
+      payload: toBinary(EventSchema, event),
+    })),
+  );
+}
+
+/** Inserts the events in `tx`: one row, or one row per account of the events with `rowsByAccount`. */
+function enqueueEvents(options: OutboxOptions, tx: Tx, events: Event[]): Promise<void> {
+  if (events.length === 0) return Promise.resolve();
+  // Sent at once, so a pipelined transaction can put its COMMIT right behind it.
+  if (!options.rowsByAccount) {
+    return tx`insert into outbox_writes (events, event_ids, subjects, payloads) select ${outboxRowValues(tx, outboxWriteOf(options.stream, events))}`
+      .execute()
+      .then(() => {});
+  }
+  const byAccount = new Map<string, Event[]>();
+  for (const event of events) {
+    const list = byAccount.get(event.accountId);
+    if (list) list.push(event);
+    else byAccount.set(event.accountId, [event]);
+  }
+  return Promise.all(
+    [...byAccount].map(([accountId, list]) =>
+      tx`insert into outbox_writes (account_id, events, event_ids, subjects, payloads)
+             select ${accountId}, ${outboxRowValues(tx, outboxWriteOf(options.stream, list))}`.execute(),
+    ),
+  ).then(() => {});
+}
+
+/**
+ * What the relay's lanes share: whether the stream was checked, whether JetStream last refused a
+ * batch because the stream is full, and the room the batches in flight take in it.
+ */
+class Relay {
+  private streamReady = false;
   // Set while JetStream refuses publishes because the stream is full: a batch then asks with its
   // first event alone, so a full stream is asked once a retry, not a thousand times.
-  let streamFull = false;
-  const room = new StreamRoom(options.stream.name);
-  let installation: Installation | undefined;
+  private streamFull = false;
+  private readonly room: StreamRoom;
+  private installation: Installation | undefined;
 
-  function writeOf(events: Event[]): OutboxWrite {
-    return outboxWrite(
-      events.map((event) => ({
-        id: event.id,
-        subject: eventSubject(options.stream.subjectPrefix, event.type),
-        payload: toBinary(EventSchema, event),
-      })),
-    );
+  constructor(
+    private readonly options: OutboxOptions,
+    private readonly batchSize: number,
+  ) {
+    this.room = new StreamRoom(options.stream.name);
   }
 
-  async function publishBatch(): Promise<number> {
-    const nc = options.nats.current();
+  /** Publishes one batch of committed rows and deletes them once JetStream acked every event; answers how many. */
+  async publishBatch(): Promise<number> {
+    const { sql, log } = this.options;
+    const nc = this.options.nats.current();
     if (!nc || nc.isClosed()) throw new Error("NATS is not connected");
-    if (!streamReady) {
+    if (!this.streamReady) {
       // Never into another installation's stream: its refusal fails every batch, and the events wait here.
-      installation ??= await installationOf(sql);
-      await ensureEventStream(nc, options.stream, [installation], log, { applyLimits: false });
-      streamReady = true;
+      this.installation ??= await installationOf(sql);
+      await ensureEventStream(nc, this.options.stream, [this.installation], log, { applyLimits: false });
+      this.streamReady = true;
     }
     // One pipelined transaction: BEGIN goes out with the select, and the delete with COMMIT, so
     // a batch waits on Postgres twice (an empty look too) instead of four times, and sends as
@@ -190,8 +219,8 @@ export function createOutbox(options: OutboxOptions): Outbox {
         with taken as (
           select seq, event_ids, subjects, payloads from outbox_writes order by seq
           limit (select greatest(count(*), 1) from (
-            select sum(events) over (order by seq) - events as before from outbox_writes order by seq limit ${batchSize}) c
-            where before < ${batchSize})
+            select sum(events) over (order by seq) - events as before from outbox_writes order by seq limit ${this.batchSize}) c
+            where before < ${this.batchSize})
           for update skip locked)
         select t.seq, u.event_id, u.subject, u.payload
         from taken t, unnest(t.event_ids, t.subjects, t.payloads) with ordinality as u(event_id, subject, payload, n)
@@ -199,14 +228,14 @@ export function createOutbox(options: OutboxOptions): Outbox {
       if (events.length === 0) return 0;
       const messages: StreamMessage[] = events.map((e) => ({ subject: e.subject, payload: e.payload, msgId: e.event_id }));
       const seqs = [...new Set(events.map((e) => `${e.seq}`))];
-      await room.take(
+      await this.room.take(
         nc,
         messages.reduce((sum, m) => sum + storedSize(m), 0),
       );
-      if (streamFull) {
+      if (this.streamFull) {
         await publishAcked(nc, messages.slice(0, 1), 5_000);
-        streamFull = false;
-        log.info({ stream: options.stream.name }, "the event stream takes events again; the outbox drains");
+        this.streamFull = false;
+        log.info({ stream: this.options.stream.name }, "the event stream takes events again; the outbox drains");
       }
       // The first event again if it was just asked: JetStream drops the second copy by its id.
       await publishAcked(nc, messages, 5_000);
@@ -215,35 +244,51 @@ export function createOutbox(options: OutboxOptions): Outbox {
       writes.push(tx`delete from outbox_writes where seq = any(${seqs}::int8[])`.execute());
       return messages.length;
     });
-    relayTransactions.inc({ service: options.service, found: count > 0 ? "events" : "none" });
-    if (count > 0) published.inc({ service: options.service }, count);
+    relayTransactions.inc({ service: this.options.service, found: count > 0 ? "events" : "none" });
+    if (count > 0) published.inc({ service: this.options.service }, count);
     return count;
   }
+
+  /** After a failed batch: the stream is checked again, and a full one is said once until it takes events. */
+  failed(err: unknown): void {
+    const { log } = this.options;
+    this.streamReady = false;
+    const full = err instanceof StreamFullError;
+    publishErrors.inc({ service: this.options.service, reason: full ? "stream_full" : "other" });
+    if (full && !this.streamFull) {
+      log.error(
+        { stream: this.options.stream.name, limits: this.options.stream.limits },
+        "the event stream is full and refuses new events: they wait in the outbox, writes still commit; " +
+          "raise NATS_STREAM_MAX_BYTES or lower NATS_STREAM_MAX_AGE_HOURS (docs/operations.md#sizing-the-event-stream)",
+      );
+    }
+    this.streamFull = full;
+  }
+}
+
+/** Creates the outbox of one service. */
+export function createOutbox(options: OutboxOptions): Outbox {
+  const { log } = options;
+  // 1,000 events with all their publishes in flight, in two lanes: one lane selects and deletes
+  // while the other waits for JetStream's acks; smaller batches in one lane published a burst
+  // several times slower (docs/decisions/relay-batched-publish.md).
+  const batchSize = options.batchSize ?? 1_000;
+  const lanes = options.lanes ?? 2;
+  const pollMs = options.pollMs ?? 250;
+  const relay = new Relay(options, batchSize);
 
   // Each lane is a loop of its own: it publishes batch after batch while they come full, polls
   // when one comes short, and backs off up to 2 s while NATS or the database fails. It starts
   // after 100 ms, by when NATS has usually connected, so a start does not log a failure.
-  const relays = Array.from({ length: lanes }, () =>
+  const laneLoops = Array.from({ length: lanes }, () =>
     backgroundLoop({
       name: "outbox relay",
       log,
-      iteration: async () => (await publishBatch()) >= batchSize,
+      iteration: async () => (await relay.publishBatch()) >= batchSize,
       idleMs: pollMs,
       backoff: { firstMs: 400, maxMs: 2_000 },
       firstDelayMs: 100,
-      onFailure: (err) => {
-        streamReady = false;
-        const full = err instanceof StreamFullError;
-        publishErrors.inc({ service: options.service, reason: full ? "stream_full" : "other" });
-        if (full && !streamFull) {
-          log.error(
-            { stream: options.stream.name, limits: options.stream.limits },
-            "the event stream is full and refuses new events: they wait in the outbox, writes still commit; " +
-              "raise NATS_STREAM_MAX_BYTES or lower NATS_STREAM_MAX_AGE_HOURS (docs/operations.md#sizing-the-event-stream)",
-          );
-        }
-        streamFull = full;
-      },
+      onFailure: (err) => relay.failed(err),
       failureMessage: "outbox relay cannot publish; events are kept and retried",
     }),
   );
@@ -251,47 +296,27 @@ export function createOutbox(options: OutboxOptions): Outbox {
   // rows taken (SKIP LOCKED), a transaction for nothing per commit. With none idle, every lane
   // looks again when its batch ends.
   const wake = () => {
-    const idle = relays.find((relay) => relay.idle);
+    const idle = laneLoops.find((lane) => lane.idle);
     if (idle) idle.wake();
-    else for (const relay of relays) relay.wake();
+    else for (const lane of laneLoops) lane.wake();
   };
 
   return {
-    enqueue(tx, events) {
-      if (events.length === 0) return Promise.resolve();
-      // Sent at once, so a pipelined transaction can put its COMMIT right behind it.
-      if (!options.rowsByAccount) {
-        return tx`insert into outbox_writes (events, event_ids, subjects, payloads) select ${outboxRowValues(tx, writeOf(events))}`
-          .execute()
-          .then(() => {});
-      }
-      const byAccount = new Map<string, Event[]>();
-      for (const event of events) {
-        const list = byAccount.get(event.accountId);
-        if (list) list.push(event);
-        else byAccount.set(event.accountId, [event]);
-      }
-      return Promise.all(
-        [...byAccount].map(([accountId, list]) =>
-          tx`insert into outbox_writes (account_id, events, event_ids, subjects, payloads)
-               select ${accountId}, ${outboxRowValues(tx, writeOf(list))}`.execute(),
-        ),
-      ).then(() => {});
-    },
-    writeOf,
+    enqueue: (tx, events) => enqueueEvents(options, tx, events),
+    writeOf: (events) => outboxWriteOf(options.stream, events),
     wake,
     start() {
-      outboxes.set(options.service, sql);
-      for (const relay of relays) relay.start();
+      outboxes.set(options.service, options.sql);
+      for (const lane of laneLoops) lane.start();
     },
     async stop() {
-      await Promise.all(relays.map((relay) => relay.stop()));
+      await Promise.all(laneLoops.map((lane) => lane.stop()));
       outboxes.delete(options.service);
       // A last flush so a clean shutdown leaves nothing behind while NATS is up.
       const deadline = Date.now() + 5_000;
       while (Date.now() < deadline) {
         try {
-          if ((await publishBatch()) === 0) break;
+          if ((await relay.publishBatch()) === 0) break;
         } catch {
           break;
         }

@@ -4,7 +4,7 @@ import * as http2 from "node:http2";
 import * as net from "node:net";
 import { createContextKey, createContextValues, type ConnectRouter, type ContextValues, type Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
-import { createUnaryFastPath, inProcessService } from "@ledger/connect-fast";
+import { createUnaryFastPath, inProcessService, type UnaryFastPath } from "@ledger/connect-fast";
 import type { Logger } from "pino";
 import { DEFAULT_HEADER_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS, DEFAULT_RPC_BODY_LIMIT_BYTES } from "./config.js";
 import { addDiscovery } from "./discovery.js";
@@ -312,18 +312,14 @@ function deadline(expire: () => void): { set(ms: number): void; clear(): void } 
 }
 
 /**
- * Serves HTTP/1.1 and cleartext HTTP/2 on one port by looking at the first bytes of each
- * connection. RPC clients get HTTP/2 (gRPC needs it; Connect is faster with it) while
- * Kubernetes probes, curl and Prometheus keep plain HTTP/1.1.
+ * What answers a request: the unary fast path for HTTP/2 streams it serves, and for the rest the
+ * ops endpoints, Connect's adapter of the routes, or the fallback.
  */
-export async function listen(options: ServeOptions): Promise<RunningServer> {
+function requestHandlers(options: ServeOptions, readMaxBytes: number, stopping: AbortSignal) {
   const notFound: NodeHandler = (_req, res) => sendError(res, 404, "not_found", "no such path");
   // Guarded on its own too: the RPC adapter calls it and drops whatever it returns.
   const fallback = lastResort(options.fallback ?? notFound, options.log);
-  // Ends what would otherwise hold a drain open: health Watch streams.
-  const stopping = new AbortController();
   const routes = options.routes;
-  const readMaxBytes = options.rpcBodyLimitBytes ?? DEFAULT_RPC_BODY_LIMIT_BYTES;
   const peerValues = (address: string | undefined) => createContextValues().set(peerAddressKey, address);
   const contextValues = (req: NodeRequest) =>
     peerValues("stream" in req ? req.stream.session?.socket.remoteAddress : req.socket.remoteAddress);
@@ -333,7 +329,7 @@ export async function listen(options: ServeOptions): Promise<RunningServer> {
         interceptors: options.interceptors ?? [],
         readMaxBytes,
         contextValues: (stream) => peerValues(stream.session?.socket.remoteAddress),
-        shutdownSignal: stopping.signal,
+        shutdownSignal: stopping,
         unaryFastPath: options.unaryFastPath,
       })
     : undefined;
@@ -341,7 +337,7 @@ export async function listen(options: ServeOptions): Promise<RunningServer> {
     ? connectNodeAdapter({
         routes: (router) => {
           routes(router);
-          addDiscovery(router, sharedReadiness(options.readiness), stopping.signal);
+          addDiscovery(router, sharedReadiness(options.readiness), stopping);
         },
         interceptors: options.interceptors ?? [],
         readMaxBytes,
@@ -355,15 +351,14 @@ export async function listen(options: ServeOptions): Promise<RunningServer> {
     return rpc ? rpc(req, res) : fallback(req, res);
   }, options.log);
 
-  const headerTimeoutMs = options.headerTimeoutMs ?? DEFAULT_HEADER_TIMEOUT_MS;
-  const idleTimeoutMs = options.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS;
-  // node's own headersTimeout and requestTimeout do nothing here: node checks them only for
-  // connections of a server that listens itself, and h1 is handed its sockets. `deadline`s do it
-  // instead (below). keepAliveTimeout still tells clients, in a Keep-Alive header, how long an idle
-  // connection is kept.
-  const h1 = http.createServer({ keepAliveTimeout: idleTimeoutMs }, handler as http.RequestListener);
-  // HTTP/2 streams go to the unary fast path as they are; the rest get node's compatibility
-  // request and response, as a server given `handler` would build them.
+  return { handler, fastPath };
+}
+
+/**
+ * HTTP/2 streams go to the unary fast path as they are; the rest get node's compatibility request
+ * and response, as a server given `handler` would build them. `sessions` are the open ones.
+ */
+function http2Server(handler: NodeHandler, fastPath: UnaryFastPath | undefined, idleTimeoutMs: number, log: Logger) {
   const h2 = http2.createServer({});
   let validAuthority: string | undefined;
   h2.on("stream", (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, _flags: number, rawHeaders: string[]) => {
@@ -373,7 +368,7 @@ export async function listen(options: ServeOptions): Promise<RunningServer> {
     if (fastPath && authority !== undefined && (authority === validAuthority || validHost(authority))) {
       validAuthority = authority;
       const served = fastPath(stream, headers);
-      if (served) return void served.catch((err: unknown) => failStream(stream, headers, err, options.log));
+      if (served) return void served.catch((err: unknown) => failStream(stream, headers, err, log));
     }
     compatRequest(stream, headers, rawHeaders, handler);
   });
@@ -399,28 +394,60 @@ export async function listen(options: ServeOptions): Promise<RunningServer> {
       sessions.delete(session);
     });
   });
-  // HTTP/1.1 keep-alive sockets: how many requests each is serving, so a drain can close the idle
-  // ones at once and the busy ones as soon as their response is written, and each one's deadline:
-  // its first request's headers within the header timeout, each next one's within the idle
-  // timeout of the last answer.
-  const h1Connections = new Map<net.Socket, { busy: number; deadline: ReturnType<typeof deadline> }>();
-  let draining = false;
-  h1.on("request", (req: http.IncomingMessage, res: http.ServerResponse) => {
-    const connection = h1Connections.get(req.socket);
-    if (!connection) return;
-    connection.busy++;
-    connection.deadline.clear();
-    if (draining) res.setHeader("connection", "close");
-    res.once("close", () => {
-      if (--connection.busy > 0) return;
-      if (draining) req.socket.destroy();
-      else connection.deadline.set(idleTimeoutMs);
+  return { server: h2, sessions };
+}
+
+/**
+ * HTTP/1.1 keep-alive sockets: how many requests each is serving, so a drain can close the idle
+ * ones at once and the busy ones as soon as their response is written, and each one's deadline:
+ * its first request's headers within the header timeout, each next one's within the idle timeout
+ * of the last answer.
+ */
+class Http1Server {
+  // node's own headersTimeout and requestTimeout do nothing here: node checks them only for
+  // connections of a server that listens itself, and this one is handed its sockets. `deadline`s
+  // do it instead. keepAliveTimeout still tells clients, in a Keep-Alive header, how long an idle
+  // connection is kept.
+  readonly server: http.Server;
+  private readonly connections = new Map<net.Socket, { busy: number; deadline: ReturnType<typeof deadline> }>();
+  /** Set when the server closes: answers say `connection: close`, and a socket ends with its last answer. */
+  draining = false;
+
+  constructor(handler: NodeHandler, idleTimeoutMs: number) {
+    this.server = http.createServer({ keepAliveTimeout: idleTimeoutMs }, handler as http.RequestListener);
+    this.server.on("request", (req: http.IncomingMessage, res: http.ServerResponse) => {
+      const connection = this.connections.get(req.socket);
+      if (!connection) return;
+      connection.busy++;
+      connection.deadline.clear();
+      if (this.draining) res.setHeader("connection", "close");
+      res.once("close", () => {
+        if (--connection.busy > 0) return;
+        if (this.draining) req.socket.destroy();
+        else connection.deadline.set(idleTimeoutMs);
+      });
     });
-  });
-  const sockets = new Set<net.Socket>();
+  }
+
+  /** Takes a socket whose first bytes are not HTTP/2's; `headers` is its deadline until then. */
+  accept(socket: net.Socket, headers: ReturnType<typeof deadline>): void {
+    this.connections.set(socket, { busy: 0, deadline: headers });
+    socket.once("close", () => this.connections.delete(socket));
+    this.server.emit("connection", socket);
+    socket.resume();
+  }
+
+  /** Closes every connection that is not serving a request. */
+  closeIdle(): void {
+    for (const [socket, { busy }] of this.connections) if (busy === 0) socket.destroy();
+  }
+}
+
+/** The port's server: each connection goes to HTTP/2 or HTTP/1.1 by its first bytes; `sockets` are the open ones. */
+function sniffingServer(h1: Http1Server, h2: http2.Http2Server, headerTimeoutMs: number, sockets: Set<net.Socket>): net.Server {
   // No Nagle: RPC answers are small writes, and waiting for an ACK before sending them cost
   // about 40 ms per call (the peer delays its ACK), which made every request take ~50 ms.
-  const server = net.createServer({ noDelay: true }, (socket) => {
+  return net.createServer({ noDelay: true }, (socket) => {
     socket.setNoDelay(true);
     sockets.add(socket);
     // A connection that sends nothing, or not a whole request's headers, is closed: until its
@@ -435,21 +462,37 @@ export async function listen(options: ServeOptions): Promise<RunningServer> {
       socket.pause();
       socket.unshift(first);
       if (first.subarray(0, HTTP2_PREFACE.length).equals(HTTP2_PREFACE)) {
-        // From here the session's idle deadline applies (the "session" listener above).
+        // From here the session's idle deadline applies (http2Server's "session" listener).
         headers.clear();
         // The HTTP/2 session reads the socket natively and, on its first tick, takes in what is
         // already buffered (the bytes unshifted here). The socket must stay paused: resuming it
         // would emit those bytes to no listener and lose them.
         h2.emit("connection", socket);
       } else {
-        h1Connections.set(socket, { busy: 0, deadline: headers });
-        socket.once("close", () => h1Connections.delete(socket));
-        h1.emit("connection", socket);
-        socket.resume();
+        h1.accept(socket, headers);
       }
     });
     socket.on("error", () => socket.destroy());
   });
+}
+
+/**
+ * Serves HTTP/1.1 and cleartext HTTP/2 on one port by looking at the first bytes of each
+ * connection. RPC clients get HTTP/2 (gRPC needs it; Connect is faster with it) while
+ * Kubernetes probes, curl and Prometheus keep plain HTTP/1.1.
+ */
+export async function listen(options: ServeOptions): Promise<RunningServer> {
+  // Ends what would otherwise hold a drain open: health Watch streams.
+  const stopping = new AbortController();
+  const routes = options.routes;
+  const readMaxBytes = options.rpcBodyLimitBytes ?? DEFAULT_RPC_BODY_LIMIT_BYTES;
+  const { handler, fastPath } = requestHandlers(options, readMaxBytes, stopping.signal);
+  const headerTimeoutMs = options.headerTimeoutMs ?? DEFAULT_HEADER_TIMEOUT_MS;
+  const idleTimeoutMs = options.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS;
+  const h2 = http2Server(handler, fastPath, idleTimeoutMs, options.log);
+  const h1 = new Http1Server(handler, idleTimeoutMs);
+  const sockets = new Set<net.Socket>();
+  const server = sniffingServer(h1, h2.server, headerTimeoutMs, sockets);
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
     server.listen(options.port, options.host, () => resolve());
@@ -472,11 +515,11 @@ export async function listen(options: ServeOptions): Promise<RunningServer> {
     ...(inProcess ? { inProcess } : {}),
     async close() {
       // Stop accepting, let in-flight requests finish, then cut what is left after a grace period.
-      draining = true;
+      h1.draining = true;
       stopping.abort();
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-      for (const [socket, { busy }] of h1Connections) if (busy === 0) socket.destroy();
-      for (const session of sessions) session.close();
+      h1.closeIdle();
+      for (const session of h2.sessions) session.close();
       const grace = setTimeout(() => {
         for (const socket of sockets) socket.destroy();
       }, 10_000);
