@@ -160,28 +160,14 @@ export interface SystemOptions {
   layout: Layout;
 }
 
-/**
- * Compiles what changed, then starts the system: in the processes layout the ledger, then hold and
- * notification, then the gateway, each waiting for /readyz; in one process, `dist/start-all.js`
- * until the gateway and the ledger are ready.
- */
-export async function startSystem(options: SystemOptions): Promise<System> {
-  if (!isCurrent()) await buildAll();
-  const tag = randomBytes(3).toString("hex");
-  const stream = `BENCH_${tag}`;
-  const ports = {
-    ledger: await freePort(),
-    hold: await freePort(),
-    notification: await freePort(),
-    gateway: await freePort(),
-    gatewayOps: await freePort(),
-  };
-  const urls: Record<ServiceName, string> = {
-    ledger: `http://127.0.0.1:${ports.ledger}`,
-    hold: `http://127.0.0.1:${ports.hold}`,
-    notification: `http://127.0.0.1:${ports.notification}`,
-    gateway: `http://127.0.0.1:${ports.gateway}`,
-  };
+/** The environment every process of the run starts with: its ports, database, stream, and each layout's node and malloc settings. */
+function systemEnv(
+  options: SystemOptions,
+  tag: string,
+  stream: string,
+  ports: Record<ServiceName | "gatewayOps", number>,
+  urls: Record<ServiceName, string>,
+): Record<string, string> {
   const env: Record<string, string> = {
     ...(process.env as Record<string, string>),
     DATABASE_URL: options.databaseUrl,
@@ -223,6 +209,32 @@ export async function startSystem(options: SystemOptions): Promise<System> {
   // A bench that inherits NODE_ENV=production would refuse the generated development defaults.
   delete env["NODE_ENV"];
   if (options.layout === "one-process") for (const name of ["LEDGER_URL", "HOLD_URL", "NOTIFICATION_URL"]) delete env[name];
+  return env;
+}
+
+/**
+ * Compiles what changed, then starts the system: in the processes layout the ledger, then hold and
+ * notification, then the gateway, each waiting for /readyz; in one process, `dist/start-all.js`
+ * until the gateway and the ledger are ready.
+ */
+export async function startSystem(options: SystemOptions): Promise<System> {
+  if (!isCurrent()) await buildAll();
+  const tag = randomBytes(3).toString("hex");
+  const stream = `BENCH_${tag}`;
+  const ports = {
+    ledger: await freePort(),
+    hold: await freePort(),
+    notification: await freePort(),
+    gateway: await freePort(),
+    gatewayOps: await freePort(),
+  };
+  const urls: Record<ServiceName, string> = {
+    ledger: `http://127.0.0.1:${ports.ledger}`,
+    hold: `http://127.0.0.1:${ports.hold}`,
+    notification: `http://127.0.0.1:${ports.notification}`,
+    gateway: `http://127.0.0.1:${ports.gateway}`,
+  };
+  const env = systemEnv(options, tag, stream, ports, urls);
   const logDir = join(tmpdir(), `ledger-bench-${tag}`);
   mkdirSync(logDir, { recursive: true });
 
