@@ -1,4 +1,4 @@
-import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import type { ServiceImpl } from "@connectrpc/connect";
 import {
   CreateBalanceAlertRequestSchema,
   CreateBalanceAlertResponseSchema,
@@ -9,7 +9,7 @@ import {
 import { alertToProto, createBalanceAlert, deleteBalanceAlert, listBalanceAlerts, parseAlertCondition } from "./balance-alerts.js";
 import { findEntity } from "./entities.js";
 import type { LedgerDeps } from "./ledger-rpc.js";
-import { commandScope } from "./programs.js";
+import { scopeWith } from "./programs.js";
 import { requireId } from "./rpc-input.js";
 import { createWritePath } from "./write-path.js";
 
@@ -22,7 +22,7 @@ export type BalanceAlertHandlers = Pick<
 /** Handlers of the balance alerts: each checks its request, then reads or changes them in the entity's program. */
 export function createBalanceAlertHandlers(deps: LedgerDeps): BalanceAlertHandlers {
   const { mutate } = createWritePath(deps);
-  const scope = (ctx: HandlerContext, programId: string) => commandScope(ctx, deps.resolveProgram, programId);
+  const scope = scopeWith(deps.resolveProgram);
   return {
     async createBalanceAlert(req, ctx) {
       const { accountId, programId } = await scope(ctx, req.programId);

@@ -1,4 +1,4 @@
-import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import type { ServiceImpl } from "@connectrpc/connect";
 import {
   invalidArgument,
   isId,
@@ -39,7 +39,7 @@ import { entityEvent } from "./events.js";
 import { findEntityAsOf, statementPage, statementRequest } from "./history.js";
 import type { LedgerDeps } from "./ledger-rpc.js";
 import { parseNameFilter, parseRowFilters } from "./list-query.js";
-import { commandScope, ensureExternalEntity, findProgram, parseCurrencyCode, parseName, type CommandScope } from "./programs.js";
+import { ensureExternalEntity, findProgram, parseCurrencyCode, parseName, scopeWith, type CommandScope } from "./programs.js";
 import { requireId } from "./rpc-input.js";
 import { createWritePath } from "./write-path.js";
 
@@ -53,7 +53,7 @@ export type EntityHandlers = Pick<
 export function createEntityHandlers(deps: LedgerDeps): EntityHandlers {
   const { sql } = deps;
   const { mutate } = createWritePath(deps);
-  const scope = (ctx: HandlerContext, programId: string) => commandScope(ctx, deps.resolveProgram, programId);
+  const scope = scopeWith(deps.resolveProgram);
 
   /**
    * Freeze, unfreeze or close, inside the call's transaction: the entity's row is locked as money

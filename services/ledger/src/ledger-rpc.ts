@@ -1,4 +1,4 @@
-import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import type { ServiceImpl } from "@connectrpc/connect";
 import { invalidArgument, isId, parsePageRequest, principalOf, toPage, type Outbox, type Sql } from "@ledger/common";
 import {
   CreateProgramRequestSchema,
@@ -25,7 +25,7 @@ import {
 } from "./groups.js";
 import { parseRowFilters } from "./list-query.js";
 import {
-  commandScope,
+  scopeWith,
   findProgram,
   insertProgram,
   listPrograms,
@@ -63,7 +63,7 @@ function statusFilter(status: TransactionStatus): GroupStatus | undefined {
 export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof LedgerService> {
   const { sql } = deps;
   const { mutate } = createWritePath(deps);
-  const scope = (ctx: HandlerContext, programId: string) => commandScope(ctx, deps.resolveProgram, programId);
+  const scope = scopeWith(deps.resolveProgram);
 
   return {
     ...createEntityHandlers(deps),

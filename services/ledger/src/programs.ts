@@ -115,6 +115,14 @@ export async function commandScope(ctx: HandlerContext, resolveProgram: ProgramR
   };
 }
 
+/** A handler's way to a command's scope: who asks, and in which of their programs. */
+export type Scope = (ctx: HandlerContext, programId: string) => Promise<CommandScope>;
+
+/** The `Scope` of handlers that resolve programs with `resolveProgram`. */
+export function scopeWith(resolveProgram: ProgramResolver): Scope {
+  return (ctx, programId) => commandScope(ctx, resolveProgram, programId);
+}
+
 /** Reads one program of an account. */
 export async function findProgram(sql: Sql | Tx, accountId: string, programId: string): Promise<ProgramRow> {
   const [row] = await sql<ProgramRow[]>`

@@ -20,7 +20,7 @@ import {
   type ReservationService,
 } from "@ledger/proto/ledger/v1/reservation_pb.js";
 import { groupToProto } from "./groups.js";
-import { commandScope, type CommandScope, type ProgramResolver } from "./programs.js";
+import { scopeWith, type ProgramResolver, type Scope } from "./programs.js";
 import type { MoneyCommand, ReservationRow } from "./money.js";
 import { itemError, type Applied, type ItemAnswer, type Submission } from "./batch-units.js";
 import type { createBatcher } from "./batcher.js";
@@ -71,8 +71,6 @@ interface ReservationDeps {
   resolveProgram: ProgramResolver;
 }
 
-type Scope = (ctx: HandlerContext, programId: string) => Promise<CommandScope>;
-
 // Each command as a single call and an item of ApplyReservations validate and build it alike.
 async function reserveCommand(scope: Scope, ctx: HandlerContext, req: ReserveRequest): Promise<MoneyCommand> {
   const base = await scope(ctx, req.programId);
@@ -115,7 +113,7 @@ const captured = (outcome: Applied) => ({
 export function createReservationService(deps: ReservationDeps): ServiceImpl<typeof ReservationService> {
   const { submit } = createWritePath(deps);
 
-  const scope: Scope = (ctx, programId) => commandScope(ctx, deps.resolveProgram, programId);
+  const scope = scopeWith(deps.resolveProgram);
 
   return {
     async reserve(req, ctx) {

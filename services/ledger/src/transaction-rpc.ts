@@ -43,7 +43,7 @@ import { AtomicRefusal, itemError, type Applied, type ItemAnswer, type Submissio
 import { groupToProto, legToProto } from "./groups.js";
 import type { LedgerDeps } from "./ledger-rpc.js";
 import { parseLegs, type LegSpec, type MoneyCommand } from "./money.js";
-import { commandScope, type CommandScope } from "./programs.js";
+import { scopeWith, type CommandScope, type Scope } from "./programs.js";
 import { requireId } from "./rpc-input.js";
 import { createWritePath, groupOf } from "./write-path.js";
 
@@ -60,8 +60,6 @@ export type TransactionHandlers = Pick<
   | "reverseTransaction"
   | "disputeTransaction"
 >;
-
-type Scope = (ctx: HandlerContext, programId: string) => Promise<CommandScope>;
 
 /** Most items in one CreateTransactions call (docs/api.md#batches). */
 export const MAX_BATCH_ITEMS = 1000;
@@ -105,7 +103,7 @@ const groupResponse = (outcome: Applied) => ({ transactionGroup: groupToProto(gr
 /** Handlers of the money commands: each validates its request into a command and maps the outcome. */
 export function createTransactionHandlers(deps: LedgerDeps): TransactionHandlers {
   const { submit } = createWritePath(deps);
-  const scope: Scope = (ctx, programId) => commandScope(ctx, deps.resolveProgram, programId);
+  const scope = scopeWith(deps.resolveProgram);
 
   async function settleCommand(
     ctx: HandlerContext,
