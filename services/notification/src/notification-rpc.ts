@@ -67,7 +67,7 @@ export interface NotificationDeps {
 /** The default overlap of a roll: a day for receivers to switch (docs/webhooks.md#signing-and-verification). */
 const DEFAULT_ROLL_OVERLAP_SECONDS = 86_400;
 
-/** The NotificationService's methods, by what they read or change. */
+/** Every method of the NotificationService; eventHandlers and endpointHandlers each give a part. */
 type NotificationHandlers = ServiceImpl<typeof NotificationService>;
 type Mutate = ReturnType<typeof idempotentWrite>;
 
