@@ -66,8 +66,6 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
   const scope = scopeWith(deps.resolveProgram);
 
   return {
-    ...createEntityHandlers(deps),
-    ...createTransactionHandlers(deps),
     async getTransaction(req, ctx) {
       const { accountId, programId } = await scope(ctx, req.programId);
       const entity = await findEntity(sql, accountId, programId, requireId(req.entityId, "entity_id"));
@@ -132,6 +130,8 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
       });
     },
 
+    ...createEntityHandlers(deps),
+    ...createTransactionHandlers(deps),
     ...createBalanceAlertHandlers(deps),
   };
 }

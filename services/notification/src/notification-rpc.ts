@@ -101,7 +101,7 @@ function idempotentWrite(deps: NotificationDeps) {
 /** Maps NotificationService RPCs onto the store; every call acts for the caller's account only. */
 export function createNotificationService(deps: NotificationDeps): NotificationHandlers {
   const mutate = idempotentWrite(deps);
-  return { ...eventHandlers(deps, mutate), ...endpointHandlers(deps, mutate) };
+  return Object.assign({}, eventHandlers(deps, mutate), endpointHandlers(deps, mutate));
 }
 
 /** The event log and the deliveries of its events. */
