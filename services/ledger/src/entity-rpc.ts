@@ -8,6 +8,7 @@ import {
   parseText,
   requireMoment,
   toPage,
+  type Outbox,
   type Tx,
 } from "@ledger/common";
 import {
@@ -49,22 +50,22 @@ export type EntityHandlers = Pick<
   "createEntity" | "getEntity" | "getEntityStatement" | "listEntities" | "updateEntity" | "freezeEntity" | "unfreezeEntity" | "closeEntity"
 >;
 
+/**
+ * Freeze, unfreeze or close, inside the call's transaction: the entity's row is locked as money
+ * commands lock it, so the change commits between two of them, and every debit that commits after
+ * a freeze sees it.
+ */
+async function entityStep(outbox: Outbox, tx: Tx, base: CommandScope, entityId: string, change: StatusChange) {
+  const row = await changeStatus(tx, await lockEntity(tx, base.accountId, base.programId, entityId), change);
+  await outbox.enqueue(tx, [entityEvent("entity.updated", row, base)]);
+  return { entity: entityToProto(row) };
+}
+
 /** Handlers of the entities: each checks its request, then reads or changes the entity in its program. */
 export function createEntityHandlers(deps: LedgerDeps): EntityHandlers {
   const { sql } = deps;
   const { mutate } = createWritePath(deps);
   const scope = scopeWith(deps.resolveProgram);
-
-  /**
-   * Freeze, unfreeze or close, inside the call's transaction: the entity's row is locked as money
-   * commands lock it, so the change commits between two of them, and every debit that commits after
-   * a freeze sees it.
-   */
-  async function entityStep(tx: Tx, base: CommandScope, entityId: string, change: StatusChange) {
-    const row = await changeStatus(tx, await lockEntity(tx, base.accountId, base.programId, entityId), change);
-    await deps.outbox.enqueue(tx, [entityEvent("entity.updated", row, base)]);
-    return { entity: entityToProto(row) };
-  }
 
   return {
     async createEntity(req, ctx) {
@@ -140,14 +141,16 @@ export function createEntityHandlers(deps: LedgerDeps): EntityHandlers {
       const base = await scope(ctx, req.programId);
       const entityId = requireId(req.entityId, "entity_id");
       const change: StatusChange = { to: "frozen", reason: parseText(req.reason, "reason") };
-      return mutate(ctx, FreezeEntityRequestSchema, req, FreezeEntityResponseSchema, (tx) => entityStep(tx, base, entityId, change));
+      return mutate(ctx, FreezeEntityRequestSchema, req, FreezeEntityResponseSchema, (tx) =>
+        entityStep(deps.outbox, tx, base, entityId, change),
+      );
     },
 
     async unfreezeEntity(req, ctx) {
       const base = await scope(ctx, req.programId);
       const entityId = requireId(req.entityId, "entity_id");
       return mutate(ctx, UnfreezeEntityRequestSchema, req, UnfreezeEntityResponseSchema, (tx) =>
-        entityStep(tx, base, entityId, { to: "active" }),
+        entityStep(deps.outbox, tx, base, entityId, { to: "active" }),
       );
     },
 
@@ -155,7 +158,7 @@ export function createEntityHandlers(deps: LedgerDeps): EntityHandlers {
       const base = await scope(ctx, req.programId);
       const entityId = requireId(req.entityId, "entity_id");
       return mutate(ctx, CloseEntityRequestSchema, req, CloseEntityResponseSchema, (tx) =>
-        entityStep(tx, base, entityId, { to: "closed" }),
+        entityStep(deps.outbox, tx, base, entityId, { to: "closed" }),
       );
     },
   };

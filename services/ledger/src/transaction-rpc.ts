@@ -98,25 +98,27 @@ function transactionCommand(req: CreateTransactionRequest, base: CommandScope): 
   return { kind: "create", ...base, description, metadata, status, legs };
 }
 
+/** A post, cancel or fail of a pending group, validated. */
+async function settleCommand(
+  scope: Scope,
+  ctx: HandlerContext,
+  programId: string,
+  groupId: string,
+  to: "posted" | "canceled" | "failed",
+  reason: string,
+) {
+  const base = await scope(ctx, programId);
+  requireId(groupId, "transaction_group_id");
+  parseText(reason, "reason");
+  return { kind: "settle" as const, ...base, groupId, to, reason };
+}
+
 const groupResponse = (outcome: Applied) => ({ transactionGroup: groupToProto(groupOf(outcome)) });
 
 /** Handlers of the money commands: each validates its request into a command and maps the outcome. */
 export function createTransactionHandlers(deps: LedgerDeps): TransactionHandlers {
   const { submit } = createWritePath(deps);
   const scope = scopeWith(deps.resolveProgram);
-
-  async function settleCommand(
-    ctx: HandlerContext,
-    programId: string,
-    groupId: string,
-    to: "posted" | "canceled" | "failed",
-    reason: string,
-  ) {
-    const base = await scope(ctx, programId);
-    requireId(groupId, "transaction_group_id");
-    parseText(reason, "reason");
-    return { kind: "settle" as const, ...base, groupId, to, reason };
-  }
 
   return {
     async fundEntity(req, ctx) {
@@ -163,17 +165,17 @@ export function createTransactionHandlers(deps: LedgerDeps): TransactionHandlers
     createTransactions: (req, ctx) => createTransactions(deps, scope, req, ctx),
 
     async postTransaction(req, ctx) {
-      const command = await settleCommand(ctx, req.programId, req.transactionGroupId, "posted", "");
+      const command = await settleCommand(scope, ctx, req.programId, req.transactionGroupId, "posted", "");
       return submit(ctx, PostTransactionRequestSchema, req, PostTransactionResponseSchema, command, groupResponse);
     },
 
     async cancelTransaction(req, ctx) {
-      const command = await settleCommand(ctx, req.programId, req.transactionGroupId, "canceled", "");
+      const command = await settleCommand(scope, ctx, req.programId, req.transactionGroupId, "canceled", "");
       return submit(ctx, CancelTransactionRequestSchema, req, CancelTransactionResponseSchema, command, groupResponse);
     },
 
     async failTransaction(req, ctx) {
-      const command = await settleCommand(ctx, req.programId, req.transactionGroupId, "failed", req.reason);
+      const command = await settleCommand(scope, ctx, req.programId, req.transactionGroupId, "failed", req.reason);
       return submit(ctx, FailTransactionRequestSchema, req, FailTransactionResponseSchema, command, groupResponse);
     },
 
