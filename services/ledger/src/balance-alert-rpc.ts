@@ -8,10 +8,8 @@ import {
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { alertToProto, createBalanceAlert, deleteBalanceAlert, listBalanceAlerts, parseAlertCondition } from "./balance-alerts.js";
 import { findEntity } from "./entities.js";
-import type { LedgerDeps } from "./ledger-rpc.js";
-import { scopeWith } from "./programs.js";
+import type { LedgerHandlerKit } from "./ledger-rpc.js";
 import { requireId } from "./rpc-input.js";
-import { createWritePath } from "./write-path.js";
 
 /** The balance alert methods of the LedgerService (docs/api.md#balance-alerts). */
 export type BalanceAlertHandlers = Pick<
@@ -20,9 +18,8 @@ export type BalanceAlertHandlers = Pick<
 >;
 
 /** Handlers of the balance alerts: each checks its request, then reads or changes them in the entity's program. */
-export function createBalanceAlertHandlers(deps: LedgerDeps): BalanceAlertHandlers {
-  const { mutate } = createWritePath(deps);
-  const scope = scopeWith(deps.resolveProgram);
+export function createBalanceAlertHandlers(kit: LedgerHandlerKit): BalanceAlertHandlers {
+  const { sql, mutate, scope } = kit;
   return {
     async createBalanceAlert(req, ctx) {
       const { accountId, programId } = await scope(ctx, req.programId);
@@ -35,8 +32,8 @@ export function createBalanceAlertHandlers(deps: LedgerDeps): BalanceAlertHandle
 
     async listBalanceAlerts(req, ctx) {
       const { accountId, programId } = await scope(ctx, req.programId);
-      const entity = await findEntity(deps.sql, accountId, programId, requireId(req.entityId, "entity_id"));
-      return { alerts: (await listBalanceAlerts(deps.sql, entity.account_id, entity.id)).map(alertToProto) };
+      const entity = await findEntity(sql, accountId, programId, requireId(req.entityId, "entity_id"));
+      return { alerts: (await listBalanceAlerts(sql, entity.account_id, entity.id)).map(alertToProto) };
     },
 
     async deleteBalanceAlert(req, ctx) {

@@ -38,11 +38,10 @@ import {
 } from "./entities.js";
 import { entityEvent } from "./events.js";
 import { findEntityAsOf, statementPage, statementRequest } from "./history.js";
-import type { LedgerDeps } from "./ledger-rpc.js";
+import type { LedgerHandlerKit } from "./ledger-rpc.js";
 import { parseNameFilter, parseRowFilters } from "./list-query.js";
-import { ensureExternalEntity, findProgram, parseCurrencyCode, parseName, scopeWith, type CommandScope } from "./programs.js";
+import { ensureExternalEntity, findProgram, parseCurrencyCode, parseName, type CommandScope } from "./programs.js";
 import { requireId } from "./rpc-input.js";
-import { createWritePath } from "./write-path.js";
 
 /** The methods of the LedgerService that create, read and change entities themselves (docs/api.md). */
 export type EntityHandlers = Pick<
@@ -62,10 +61,8 @@ async function entityStep(outbox: Outbox, tx: Tx, base: CommandScope, entityId: 
 }
 
 /** Handlers of the entities: each checks its request, then reads or changes the entity in its program. */
-export function createEntityHandlers(deps: LedgerDeps): EntityHandlers {
-  const { sql } = deps;
-  const { mutate } = createWritePath(deps);
-  const scope = scopeWith(deps.resolveProgram);
+export function createEntityHandlers(kit: LedgerHandlerKit): EntityHandlers {
+  const { sql, mutate, scope, outbox } = kit;
 
   return {
     async createEntity(req, ctx) {
@@ -132,7 +129,7 @@ export function createEntityHandlers(deps: LedgerDeps): EntityHandlers {
       }
       return mutate(ctx, UpdateEntityRequestSchema, req, UpdateEntityResponseSchema, async (tx) => {
         const row = await updateEntity(tx, await lockEntity(tx, base.accountId, base.programId, entityId), changes);
-        await deps.outbox.enqueue(tx, [entityEvent("entity.updated", row, base)]);
+        await outbox.enqueue(tx, [entityEvent("entity.updated", row, base)]);
         return { entity: entityToProto(row) };
       });
     },
@@ -142,7 +139,7 @@ export function createEntityHandlers(deps: LedgerDeps): EntityHandlers {
       const entityId = requireId(req.entityId, "entity_id");
       const change: StatusChange = { to: "frozen", reason: parseText(req.reason, "reason") };
       return mutate(ctx, FreezeEntityRequestSchema, req, FreezeEntityResponseSchema, (tx) =>
-        entityStep(deps.outbox, tx, base, entityId, change),
+        entityStep(outbox, tx, base, entityId, change),
       );
     },
 
@@ -150,7 +147,7 @@ export function createEntityHandlers(deps: LedgerDeps): EntityHandlers {
       const base = await scope(ctx, req.programId);
       const entityId = requireId(req.entityId, "entity_id");
       return mutate(ctx, UnfreezeEntityRequestSchema, req, UnfreezeEntityResponseSchema, (tx) =>
-        entityStep(deps.outbox, tx, base, entityId, { to: "active" }),
+        entityStep(outbox, tx, base, entityId, { to: "active" }),
       );
     },
 
@@ -158,7 +155,7 @@ export function createEntityHandlers(deps: LedgerDeps): EntityHandlers {
       const base = await scope(ctx, req.programId);
       const entityId = requireId(req.entityId, "entity_id");
       return mutate(ctx, CloseEntityRequestSchema, req, CloseEntityResponseSchema, (tx) =>
-        entityStep(deps.outbox, tx, base, entityId, { to: "closed" }),
+        entityStep(outbox, tx, base, entityId, { to: "closed" }),
       );
     },
   };

@@ -26,6 +26,7 @@ import {
 import { parseRowFilters } from "./list-query.js";
 import {
   scopeWith,
+  type Scope,
   findProgram,
   insertProgram,
   listPrograms,
@@ -36,7 +37,7 @@ import {
 } from "./programs.js";
 import { requireId } from "./rpc-input.js";
 import { createTransactionHandlers } from "./transaction-rpc.js";
-import { createWritePath } from "./write-path.js";
+import { createWritePath, type WritePath } from "./write-path.js";
 
 /** What the ledger's handlers need. */
 export interface LedgerDeps {
@@ -55,15 +56,20 @@ function statusFilter(status: TransactionStatus): GroupStatus | undefined {
   return found;
 }
 
+/** What every part of the LedgerService's handlers works with, made once for the service. */
+export interface LedgerHandlerKit extends LedgerDeps, WritePath {
+  /** The scope of a call's command: who asks, and in which of their programs. */
+  scope: Scope;
+}
+
 /**
  * The ledger's RPC handlers: each validates, builds a command or query, and maps the result. The
  * entities' and the money commands' handlers are in entity-rpc.ts and transaction-rpc.ts; the
  * reads of transactions and the programs' handlers are here.
  */
 export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof LedgerService> {
-  const { sql } = deps;
-  const { mutate } = createWritePath(deps);
-  const scope = scopeWith(deps.resolveProgram);
+  const kit: LedgerHandlerKit = Object.assign({ scope: scopeWith(deps.resolveProgram) }, deps, createWritePath(deps));
+  const { sql, mutate, scope } = kit;
 
   return {
     async getTransaction(req, ctx) {
@@ -130,8 +136,8 @@ export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof Ledger
       });
     },
 
-    ...createEntityHandlers(deps),
-    ...createTransactionHandlers(deps),
-    ...createBalanceAlertHandlers(deps),
+    ...createEntityHandlers(kit),
+    ...createTransactionHandlers(kit),
+    ...createBalanceAlertHandlers(kit),
   };
 }

@@ -41,11 +41,11 @@ import {
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { AtomicRefusal, itemError, type Applied, type ItemAnswer, type Submission } from "./batch-units.js";
 import { groupToProto, legToProto } from "./groups.js";
-import type { LedgerDeps } from "./ledger-rpc.js";
+import type { LedgerHandlerKit } from "./ledger-rpc.js";
 import { parseLegs, type LegSpec, type MoneyCommand } from "./money.js";
-import { scopeWith, type CommandScope, type Scope } from "./programs.js";
+import type { CommandScope, Scope } from "./programs.js";
 import { requireId } from "./rpc-input.js";
-import { createWritePath, groupOf } from "./write-path.js";
+import { groupOf } from "./write-path.js";
 
 /** The methods of the LedgerService that move money: each becomes a command for group commit (docs/api.md). */
 export type TransactionHandlers = Pick<
@@ -116,9 +116,8 @@ async function settleCommand(
 const groupResponse = (outcome: Applied) => ({ transactionGroup: groupToProto(groupOf(outcome)) });
 
 /** Handlers of the money commands: each validates its request into a command and maps the outcome. */
-export function createTransactionHandlers(deps: LedgerDeps): TransactionHandlers {
-  const { submit } = createWritePath(deps);
-  const scope = scopeWith(deps.resolveProgram);
+export function createTransactionHandlers(kit: LedgerHandlerKit): TransactionHandlers {
+  const { submit, scope } = kit;
 
   return {
     async fundEntity(req, ctx) {
@@ -162,7 +161,7 @@ export function createTransactionHandlers(deps: LedgerDeps): TransactionHandlers
       return submit(ctx, CreateTransactionRequestSchema, req, CreateTransactionResponseSchema, command, groupResponse);
     },
 
-    createTransactions: (req, ctx) => createTransactions(deps, scope, req, ctx),
+    createTransactions: (req, ctx) => createTransactions(kit, req, ctx),
 
     async postTransaction(req, ctx) {
       const command = await settleCommand(scope, ctx, req.programId, req.transactionGroupId, "posted", "");
@@ -217,7 +216,8 @@ export function createTransactionHandlers(deps: LedgerDeps): TransactionHandlers
  * CreateTransactions: every item validated on its own (a refused item does not refuse the others
  * unless the batch is atomic), then all of them submitted to group commit as one batch.
  */
-async function createTransactions(deps: LedgerDeps, scope: Scope, req: CreateTransactionsRequest, ctx: HandlerContext) {
+async function createTransactions(kit: LedgerHandlerKit, req: CreateTransactionsRequest, ctx: HandlerContext) {
+  const { scope } = kit;
   if (req.transactions.length === 0 || req.transactions.length > MAX_BATCH_ITEMS) {
     throw invalidArgument(`transactions must hold 1 to ${MAX_BATCH_ITEMS} items; got ${req.transactions.length}`, {
       field: "transactions",
@@ -266,7 +266,7 @@ async function createTransactions(deps: LedgerDeps, scope: Scope, req: CreateTra
       ? undefined
       : requestFingerprint(`${ctx.service.typeName}/${ctx.method.name}`, CreateTransactionsRequestSchema, req);
   try {
-    const answer = await deps.batcher.submitBatch({
+    const answer = await kit.batcher.submitBatch({
       items: items as unknown as Array<Submission<DescMessage>>,
       atomic: req.atomic,
       ...(wholeKey !== undefined ? { idempotency: { accountId: principal.accountId, key: wholeKey, fingerprint: fingerprint! } } : {}),

@@ -75,6 +75,9 @@ export function createWritePath(deps: { sql: Sql; outbox: Outbox; batcher: Retur
 }
 
 /** The group a command created or changed; every transaction command has one. */
+/** What `createWritePath` makes: `mutate` and `submit`. */
+export type WritePath = ReturnType<typeof createWritePath>;
+
 export function groupOf(outcome: Applied) {
   if (!outcome.group) throw new Error("the command produced no transaction group");
   return outcome.group;
