@@ -98,27 +98,61 @@ interface Client {
 export async function servePglite(db: PGlite, options: PgliteServerOptions): Promise<PgliteServer> {
   const warn = options.warn ?? ((m: string) => console.error(m));
   const idleLimitMs = options.idleInTransactionTimeoutMs ?? 60_000;
+  const serverParameters = await readServerParameters(db);
+  const multiplexer = new SessionMultiplexer(db, serverParameters, warn, idleLimitMs);
+
+  const server: Server = createServer((socket) => multiplexer.accept(socket));
+
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(options.port, options.host, () => resolve());
+  });
+  const address = server.address();
+  const port = typeof address === "object" && address ? address.port : options.port;
+
+  return {
+    port,
+    async close() {
+      multiplexer.cancelIdleTimer();
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      await multiplexer.disconnectAll();
+      await closed;
+    },
+  };
+}
+
+/** The ParameterStatus values every client receives at startup, as PGlite has them. */
+async function readServerParameters(db: PGlite): Promise<Map<string, string>> {
   const reported = await db.query<{ name: string; setting: string }>("select name, setting from pg_settings where name = any($1)", [
     REPORTED,
   ]);
   const serverParameters = new Map(reported.rows.map((r) => [r.name, r.setting]));
   serverParameters.set("client_encoding", "UTF8");
+  return serverParameters;
+}
 
-  const clients = new Set<Client>();
+/** Shares the one PGlite session among client connections, one unit of work (or transaction) at a time. */
+class SessionMultiplexer {
+  private readonly clients = new Set<Client>();
   /** Clients with ready units, waiting for the session. */
-  const waiting: Client[] = [];
-  let owner: Client | undefined;
-  let appliedSettingsKey: string | undefined;
-  let pumping: Promise<void> | undefined;
-  let idleTimer: NodeJS.Timeout | undefined;
-  let nextId = 1;
+  private readonly waiting: Client[] = [];
+  private owner: Client | undefined;
+  private appliedSettingsKey: string | undefined;
+  private pumping: Promise<void> | undefined;
+  private idleTimer: NodeJS.Timeout | undefined;
+  private nextId = 1;
 
-  const server: Server = createServer((socket) => accept(socket));
+  constructor(
+    private readonly db: PGlite,
+    private readonly serverParameters: Map<string, string>,
+    private readonly warn: (message: string) => void,
+    private readonly idleLimitMs: number,
+  ) {}
 
-  function accept(socket: Socket): void {
+  accept(socket: Socket): void {
     socket.setNoDelay(true);
     const client: Client = {
-      id: nextId++,
+      id: this.nextId++,
       socket,
       inbox: Buffer.alloc(0),
       started: false,
@@ -130,21 +164,35 @@ export async function servePglite(db: PGlite, options: PgliteServerOptions): Pro
       copying: false,
       closed: false,
     };
-    clients.add(client);
+    this.clients.add(client);
     socket.on("data", (chunk) => {
       client.inbox = client.inbox.length === 0 ? chunk : Buffer.concat([client.inbox, chunk]);
       try {
-        receive(client);
+        this.receive(client);
       } catch (err) {
-        warn(`embedded postgres: dropping a client that sent a malformed message: ${(err as Error).message}`);
+        this.warn(`embedded postgres: dropping a client that sent a malformed message: ${(err as Error).message}`);
         socket.destroy();
       }
     });
     socket.on("error", () => {});
-    socket.on("close", () => leave(client));
+    socket.on("close", () => this.leave(client));
   }
 
-  function receive(client: Client): void {
+  /** Stops the timer that cuts off an owner idle in a transaction. */
+  cancelIdleTimer(): void {
+    clearTimeout(this.idleTimer);
+  }
+
+  /** Disconnects every client and waits until their clean-ups have run. */
+  async disconnectAll(): Promise<void> {
+    for (const client of [...this.clients]) client.socket.destroy();
+    // Each socket's close event queues its clean-up (an open transaction is rolled back): wait for
+    // the events, then for the clean-ups to run, before the caller closes PGlite.
+    for (let i = 0; i < 400 && this.clients.size > 0; i++) await new Promise((resolve) => setTimeout(resolve, 5));
+    while (this.pumping) await this.pumping;
+  }
+
+  private receive(client: Client): void {
     while (!client.closed) {
       const inbox = client.inbox;
       if (!client.started) {
@@ -157,7 +205,7 @@ export async function servePglite(db: PGlite, options: PgliteServerOptions): Pro
         if (code === SSL_REQUEST || code === GSSENC_REQUEST) client.socket.write("N");
         else if (code === CANCEL_REQUEST)
           client.socket.destroy(); // No backend to signal: the query runs to its end.
-        else if (code === PROTOCOL_3_0) start(client, inbox.subarray(8, length));
+        else if (code === PROTOCOL_3_0) this.start(client, inbox.subarray(8, length));
         else {
           client.socket.end(errorResponse("FATAL", "0A000", `unsupported frontend protocol ${code >>> 16}.${code & 0xffff}`));
           client.closed = true;
@@ -180,12 +228,12 @@ export async function servePglite(db: PGlite, options: PgliteServerOptions): Pro
       if (UNIT_END.has(type)) {
         client.ready.push(client.partial);
         client.partial = [];
-        schedule(client);
+        this.schedule(client);
       }
     }
   }
 
-  function start(client: Client, body: Buffer): void {
+  private start(client: Client, body: Buffer): void {
     const parameters = new Map<string, string>();
     const parts = body.toString("utf8").split("\0");
     for (let i = 0; i + 1 < parts.length && parts[i] !== ""; i += 2) parameters.set(parts[i]!, parts[i + 1]!);
@@ -194,7 +242,7 @@ export async function servePglite(db: PGlite, options: PgliteServerOptions): Pro
       .sort(([a], [b]) => a.localeCompare(b));
     client.settingsKey = JSON.stringify(client.settings);
     client.started = true;
-    const statuses = new Map(serverParameters);
+    const statuses = new Map(this.serverParameters);
     statuses.set("application_name", parameters.get("application_name") ?? "");
     statuses.set("session_authorization", parameters.get("user") ?? "postgres");
     statuses.set("is_superuser", "on");
@@ -208,54 +256,56 @@ export async function servePglite(db: PGlite, options: PgliteServerOptions): Pro
     );
   }
 
-  function schedule(client: Client): void {
-    if (client !== owner && !waiting.includes(client)) waiting.push(client);
-    pumping ??= pump().finally(() => (pumping = undefined));
+  private schedule(client: Client): void {
+    if (client !== this.owner && !this.waiting.includes(client)) this.waiting.push(client);
+    this.pumping ??= this.pump().finally(() => (this.pumping = undefined));
   }
 
   /** Runs units one after another, only ever one at a time, handing the session over at idle. */
-  async function pump(): Promise<void> {
+  private async pump(): Promise<void> {
     for (;;) {
-      let client = owner;
+      let client = this.owner;
       if (client) {
         if (client.ready.length === 0) break; // The owner's transaction continues when its next unit arrives.
       } else {
-        client = waiting.shift();
+        client = this.waiting.shift();
         if (!client) break;
         if (client.ready.length === 0) continue;
-        owner = client;
-        if (client.settingsKey !== appliedSettingsKey) {
-          const applied = await applySettings(client);
+        this.owner = client;
+        if (client.settingsKey !== this.appliedSettingsKey) {
+          const applied = await this.applySettings(client);
           if (!applied) continue;
         }
       }
-      clearTimeout(idleTimer);
-      await runUnit(client, client.ready.shift()!);
+      clearTimeout(this.idleTimer);
+      await this.runUnit(client, client.ready.shift()!);
     }
-    if (owner && waiting.length > 0) {
-      const stuck = owner;
-      clearTimeout(idleTimer);
-      idleTimer = setTimeout(() => {
-        if (owner !== stuck || stuck.ready.length > 0) return;
-        warn(
-          `embedded postgres: a connection stayed idle in a transaction for ${idleLimitMs} ms while others waited; it was closed and its transaction rolled back`,
-        );
-        stuck.socket.destroy();
-      }, idleLimitMs);
-      idleTimer.unref();
-    }
+    if (this.owner && this.waiting.length > 0) this.startIdleTimer(this.owner);
   }
 
-  async function runUnit(client: Client, unit: Buffer[]): Promise<void> {
+  /** Disconnects `stuck` if it still holds the session, idle, once the idle limit has passed. */
+  private startIdleTimer(stuck: Client): void {
+    clearTimeout(this.idleTimer);
+    this.idleTimer = setTimeout(() => {
+      if (this.owner !== stuck || stuck.ready.length > 0) return;
+      this.warn(
+        `embedded postgres: a connection stayed idle in a transaction for ${this.idleLimitMs} ms while others waited; it was closed and its transaction rolled back`,
+      );
+      stuck.socket.destroy();
+    }, this.idleLimitMs);
+    this.idleTimer.unref();
+  }
+
+  private async runUnit(client: Client, unit: Buffer[]): Promise<void> {
     let output: Uint8Array;
     try {
-      output = await db.execProtocolRaw(Buffer.concat(unit));
+      output = await this.db.execProtocolRaw(Buffer.concat(unit));
     } catch (err) {
       // PGlite itself failed (not an SQL error, which comes back as an ErrorResponse): nothing
       // sensible can follow on this connection.
-      warn(`embedded postgres: ${(err as Error).message}`);
+      this.warn(`embedded postgres: ${(err as Error).message}`);
       client.socket.destroy();
-      owner = undefined;
+      this.owner = undefined;
       return;
     }
     if (!client.closed && output.length > 0) client.socket.write(output);
@@ -263,39 +313,39 @@ export async function servePglite(db: PGlite, options: PgliteServerOptions): Pro
     if (hasMessage(output, "G")) client.copying = true;
     if (status !== undefined) client.copying = false;
     if (status === "I") {
-      owner = undefined;
-      if (client.ready.length > 0) waiting.push(client);
+      this.owner = undefined;
+      if (client.ready.length > 0) this.waiting.push(client);
     }
   }
 
   /** Makes the session's settings the client's startup parameters; false when they are refused. */
-  async function applySettings(client: Client): Promise<boolean> {
+  private async applySettings(client: Client): Promise<boolean> {
     const statements = [
       "reset all",
       ...client.settings.map(([name, value]) => `select pg_catalog.set_config(${literal(name)}, ${literal(value)}, false)`),
     ];
-    const output = await db.execProtocolRaw(message("Q", Buffer.from(statements.join(";\n") + "\0")));
+    const output = await this.db.execProtocolRaw(message("Q", Buffer.from(statements.join(";\n") + "\0")));
     const error = firstError(output);
     if (error === undefined) {
-      appliedSettingsKey = client.settingsKey;
+      this.appliedSettingsKey = client.settingsKey;
       return true;
     }
     // Like Postgres refusing an unknown parameter at connection time, but on first use.
-    appliedSettingsKey = undefined;
-    owner = undefined;
+    this.appliedSettingsKey = undefined;
+    this.owner = undefined;
     client.ready = [];
     if (!client.closed) client.socket.end(errorResponse("FATAL", "22023", `invalid connection parameter: ${error}`));
     return false;
   }
 
-  function leave(client: Client): void {
-    if (client.closed && !clients.has(client)) return;
+  private leave(client: Client): void {
+    if (client.closed && !this.clients.has(client)) return;
     client.closed = true;
-    clients.delete(client);
+    this.clients.delete(client);
     client.partial = [];
-    const index = waiting.indexOf(client);
-    if (index >= 0) waiting.splice(index, 1);
-    const holdsSession = owner === client;
+    const index = this.waiting.indexOf(client);
+    if (index >= 0) this.waiting.splice(index, 1);
+    const holdsSession = this.owner === client;
     if (!holdsSession && client.statements.size === 0) return;
     // The clean-up runs as this client's last unit: at once when it holds the session (its open
     // transaction is rolled back before anyone else runs), else when the session is next idle.
@@ -307,67 +357,42 @@ export async function servePglite(db: PGlite, options: PgliteServerOptions): Pro
     for (const name of client.statements) cleanup.push(message("C", Buffer.from(`S${name}\0`)));
     cleanup.push(message("S", Buffer.alloc(0)));
     client.ready = [cleanup];
-    schedule(client);
+    this.schedule(client);
   }
+}
 
-  /**
-   * Prefixes the names of prepared statements and portals with the client's id, in the messages
-   * that carry them, so that clients sharing the session never see each other's.
-   */
-  function renameObjects(client: Client, msg: Buffer): Buffer {
-    const type = String.fromCharCode(msg[0]!);
-    const rename = (name: string) => (name === "" ? name : `c${client.id}_${name}`);
-    let names: string[];
-    let start = 5;
-    switch (type) {
-      case "P": // Parse: statement, then the query.
-      case "E": // Execute: portal.
-        names = readStrings(msg, start, 1);
-        break;
-      case "B": // Bind: portal, statement.
-        names = readStrings(msg, start, 2);
-        break;
-      case "D": // Describe and Close: 'S' or 'P', then the name.
-      case "C":
-        start = 6;
-        names = readStrings(msg, start, 1);
-        break;
-      default:
-        return msg;
-    }
-    const renamed = names.map(rename);
-    if (type === "P" && renamed[0]) client.statements.add(renamed[0]);
-    if (type === "C" && msg[5] === 0x53 && renamed[0]) client.statements.delete(renamed[0]);
-    if (renamed.every((n, i) => n === names[i])) return msg;
-    const consumed = names.reduce((sum, n) => sum + Buffer.byteLength(n) + 1, 0);
-    const body = Buffer.concat([
-      msg.subarray(5, start),
-      Buffer.from(renamed.map((n) => n + "\0").join("")),
-      msg.subarray(start + consumed),
-    ]);
-    return message(type, body);
+/**
+ * Prefixes the names of prepared statements and portals with the client's id, in the messages
+ * that carry them, so that clients sharing the session never see each other's.
+ */
+function renameObjects(client: Client, msg: Buffer): Buffer {
+  const type = String.fromCharCode(msg[0]!);
+  const rename = (name: string) => (name === "" ? name : `c${client.id}_${name}`);
+  let names: string[];
+  let start = 5;
+  switch (type) {
+    case "P": // Parse: statement, then the query.
+    case "E": // Execute: portal.
+      names = readStrings(msg, start, 1);
+      break;
+    case "B": // Bind: portal, statement.
+      names = readStrings(msg, start, 2);
+      break;
+    case "D": // Describe and Close: 'S' or 'P', then the name.
+    case "C":
+      start = 6;
+      names = readStrings(msg, start, 1);
+      break;
+    default:
+      return msg;
   }
-
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(options.port, options.host, () => resolve());
-  });
-  const address = server.address();
-  const port = typeof address === "object" && address ? address.port : options.port;
-
-  return {
-    port,
-    async close() {
-      clearTimeout(idleTimer);
-      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-      for (const client of [...clients]) client.socket.destroy();
-      // Each socket's close event queues its clean-up (an open transaction is rolled back): wait for
-      // the events, then for the clean-ups to run, before the caller closes PGlite.
-      for (let i = 0; i < 400 && clients.size > 0; i++) await new Promise((resolve) => setTimeout(resolve, 5));
-      while (pumping) await pumping;
-      await closed;
-    },
-  };
+  const renamed = names.map(rename);
+  if (type === "P" && renamed[0]) client.statements.add(renamed[0]);
+  if (type === "C" && msg[5] === 0x53 && renamed[0]) client.statements.delete(renamed[0]);
+  if (renamed.every((n, i) => n === names[i])) return msg;
+  const consumed = names.reduce((sum, n) => sum + Buffer.byteLength(n) + 1, 0);
+  const body = Buffer.concat([msg.subarray(5, start), Buffer.from(renamed.map((n) => n + "\0").join("")), msg.subarray(start + consumed)]);
+  return message(type, body);
 }
 
 function int32(value: number): Buffer {
