@@ -105,21 +105,31 @@ function deployedNodeFlags(repoRoot: string, name: ServiceName): string[] {
   return (command as string[]).slice(1, -1);
 }
 
-// Every service process a run started and that has not exited. A bench stopped by a signal or an
-// error must not leave them behind: the next run drops and recreates the same database, an old
-// process reconnects to it, and (with another run's secret key) claims the new run's deliveries
-// and fails every one of them.
+// Every service process a run started and that has not exited, and every stream it made. A bench
+// stopped by a signal or an error must not leave them behind: the next run drops and recreates the
+// same database, an old process reconnects to it, and (with another run's secret key) claims the
+// new run's deliveries and fails every one of them; and each stream reserves 16 GiB of the NATS
+// store, so a few left behind fail every later run with "insufficient storage resources".
 const running = new Set<ChildProcess>();
+const streams = new Map<string, string>();
 let exitHooked = false;
 function track(child: ChildProcess): void {
   running.add(child);
   child.once("exit", () => running.delete(child));
   if (exitHooked) return;
   exitHooked = true;
-  process.once("exit", () => {
-    for (const c of running) c.kill("SIGKILL");
-  });
-  for (const signal of ["SIGINT", "SIGTERM"] as const) process.once(signal, () => process.exit(signal === "SIGINT" ? 130 : 143));
+  process.once("exit", killRunning);
+  for (const signal of ["SIGINT", "SIGTERM"] as const) {
+    process.once(signal, () => {
+      killRunning();
+      const timeout = new Promise((resolve) => setTimeout(resolve, 5_000).unref());
+      const removed = Promise.all([...streams].map(([stream, natsUrl]) => deleteStream(natsUrl, stream).catch(() => {})));
+      void Promise.race([removed, timeout]).finally(() => process.exit(signal === "SIGINT" ? 130 : 143));
+    });
+  }
+}
+function killRunning(): void {
+  for (const c of running) c.kill("SIGKILL");
 }
 
 /** The running system: where each process listens, and its pid. */
@@ -237,19 +247,94 @@ export async function startSystem(options: SystemOptions): Promise<System> {
   const env = systemEnv(options, tag, stream, ports, urls);
   const logDir = join(tmpdir(), `ledger-bench-${tag}`);
   mkdirSync(logDir, { recursive: true });
+  streams.set(stream, options.natsUrl);
+  const system = new RunningSystem(options, stream, ports, urls, env, logDir);
+  try {
+    await system.startAll();
+  } catch (err) {
+    await system.stop();
+    // The services may have made the run's stream before one of them failed.
+    await deleteStream(options.natsUrl, stream).catch(() => {});
+    throw err;
+  }
+  return system;
+}
 
-  // Extra node flags for every service, for profiling: BENCH_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof".
-  // They come after a manifest's own flags, so they win.
-  const nodeArgs = (process.env["BENCH_NODE_ARGS"] ?? "").split(/\s+/).filter(Boolean);
-  const children = new Map<ServiceName, ChildProcess>();
-  const replicas: ChildProcess[] = [];
-  const ledgerReplicas: ChildProcess[] = [];
-  // Starts `entry` with its output in <logName>.log and waits until each of `readyPorts` answers /readyz.
-  const spawnReady = async (entry: string, flags: string[], logName: string, childEnv: Record<string, string>, readyPorts: number[]) => {
-    const logFile = join(logDir, `${logName}.log`);
+/** The system's processes: started, paused, joined by replicas and stopped. */
+class RunningSystem implements System {
+  readonly layout: Layout;
+  readonly databaseUrl: string;
+  readonly natsUrl: string;
+  readonly restUrl: string;
+  pids!: Record<ServiceName, number>;
+  private readonly children = new Map<ServiceName, ChildProcess>();
+  private readonly replicas: ChildProcess[] = [];
+  private readonly ledgerReplicas: ChildProcess[] = [];
+  /**
+   * Extra node flags for every service, for profiling: BENCH_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof".
+   * They come after a manifest's own flags, so they win.
+   */
+  private readonly nodeArgs = (process.env["BENCH_NODE_ARGS"] ?? "").split(/\s+/).filter(Boolean);
+
+  constructor(
+    private readonly options: SystemOptions,
+    readonly stream: string,
+    private readonly ports: Record<ServiceName | "gatewayOps", number>,
+    readonly urls: Record<ServiceName, string>,
+    private readonly env: Record<string, string>,
+    readonly logDir: string,
+  ) {
+    this.layout = options.layout;
+    this.databaseUrl = options.databaseUrl;
+    this.natsUrl = options.natsUrl;
+    this.restUrl = `${urls.gateway}/v1`;
+  }
+
+  /** Starts every service in its layout, and notes their pids. */
+  async startAll(): Promise<void> {
+    if (this.layout === "one-process") {
+      const child = await this.spawnReady(
+        ONE_PROCESS_ENTRY,
+        npmStartNodeFlags(this.options.repoRoot),
+        "all",
+        { ...this.env, NODE_EXTRA_CA_CERTS: this.options.caFile },
+        [this.ports.ledger, this.ports.gatewayOps],
+      );
+      for (const name of SERVICES) this.children.set(name, child);
+    } else {
+      // The ledger creates the database and its schema; the others add theirs beside it.
+      await this.start("ledger");
+      await Promise.all([this.start("hold"), this.start("notification")]);
+      await this.start("gateway");
+    }
+    const pid = (name: ServiceName) => this.children.get(name)!.pid!;
+    this.pids = { ledger: pid("ledger"), hold: pid("hold"), notification: pid("notification"), gateway: pid("gateway") };
+  }
+
+  private async start(name: ServiceName): Promise<void> {
+    this.children.set(name, await this.launch(name, name, this.ports[name]));
+  }
+
+  /** Starts one service as deployed, with its log in <logName>.log; the gateway answers /readyz on its ops port only. */
+  private launch(name: ServiceName, logName: string, port: number): Promise<ChildProcess> {
+    const env =
+      name === "notification" ? { ...this.env, NODE_EXTRA_CA_CERTS: this.options.caFile, NOTIFICATION_PORT: String(port) } : this.env;
+    const readyPort = name === "gateway" ? this.ports.gatewayOps : port;
+    return this.spawnReady(ENTRY[name], deployedNodeFlags(this.options.repoRoot, name), logName, env, [readyPort]);
+  }
+
+  /** Starts `entry` with its output in <logName>.log and waits until each of `readyPorts` answers /readyz. */
+  private async spawnReady(
+    entry: string,
+    flags: string[],
+    logName: string,
+    childEnv: Record<string, string>,
+    readyPorts: number[],
+  ): Promise<ChildProcess> {
+    const logFile = join(this.logDir, `${logName}.log`);
     const log = openSync(logFile, "a");
-    const child = spawn(process.execPath, [...flags, ...nodeArgs, entry], {
-      cwd: options.repoRoot,
+    const child = spawn(process.execPath, [...flags, ...this.nodeArgs, entry], {
+      cwd: this.options.repoRoot,
       env: childEnv,
       stdio: ["ignore", log, log],
     });
@@ -262,32 +347,48 @@ export async function startSystem(options: SystemOptions): Promise<System> {
       throw err;
     }
     return child;
-  };
-  // The gateway answers /readyz on its ops port only.
-  const launch = (name: ServiceName, logName: string, port: number) =>
-    spawnReady(
-      ENTRY[name],
-      deployedNodeFlags(options.repoRoot, name),
-      logName,
-      name === "notification" ? { ...env, NODE_EXTRA_CA_CERTS: options.caFile, NOTIFICATION_PORT: String(port) } : env,
-      [name === "gateway" ? ports.gatewayOps : port],
+  }
+
+  private processesOnly(what: string): void {
+    if (this.layout === "one-process") throw new Error(`${what}: one process runs every service, so this would affect them all`);
+  }
+
+  signal(name: ServiceName, signal: "SIGSTOP" | "SIGCONT"): void {
+    this.processesOnly("signal");
+    this.children.get(name)?.kill(signal);
+    if (name === "notification") for (const replica of this.replicas) replica.kill(signal);
+  }
+
+  async startNotificationReplica(): Promise<number> {
+    this.processesOnly("startNotificationReplica");
+    const child = await this.launch("notification", `notification-${this.replicas.length + 2}`, await freePort());
+    this.replicas.push(child);
+    return child.pid!;
+  }
+
+  async startLedgerReplica(extraEnv: Record<string, string>): Promise<{ url: string; pid: number }> {
+    this.processesOnly("startLedgerReplica");
+    const port = await freePort();
+    const child = await this.spawnReady(
+      ENTRY.ledger,
+      deployedNodeFlags(this.options.repoRoot, "ledger"),
+      `ledger-${this.ledgerReplicas.length + 2}`,
+      Object.assign({}, this.env, extraEnv, { LEDGER_PORT: String(port) }),
+      [port],
     );
-  const start = async (name: ServiceName) => {
-    children.set(name, await launch(name, name, Number(new URL(urls[name]).port)));
-  };
-  const startOneProcess = async () => {
-    const child = await spawnReady(
-      ONE_PROCESS_ENTRY,
-      npmStartNodeFlags(options.repoRoot),
-      "all",
-      { ...env, NODE_EXTRA_CA_CERTS: options.caFile },
-      [ports.ledger, ports.gatewayOps],
-    );
-    for (const name of SERVICES) children.set(name, child);
-  };
-  const stop = async () => {
+    this.ledgerReplicas.push(child);
+    return { url: `http://127.0.0.1:${port}`, pid: child.pid! };
+  }
+
+  cpuSnapshot(): CpuSnapshot {
+    const pidsOf = (children: ChildProcess[]) => children.map((child) => child.pid!);
+    return cpuSnapshot(this.pids, pidsOf(this.replicas), pidsOf(this.ledgerReplicas));
+  }
+
+  async stop(): Promise<void> {
     // Reverse order: the gateway stops taking requests before the services behind it go.
-    for (const child of [...replicas, ...ledgerReplicas, ...[...SERVICES].reverse().map((name) => children.get(name))]) {
+    const services = [...SERVICES].reverse().map((name) => this.children.get(name));
+    for (const child of [...this.replicas, ...this.ledgerReplicas, ...services]) {
       // In one process, the four names share one child: stopped at the first, skipped after.
       if (!child || child.exitCode !== null || child.signalCode !== null) continue;
       child.kill("SIGCONT");
@@ -302,68 +403,7 @@ export async function startSystem(options: SystemOptions): Promise<System> {
         child.kill("SIGTERM");
       });
     }
-  };
-  try {
-    if (options.layout === "one-process") {
-      await startOneProcess();
-    } else {
-      // The ledger creates the database and its schema; the others add theirs beside it.
-      await start("ledger");
-      await Promise.all([start("hold"), start("notification")]);
-      await start("gateway");
-    }
-  } catch (err) {
-    await stop();
-    // The services may have made the run's stream before one of them failed.
-    await deleteStream(options.natsUrl, stream).catch(() => {});
-    throw err;
   }
-  const pid = (name: ServiceName) => children.get(name)!.pid!;
-  const processesOnly = (what: string) => {
-    if (options.layout === "one-process") throw new Error(`${what}: one process runs every service, so this would affect them all`);
-  };
-  const pids = { ledger: pid("ledger"), hold: pid("hold"), notification: pid("notification"), gateway: pid("gateway") };
-  return {
-    layout: options.layout,
-    databaseUrl: options.databaseUrl,
-    natsUrl: options.natsUrl,
-    stream,
-    urls,
-    restUrl: `${urls.gateway}/v1`,
-    pids,
-    logDir,
-    signal: (name, signal) => {
-      processesOnly("signal");
-      children.get(name)?.kill(signal);
-      if (name === "notification") for (const replica of replicas) replica.kill(signal);
-    },
-    async startNotificationReplica() {
-      processesOnly("startNotificationReplica");
-      const child = await launch("notification", `notification-${replicas.length + 2}`, await freePort());
-      replicas.push(child);
-      return child.pid!;
-    },
-    async startLedgerReplica(extraEnv) {
-      processesOnly("startLedgerReplica");
-      const port = await freePort();
-      const child = await spawnReady(
-        ENTRY.ledger,
-        deployedNodeFlags(options.repoRoot, "ledger"),
-        `ledger-${ledgerReplicas.length + 2}`,
-        { ...env, ...extraEnv, LEDGER_PORT: String(port) },
-        [port],
-      );
-      ledgerReplicas.push(child);
-      return { url: `http://127.0.0.1:${port}`, pid: child.pid! };
-    },
-    cpuSnapshot: () =>
-      cpuSnapshot(
-        pids,
-        replicas.map((child) => child.pid!),
-        ledgerReplicas.map((child) => child.pid!),
-      ),
-    stop,
-  };
 }
 
 async function waitReady(name: string, url: string, child: ChildProcess, logFile: string): Promise<void> {
