@@ -146,6 +146,33 @@ export function cellsTable(cells: Cell[]): string {
 }
 
 export function toMarkdown(report: Report): string {
+  const out = [...headerLines(report), ...referenceLines(report)];
+  if (report.cells.length) out.push(cellsTable(report.cells), "");
+  out.push(...webhookLines(report));
+  out.push(
+    ...targetsTable(
+      "**Webhook targets** (four processes, default settings; one HTTPS receiver on 127.0.0.1 answering 200 at once):",
+      webhookTargets(report),
+    ),
+  );
+  out.push(
+    ...targetsTable(
+      "**Runtime targets** (two-party posted transfers; `npm start`'s one process unless the target says apart):",
+      runtimeTargets(report),
+    ),
+  );
+  out.push(
+    ...targetsTable(
+      "**Search target** (`GET /transaction/groups?metadata[k]=v` among the search account's 1,000,000 groups, 100,000 in `--smoke`):",
+      searchTargets(report.cells),
+    ),
+  );
+  out.push(...outcomeLines(report));
+  return out.join("\n") + "\n";
+}
+
+/** The report's title, the machine, and the run's settings. */
+function headerLines(report: Report): string[] {
   const m = report.machine;
   const out: string[] = [];
   out.push(`# Benchmark results${report.smoke ? " (smoke: durations too short to mean anything)" : ""}`, "");
@@ -158,6 +185,12 @@ export function toMarkdown(report: Report): string {
       `${report.settings.entities} pre-funded entities. RSS is the peak during each cell${report.settings.perCellPeakRss ? "" : " (cumulative since start: this kernel refused to reset it)"}.`,
     "",
   );
+  return out;
+}
+
+/** pgbench's runs over the run, and the history reads' SQL alone. */
+function referenceLines(report: Report): string[] {
+  const out: string[] = [];
   if (report.pgbench) {
     const p = report.pgbench;
     out.push(
@@ -193,7 +226,13 @@ export function toMarkdown(report: Report): string {
       "",
     );
   }
-  if (report.cells.length) out.push(cellsTable(report.cells), "");
+  return out;
+}
+
+/** The webhook latency runs' table and each drain. */
+function webhookLines(report: Report): string[] {
+  const m = report.machine;
+  const out: string[] = [];
   if (report.webhooks.length) {
     out.push(
       "**Webhooks** (one HTTPS receiver; commit = the transaction's RPC response, receipt = the receiver got its `transaction.created`):",
@@ -218,24 +257,12 @@ export function toMarkdown(report: Report): string {
       "",
     );
   }
-  out.push(
-    ...targetsTable(
-      "**Webhook targets** (four processes, default settings; one HTTPS receiver on 127.0.0.1 answering 200 at once):",
-      webhookTargets(report),
-    ),
-  );
-  out.push(
-    ...targetsTable(
-      "**Runtime targets** (two-party posted transfers; `npm start`'s one process unless the target says apart):",
-      runtimeTargets(report),
-    ),
-  );
-  out.push(
-    ...targetsTable(
-      "**Search target** (`GET /transaction/groups?metadata[k]=v` among the search account's 1,000,000 groups, 100,000 in `--smoke`):",
-      searchTargets(report.cells),
-    ),
-  );
+  return out;
+}
+
+/** Peak RSS over the run, the invariants, unexpected errors, and whether the run passed. */
+function outcomeLines(report: Report): string[] {
+  const out: string[] = [];
   const processes = report.peakRssMb.processes;
   const one = report.peakRssMb["one-process"];
   if (processes)
@@ -251,7 +278,7 @@ export function toMarkdown(report: Report): string {
   );
   if (report.unexpectedErrors.length) out.push("", `**Unexpected errors**:\n${report.unexpectedErrors.map((v) => `- ${v}`).join("\n")}`);
   out.push("", report.ok ? "Run: **passed**." : "Run: **FAILED**.");
-  return out.join("\n") + "\n";
+  return out;
 }
 
 /** Each history read's reference: `as-of p50 1.0 ms, p99 2.0 ms (n reads)`, the workloads joined by semicolons. */
@@ -296,16 +323,23 @@ export interface Target {
   met: boolean;
 }
 
+/** How a target's text names each transport. */
+const TRANSPORT_NAMES: Record<Transport, string> = { rest: "REST", h2load: "RPC (h2load)", rpc: "RPC (Connect's client)" };
+
 /**
  * The runtime's targets (bench/README.md, "Targets"): transfers and batches in `npm start`'s one
  * process against pgbench, the p99 at concurrency 16, and each layout's peak RSS over the whole
  * run. A target whose cells this run did not measure is left out.
  */
-const TRANSPORT_NAMES: Record<Transport, string> = { rest: "REST", h2load: "RPC (h2load)", rpc: "RPC (Connect's client)" };
 
 export function runtimeTargets(report: Report): Target[] {
-  const rows: Target[] = [];
   const tps = referenceOf(report, "one-process")?.tps;
+  return [...transferTargets(report, tps), ...batchTargets(report, tps), ...historyTargets(report), ...rssTargets(report)];
+}
+
+/** Transfers in the one process: REST and binary RPC at concurrency 64 against pgbench, and the p99 at 16. */
+function transferTargets(report: Report, tps: number | undefined): Target[] {
+  const rows: Target[] = [];
   const transfer = (transport: Transport, concurrency: number) =>
     report.cells.find(
       (c) => c.layout === "one-process" && c.workload === "transfer" && c.transport === transport && c.concurrency === concurrency,
@@ -345,6 +379,12 @@ export function runtimeTargets(report: Report): Target[] {
       met: tails.every(({ t, p99 }) => p99 < 25 || (t === "rpc" && tails.some((x) => x.t === "h2load"))),
     });
   }
+  return rows;
+}
+
+/** Batch calls in the one process against pgbench. */
+function batchTargets(report: Report, tps: number | undefined): Target[] {
+  const rows: Target[] = [];
   // Batches: each transport's best concurrency (the transfers per second batch calls can give);
   // both transports must be measured and meet it.
   const bestBatch = (["rest", "rpc"] as const).flatMap((t) => {
@@ -367,6 +407,12 @@ export function runtimeTargets(report: Report): Target[] {
         bestBatch.every(({ cell }) => cell.perSecond >= BATCH_GOAL * tps && Object.keys(cell.errors).length === 0),
     });
   }
+  return rows;
+}
+
+/** History reads' p99 at concurrency 1. */
+function historyTargets(report: Report): Target[] {
+  const rows: Target[] = [];
   // History reads: every cell measured, in any layout and over every transport; as for transfers,
   // Connect's client's tail is the client's own when h2load measured the server beside it.
   for (const workload of HISTORY_WORKLOADS) {
@@ -386,6 +432,12 @@ export function runtimeTargets(report: Report): Target[] {
       met: cells.every((c) => !judged(c) || (c.p99 < HISTORY_P99_GOAL_MS && Object.keys(c.errors).length === 0)),
     });
   }
+  return rows;
+}
+
+/** Each layout's peak RSS over the whole run. */
+function rssTargets(report: Report): Target[] {
+  const rows: Target[] = [];
   const apart = report.peakRssMb.processes;
   if (apart) {
     const peak = Math.max(...Object.values(apart));
