@@ -61,6 +61,61 @@ export interface BackgroundLoop {
 }
 
 /**
+ * Reports the iteration of one loop that runs past its stall limit: an error and a count when it
+ * passes the limit, and a line when it ends.
+ */
+class StallWatch {
+  // When the running iteration started (0 between iterations), and whether it was reported stalled.
+  private iterationStartedAt = 0;
+  private stallReported = false;
+  private stallCheck: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly name: string,
+    private readonly log: Logger,
+    private readonly stallWarnMs: number,
+  ) {}
+
+  /** Starts looking every `STALL_CHECK_MS`, or more often for a shorter limit; a limit of 0 watches nothing. */
+  start(): void {
+    if (this.stallWarnMs > 0) {
+      this.stallCheck = setInterval(() => this.checkStall(), Math.min(STALL_CHECK_MS, this.stallWarnMs));
+      this.stallCheck.unref();
+    }
+  }
+
+  /** Stops looking, when the loop stops. */
+  stop(): void {
+    clearInterval(this.stallCheck);
+  }
+
+  /** An iteration starts: the time it may run before it counts as stalled starts too. */
+  iterationStarted(): void {
+    this.iterationStartedAt = Date.now();
+  }
+
+  /** The iteration ended, well or not: logs the end of a stall it was reported for. */
+  iterationEnded(): void {
+    const { name, log } = this;
+    if (this.stallReported)
+      log.info({ loop: name, running_ms: Date.now() - this.iterationStartedAt }, `${name} iteration ended after stalling`);
+    this.iterationStartedAt = 0;
+    this.stallReported = false;
+  }
+
+  /** Reports the running iteration, once, when it has run past the limit. */
+  private checkStall(): void {
+    if (this.iterationStartedAt === 0 || this.stallReported) return;
+    const runningMs = Date.now() - this.iterationStartedAt;
+    if (runningMs < this.stallWarnMs) return;
+    this.stallReported = true;
+    const { name, log } = this;
+    stalls.inc({ loop: name });
+    log.error({ loop: name, running_ms: runningMs }, `${name} has been stuck in one iteration for ${Math.round(runningMs / 1000)} s`);
+  }
+}
+
+/**
  * Runs `options.iteration` over and over, in the background, until stopped. Failures are logged
  * once per streak (a warning when it starts, a line when it ends with how many failed), not once
  * per retry, so an outage of a dependency costs two log lines, not one per backoff step.
@@ -74,20 +129,7 @@ export function backgroundLoop(options: BackgroundLoopOptions): BackgroundLoop {
   // The sleep in progress, if any: `endSleep` ends it, and `wake` may when it is an idle one.
   let endSleep: (() => void) | undefined;
   let sleepIsIdle = false;
-  const stallWarnMs = options.stallWarnMs ?? 60_000;
-  // When the running iteration started (0 between iterations), and whether it was reported stalled.
-  let iterationStartedAt = 0;
-  let stallReported = false;
-  let stallCheck: NodeJS.Timeout | undefined;
-
-  function checkStall() {
-    if (iterationStartedAt === 0 || stallReported) return;
-    const runningMs = Date.now() - iterationStartedAt;
-    if (runningMs < stallWarnMs) return;
-    stallReported = true;
-    stalls.inc({ loop: name });
-    log.error({ loop: name, running_ms: runningMs }, `${name} has been stuck in one iteration for ${Math.round(runningMs / 1000)} s`);
-  }
+  const stallWatch = new StallWatch(name, log, options.stallWarnMs ?? 60_000);
 
   function sleep(ms: number, idle: boolean): Promise<void> {
     if (!running || (idle && woken)) return Promise.resolve();
@@ -111,11 +153,11 @@ export function backgroundLoop(options: BackgroundLoopOptions): BackgroundLoop {
     while (running) {
       woken = false;
       let more: boolean | number;
-      iterationStartedAt = Date.now();
+      stallWatch.iterationStarted();
       try {
         more = await iteration();
       } catch (err) {
-        endIteration();
+        stallWatch.iterationEnded();
         failures++;
         options.onFailure?.(err);
         if (failures === 1) {
@@ -125,7 +167,7 @@ export function backgroundLoop(options: BackgroundLoopOptions): BackgroundLoop {
         await sleep(Math.min(backoff.firstMs * 2 ** (failures - 1), backoff.maxMs), false);
         continue;
       }
-      endIteration();
+      stallWatch.iterationEnded();
       if (failures > 0) {
         log.info({ loop: name, after_failures: failures, failing_ms: Date.now() - failingSince }, `${name} works again`);
         failures = 0;
@@ -135,20 +177,11 @@ export function backgroundLoop(options: BackgroundLoopOptions): BackgroundLoop {
     }
   }
 
-  function endIteration() {
-    if (stallReported) log.info({ loop: name, running_ms: Date.now() - iterationStartedAt }, `${name} iteration ended after stalling`);
-    iterationStartedAt = 0;
-    stallReported = false;
-  }
-
   return {
     start() {
       if (running) return;
       running = true;
-      if (stallWarnMs > 0) {
-        stallCheck = setInterval(checkStall, Math.min(STALL_CHECK_MS, stallWarnMs));
-        stallCheck.unref();
-      }
+      stallWatch.start();
       loop = run();
     },
     wake() {
@@ -163,7 +196,7 @@ export function backgroundLoop(options: BackgroundLoopOptions): BackgroundLoop {
     },
     async stop() {
       running = false;
-      clearInterval(stallCheck);
+      stallWatch.stop();
       endSleep?.();
       await loop;
     },
