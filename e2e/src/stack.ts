@@ -1,7 +1,14 @@
 import { randomBytes } from "node:crypto";
 import { createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
-import { DEFAULT_RPC_BODY_LIMIT_BYTES, STREAM_LIMITS, type RateLimitConfig, type StreamLimits, type TracingConfig } from "@ledger/common";
+import {
+  DEFAULT_RPC_BODY_LIMIT_BYTES,
+  STREAM_LIMITS,
+  type InfraConfig,
+  type RateLimitConfig,
+  type StreamLimits,
+  type TracingConfig,
+} from "@ledger/common";
 import { DEFAULT_CALL_TIMEOUT_MS, startGateway, type GatewayConfig, type GatewayHandle } from "@ledger/gateway";
 import { startHold, type HoldConfig, type HoldHandle } from "@ledger/hold-service";
 import {
@@ -112,43 +119,9 @@ export function setDefaultWiring(wiring: "http" | "memory"): void {
  * prefix of its own, so test files running side by side never see each other's events.
  */
 export async function startStack(options: StackOptions = {}): Promise<Stack> {
-  const databaseUrl = inject("databaseUrl");
-  const natsUrl = options.natsUrl ?? inject("natsUrl");
-  const tag = randomBytes(4).toString("hex");
-  const stream = `${inject("natsStreamPrefix")}${tag}`;
-  const subjectPrefix = `test${tag}`;
-  const logLevel = process.env["TEST_LOG_LEVEL"] ?? "silent";
-  const inMemory = (options.wiring ?? defaultWiring) === "memory";
-  // What every RPC port of the stack accepts: the production body limit, and no rate limit unless asked.
-  const rpcLimits = {
-    rpcBodyLimitBytes: DEFAULT_RPC_BODY_LIMIT_BYTES,
-    ...(options.rpcRateLimit ?? { rateLimitPerSecond: 0, rateLimitBurst: 1 }),
-  };
-  const natsStreamLimits: StreamLimits = { ...STREAM_LIMITS, ...options.streamLimits };
-  const ledgerConfig: LedgerConfig = {
-    ...rpcLimits,
-    databaseUrl,
-    natsUrl,
-    natsStream: stream,
-    natsSubjectPrefix: subjectPrefix,
-    natsStreamLimits,
-    logLevel,
-    host: "127.0.0.1",
-    port: 0,
-    databasePoolSize: 10,
-    batchMax: 128,
-    batchConcurrency: 4,
-    batchLingerMs: 2,
-    batchHalfAbove: 32,
-    // The partitioned run (vitest.partitioned.config.ts) sets it: one account per transaction, as
-    // a database distributed by account needs.
-    batchOneAccount: process.env["LEDGER_BATCH_ONE_ACCOUNT"] === "true",
-    entityCacheSize: DEFAULT_ENTITY_CACHE_SIZE,
-    chainedWrites: true,
-    serviceToken: TEST_SERVICE_TOKEN,
-    tracing: options.tracing,
-    ...options.ledger,
-  };
+  const settings = stackSettings(options);
+  const { databaseUrl, natsUrl, tag, stream, subjectPrefix } = settings;
+  const ledgerConfig = ledgerConfigOf(settings);
   const ledger = await startLedger(ledgerConfig);
   const ledgerReplicas: LedgerHandle[] = [];
   const startLedgerReplica = async (overrides: Partial<LedgerConfig> = {}) => {
@@ -156,34 +129,12 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     ledgerReplicas.push(handle);
     return handle;
   };
-  const ledgerPeer = inMemory ? ledger.server.inProcess : undefined;
-  const infra = {
-    ...rpcLimits,
-    natsUrl,
-    natsStream: stream,
-    natsSubjectPrefix: subjectPrefix,
-    natsStreamLimits,
-    logLevel,
-    tracing: options.tracing,
-  };
+  const ledgerPeer = settings.inMemory ? ledger.server.inProcess : undefined;
   // The hold and notification services get databases of their own per stack: their background
   // workers (expiry, recovery, deliveries) take any due row in their database, and must not pick
   // up another test file's rows with this stack's settings.
   const holdDatabase = siblingDatabase(databaseUrl, `hold_${tag}`);
-  const holdConfig: HoldConfig = {
-    ...infra,
-    databaseUrl: holdDatabase.toString(),
-    host: "127.0.0.1",
-    port: 0,
-    ledgerUrl: ledger.server.url,
-    serviceToken: TEST_SERVICE_TOKEN,
-    expiryIntervalMs: options.holdExpiryIntervalMs ?? 200,
-    databasePoolSize: 10,
-    recoveryAfterMs: options.recoveryAfterMs ?? 1_000,
-    batchMax: 64,
-    batchConcurrency: 4,
-    batchLingerMs: 1,
-  };
+  const holdConfig = holdConfigOf(settings, holdDatabase, ledger.server.url);
   const holdReplicas: HoldHandle[] = [];
   const startHoldReplica = async (overrides: Partial<HoldConfig> = {}) => {
     const handle = await startHold(Object.assign({}, holdConfig, overrides), { ledger: ledgerPeer });
@@ -192,24 +143,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   };
   const hold = options.externalHoldUrl ? undefined : await startHoldReplica();
   const notificationDatabase = siblingDatabase(databaseUrl, `ntf_${tag}`);
-  const notificationConfig: NotificationConfig | undefined = options.notification
-    ? {
-        ...infra,
-        databaseUrl: notificationDatabase.toString(),
-        host: "127.0.0.1",
-        port: 0,
-        ledgerUrl: ledger.server.url,
-        serviceToken: TEST_SERVICE_TOKEN,
-        databasePoolSize: 5,
-        webhookAllowHttp: false,
-        webhookAllowPrivateNetworks: true,
-        webhookTimeoutMs: 2_000,
-        webhookRetryScheduleMs: [300, 300],
-        webhookConcurrency: 32,
-        secretKey: randomBytes(32),
-        ...options.notification,
-      }
-    : undefined;
+  const notificationConfig = notificationConfigOf(settings, notificationDatabase, ledger.server.url);
   const replicas: NotificationHandle[] = [];
   const startReplica = async (overrides: Partial<NotificationConfig> = {}) => {
     if (!notificationConfig) throw new Error("startStack was called without the notification option");
@@ -222,43 +156,10 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   // The hold database exists once the in-process service migrated it, or once a test's own hold process did.
   let holdSqlClient: postgres.Sql<{ bigint: bigint }> | undefined;
   const holdSql = () => (holdSqlClient ??= schemaClient(holdDatabase.toString(), "hold"));
-  const gateway = await startGateway(
-    {
-      host: "127.0.0.1",
-      port: 0,
-      opsPort: 0,
-      ledgerUrl: ledger.server.url,
-      holdUrl: options.externalHoldUrl ?? hold!.server.url,
-      // Without a notification service the webhook paths answer 503, as in production when it is down.
-      notificationUrl: notification?.server.url ?? "http://127.0.0.1:9",
-      bodyLimitBytes: 64 * 1024,
-      batchBodyLimitBytes: 4 * 1024 * 1024,
-      callTimeoutMs: DEFAULT_CALL_TIMEOUT_MS,
-      logLevel,
-      rateLimitPerSecond: 0,
-      rateLimitBurst: 1,
-      tracing: options.tracing,
-      ...options.gateway,
-    },
-    inMemory
-      ? {
-          ledger: ledgerPeer,
-          hold: options.externalHoldUrl ? undefined : hold!.server.inProcess,
-          notification: notification?.server.inProcess,
-        }
-      : {},
-  );
+  const gateway = await startStackGateway(settings, ledger, hold, notification);
   const sql = schemaClient(databaseUrl, "ledger", 4);
   const restUrl = `${gateway.server.url}/v1`;
-  const transports = new Map<string, ReturnType<typeof createConnectTransport>>();
-  const transportOf = (baseUrl: string) => {
-    let transport = transports.get(baseUrl);
-    if (!transport) {
-      transport = createConnectTransport({ baseUrl, httpVersion: "2", useBinaryFormat: true });
-      transports.set(baseUrl, transport);
-    }
-    return transport;
-  };
+  const ledgerClients = new LedgerClients();
   const newAccount = async (name = "test account") => {
     const account = await createAccount(sql as never, name);
     return { account, api: restClient(restUrl, account.api_key) };
@@ -275,17 +176,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     account: first.account,
     api: first.api,
     newAccount,
-    ledgerClient: (apiKey, url = ledger.server.url) => {
-      const transport = transportOf(url);
-      return createClient(LedgerService, {
-        ...transport,
-        unary: (method, signal, timeoutMs, header, input, contextValues) => {
-          const headers = new Headers(header);
-          headers.set("authorization", apiKey);
-          return transport.unary(method, signal, timeoutMs, headers, input, contextValues);
-        },
-      });
-    },
+    ledgerClient: (apiKey, url = ledger.server.url) => ledgerClients.client(apiKey, url),
     ledger,
     startLedgerReplica,
     hold,
@@ -316,6 +207,199 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       }
     },
   };
+}
+
+/** What every RPC port of a stack accepts. */
+type RpcLimits = RateLimitConfig & { rpcBodyLimitBytes: number };
+
+/**
+ * What the processes of one stack are started with: the run's database and NATS, a stream and
+ * subject prefix of the stack's own, and what the test asked for.
+ */
+interface StackSettings {
+  options: StackOptions;
+  databaseUrl: string;
+  natsUrl: string;
+  /** Names what is the stack's own: its stream, subject prefix and databases. */
+  tag: string;
+  stream: string;
+  subjectPrefix: string;
+  logLevel: string;
+  /** The services and the gateway call each other in memory rather than over HTTP/2. */
+  inMemory: boolean;
+  rpcLimits: RpcLimits;
+  natsStreamLimits: StreamLimits;
+  /** The settings the hold and notification services share. */
+  infra: InfraConfig;
+}
+
+/** The settings of a new stack, from the run's database and NATS and the test's `options`. */
+function stackSettings(options: StackOptions): StackSettings {
+  const databaseUrl = inject("databaseUrl");
+  const natsUrl = options.natsUrl ?? inject("natsUrl");
+  const tag = randomBytes(4).toString("hex");
+  const stream = `${inject("natsStreamPrefix")}${tag}`;
+  const subjectPrefix = `test${tag}`;
+  const logLevel = process.env["TEST_LOG_LEVEL"] ?? "silent";
+  const inMemory = (options.wiring ?? defaultWiring) === "memory";
+  // What every RPC port of the stack accepts: the production body limit, and no rate limit unless asked.
+  const rpcLimits = {
+    rpcBodyLimitBytes: DEFAULT_RPC_BODY_LIMIT_BYTES,
+    ...(options.rpcRateLimit ?? { rateLimitPerSecond: 0, rateLimitBurst: 1 }),
+  };
+  const natsStreamLimits: StreamLimits = { ...STREAM_LIMITS, ...options.streamLimits };
+  const infra = {
+    ...rpcLimits,
+    natsUrl,
+    natsStream: stream,
+    natsSubjectPrefix: subjectPrefix,
+    natsStreamLimits,
+    logLevel,
+    tracing: options.tracing,
+  };
+  return { options, databaseUrl, natsUrl, tag, stream, subjectPrefix, logLevel, inMemory, rpcLimits, natsStreamLimits, infra };
+}
+
+/** The stack's ledger settings: test-sized pools and batches, with `options.ledger` over them. */
+function ledgerConfigOf(settings: StackSettings): LedgerConfig {
+  const { options } = settings;
+  return {
+    ...settings.rpcLimits,
+    databaseUrl: settings.databaseUrl,
+    natsUrl: settings.natsUrl,
+    natsStream: settings.stream,
+    natsSubjectPrefix: settings.subjectPrefix,
+    natsStreamLimits: settings.natsStreamLimits,
+    logLevel: settings.logLevel,
+    host: "127.0.0.1",
+    port: 0,
+    databasePoolSize: 10,
+    batchMax: 128,
+    batchConcurrency: 4,
+    batchLingerMs: 2,
+    batchHalfAbove: 32,
+    // The partitioned run (vitest.partitioned.config.ts) sets it: one account per transaction, as
+    // a database distributed by account needs.
+    batchOneAccount: process.env["LEDGER_BATCH_ONE_ACCOUNT"] === "true",
+    entityCacheSize: DEFAULT_ENTITY_CACHE_SIZE,
+    chainedWrites: true,
+    serviceToken: TEST_SERVICE_TOKEN,
+    tracing: options.tracing,
+    ...options.ledger,
+  };
+}
+
+/** The stack's hold service settings, on `database` and calling the ledger at `ledgerUrl`. */
+function holdConfigOf(settings: StackSettings, database: URL, ledgerUrl: string): HoldConfig {
+  const { options } = settings;
+  return {
+    ...settings.infra,
+    databaseUrl: database.toString(),
+    host: "127.0.0.1",
+    port: 0,
+    ledgerUrl,
+    serviceToken: TEST_SERVICE_TOKEN,
+    expiryIntervalMs: options.holdExpiryIntervalMs ?? 200,
+    databasePoolSize: 10,
+    recoveryAfterMs: options.recoveryAfterMs ?? 1_000,
+    batchMax: 64,
+    batchConcurrency: 4,
+    batchLingerMs: 1,
+  };
+}
+
+/**
+ * The stack's notification service settings, on `database` and calling the ledger at `ledgerUrl`:
+ * the test defaults of `StackOptions.notification` with its settings over them. Undefined when the
+ * stack runs no notification service.
+ */
+function notificationConfigOf(settings: StackSettings, database: URL, ledgerUrl: string): NotificationConfig | undefined {
+  const { options } = settings;
+  return options.notification
+    ? {
+        ...settings.infra,
+        databaseUrl: database.toString(),
+        host: "127.0.0.1",
+        port: 0,
+        ledgerUrl,
+        serviceToken: TEST_SERVICE_TOKEN,
+        databasePoolSize: 5,
+        webhookAllowHttp: false,
+        webhookAllowPrivateNetworks: true,
+        webhookTimeoutMs: 2_000,
+        webhookRetryScheduleMs: [300, 300],
+        webhookConcurrency: 32,
+        secretKey: randomBytes(32),
+        ...options.notification,
+      }
+    : undefined;
+}
+
+/**
+ * Starts the stack's gateway in front of its services (the hold service at `options.externalHoldUrl`
+ * when the test runs its own), over HTTP/2 or in memory as the stack is wired.
+ */
+function startStackGateway(
+  settings: StackSettings,
+  ledger: LedgerHandle,
+  hold: HoldHandle | undefined,
+  notification: NotificationHandle | undefined,
+): Promise<GatewayHandle> {
+  const { options } = settings;
+  return startGateway(
+    {
+      host: "127.0.0.1",
+      port: 0,
+      opsPort: 0,
+      ledgerUrl: ledger.server.url,
+      holdUrl: options.externalHoldUrl ?? hold!.server.url,
+      // Without a notification service the webhook paths answer 503, as in production when it is down.
+      notificationUrl: notification?.server.url ?? "http://127.0.0.1:9",
+      bodyLimitBytes: 64 * 1024,
+      batchBodyLimitBytes: 4 * 1024 * 1024,
+      callTimeoutMs: DEFAULT_CALL_TIMEOUT_MS,
+      logLevel: settings.logLevel,
+      rateLimitPerSecond: 0,
+      rateLimitBurst: 1,
+      tracing: options.tracing,
+      ...options.gateway,
+    },
+    settings.inMemory
+      ? {
+          ledger: ledger.server.inProcess,
+          hold: options.externalHoldUrl ? undefined : hold!.server.inProcess,
+          notification: notification?.server.inProcess,
+        }
+      : {},
+  );
+}
+
+/** Connect clients of a stack's ledger processes, sharing one HTTP/2 transport per ledger URL. */
+class LedgerClients {
+  private readonly transports = new Map<string, ReturnType<typeof createConnectTransport>>();
+
+  /** A client of the ledger at `baseUrl` that sends `apiKey` with every call. */
+  client(apiKey: string, baseUrl: string): Client<typeof LedgerService> {
+    const transport = this.transportOf(baseUrl);
+    return createClient(LedgerService, {
+      ...transport,
+      unary: (method, signal, timeoutMs, header, input, contextValues) => {
+        const headers = new Headers(header);
+        headers.set("authorization", apiKey);
+        return transport.unary(method, signal, timeoutMs, headers, input, contextValues);
+      },
+    });
+  }
+
+  /** The transport to `baseUrl`, made on first use. */
+  private transportOf(baseUrl: string) {
+    let transport = this.transports.get(baseUrl);
+    if (!transport) {
+      transport = createConnectTransport({ baseUrl, httpVersion: "2", useBinaryFormat: true });
+      this.transports.set(baseUrl, transport);
+    }
+    return transport;
+  }
 }
 
 /** The URL of a database beside `url`'s, named `<its name>_<suffix>`. */
