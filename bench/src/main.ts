@@ -65,21 +65,21 @@ async function measureReference(
   return result;
 }
 
-/** Names the files the load generators read; `remove` deletes them. */
+/**
+ * The files the load generators read, in a directory of the run's own under the system's temporary
+ * directory (a run stopped by a signal leaves it there, not in the repository); `remove` deletes it.
+ */
 function runFiles(): RunFiles & { remove(): void } {
+  const dir = mkdtempSync(join(tmpdir(), "ledger-bench-"));
+  const h2loadDir = join(dir, "h2load");
+  mkdirSync(h2loadDir);
   const files = {
-    caFile: join(repoRoot, "bench", "results", `.receiver-ca-${process.pid}.pem`),
-    entitiesFile: join(repoRoot, "bench", "results", `.entities-${process.pid}.txt`),
-    h2loadDir: mkdtempSync(join(tmpdir(), "ledger-bench-h2load-")),
-    momentsFile: join(repoRoot, "bench", "results", `.moments-${process.pid}.txt`),
+    caFile: join(dir, "receiver-ca.pem"),
+    entitiesFile: join(dir, "entities.txt"),
+    h2loadDir,
+    momentsFile: join(dir, "moments.txt"),
   };
-  const remove = () => {
-    rmSync(files.caFile, { force: true });
-    rmSync(files.entitiesFile, { force: true });
-    rmSync(files.h2loadDir, { recursive: true, force: true });
-    rmSync(files.momentsFile, { force: true });
-  };
-  return Object.assign(files, { remove });
+  return Object.assign(files, { remove: () => rmSync(dir, { recursive: true, force: true }) });
 }
 
 /** The report of the whole run, from what it gathered. */
