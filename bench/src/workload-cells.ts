@@ -159,13 +159,8 @@ async function measureH2load(layout: LayoutRun, subject: CellSubject, label: str
       dir: layout.run.files.h2loadDir,
     });
   progress(`${label}: h2load, ${settings.warmupS + settings.durationS} s`);
-  const warmup = await h2loadRun(settings.warmupS);
-  const walStart = await layout.walPosition();
-  const windowCpu = system.cpuSnapshot();
-  const run = await h2loadRun(settings.durationS);
-  const cpu = cpuPercent(windowCpu, system.cpuSnapshot());
-  cpu.bench += Math.round((run.cpuSeconds / settings.durationS) * 100);
-  return { result: { ...run, errors: addErrors(addErrors({}, warmup.errors), run.errors) }, cpu, walStart };
+  const { run, errors, cpu, walStart } = await warmThenMeasure(layout, h2loadRun, () => settings.durationS);
+  return { result: { ...run, errors }, cpu, walStart };
 }
 
 /** wrk, twice: the warm-up, then the measured window with the CPU read around it. */
@@ -185,13 +180,7 @@ async function measureWrk(layout: LayoutRun, subject: CellSubject, label: string
       ...(searching ? { searchValues: SEARCH_VALUES } : {}),
     });
   progress(`${label}: wrk, ${settings.warmupS + settings.durationS} s`);
-  const warmup = await wrkRun(settings.warmupS);
-  const walStart = await layout.walPosition();
-  const windowCpu = system.cpuSnapshot();
-  const run = await wrkRun(settings.durationS);
-  const cpu = cpuPercent(windowCpu, system.cpuSnapshot());
-  // wrk is the load generator of these cells: its CPU, from its own clock, joins this process's.
-  cpu.bench += Math.round((run.cpuSeconds / run.seconds) * 100);
+  const { run, errors, cpu, walStart } = await warmThenMeasure(layout, wrkRun, (window) => window.seconds);
   const result = {
     ok: run.ok,
     perSecond: run.units / run.seconds,
@@ -199,9 +188,29 @@ async function measureWrk(layout: LayoutRun, subject: CellSubject, label: string
     p95: run.p95,
     p99: run.p99,
     max: run.max,
-    errors: addErrors(addErrors({}, warmup.errors), run.errors),
+    errors,
   };
   return { result, cpu, walStart };
+}
+
+/**
+ * Runs an external load generator twice: the warm-up, then the measured window with the CPU and the
+ * WAL read around it. The generator's CPU, from its own clock over `seconds(window)`, joins the
+ * bench's; the errors are both runs'.
+ */
+async function warmThenMeasure<R extends { cpuSeconds: number; errors: Record<string, number> }>(
+  layout: LayoutRun,
+  runFor: (seconds: number) => Promise<R>,
+  seconds: (window: R) => number,
+): Promise<{ run: R; errors: Record<string, number>; cpu: Record<CpuSource, number>; walStart: number }> {
+  const { settings, system } = layout;
+  const warmup = await runFor(settings.warmupS);
+  const walStart = await layout.walPosition();
+  const windowCpu = system.cpuSnapshot();
+  const run = await runFor(settings.durationS);
+  const cpu = cpuPercent(windowCpu, system.cpuSnapshot());
+  cpu.bench += Math.round((run.cpuSeconds / seconds(run)) * 100);
+  return { run, errors: addErrors(addErrors({}, warmup.errors), run.errors), cpu, walStart };
 }
 
 /** Connect's client in a closed loop, in this process; the CPU and WAL are read as its warm-up ends. */
