@@ -8,7 +8,7 @@ import {
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { alertToProto, createBalanceAlert, deleteBalanceAlert, listBalanceAlerts, parseAlertCondition } from "./balance-alerts.js";
 import { findEntity } from "./entities.js";
-import type { LedgerHandlerKit } from "./ledger-rpc.js";
+import type { LedgerHandlerKit } from "./handler-kit.js";
 import { requireId } from "./rpc-input.js";
 
 /** The balance alert methods of the LedgerService (docs/api.md#balance-alerts). */

@@ -38,7 +38,7 @@ import {
 } from "./entities.js";
 import { entityEvent } from "./events.js";
 import { findEntityAsOf, statementPage, statementRequest } from "./history.js";
-import type { LedgerHandlerKit } from "./ledger-rpc.js";
+import type { LedgerHandlerKit } from "./handler-kit.js";
 import { parseNameFilter, parseRowFilters } from "./list-query.js";
 import { ensureExternalEntity, findProgram, parseCurrencyCode, parseName, type CommandScope } from "./programs.js";
 import { requireId } from "./rpc-input.js";

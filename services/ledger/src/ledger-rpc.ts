@@ -1,5 +1,5 @@
 import type { ServiceImpl } from "@connectrpc/connect";
-import { invalidArgument, isId, parsePageRequest, principalOf, toPage, type Outbox, type Sql } from "@ledger/common";
+import { invalidArgument, isId, parsePageRequest, principalOf, toPage } from "@ledger/common";
 import {
   CreateProgramRequestSchema,
   CreateProgramResponseSchema,
@@ -9,9 +9,9 @@ import {
   UpdateProgramResponseSchema,
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { createBalanceAlertHandlers } from "./balance-alert-rpc.js";
-import type { createBatcher } from "./batcher.js";
 import { findEntity } from "./entities.js";
 import { createEntityHandlers } from "./entity-rpc.js";
+import { createHandlerKit, type LedgerDeps } from "./handler-kit.js";
 import {
   findGroup,
   findLeg,
@@ -24,28 +24,9 @@ import {
   type GroupStatus,
 } from "./groups.js";
 import { parseRowFilters } from "./list-query.js";
-import {
-  scopeWith,
-  type Scope,
-  findProgram,
-  insertProgram,
-  listPrograms,
-  parseCurrencyCode,
-  parseName,
-  programToProto,
-  type ProgramResolver,
-} from "./programs.js";
+import { findProgram, insertProgram, listPrograms, parseCurrencyCode, parseName, programToProto } from "./programs.js";
 import { requireId } from "./rpc-input.js";
 import { createTransactionHandlers } from "./transaction-rpc.js";
-import { createWritePath, type WritePath } from "./write-path.js";
-
-/** What the ledger's handlers need. */
-export interface LedgerDeps {
-  sql: Sql;
-  outbox: Outbox;
-  batcher: ReturnType<typeof createBatcher>;
-  resolveProgram: ProgramResolver;
-}
 
 /** The stored status a list asks for; undefined for UNSPECIFIED, 400 for a value not in the enum. */
 function statusFilter(status: TransactionStatus): GroupStatus | undefined {
@@ -56,19 +37,13 @@ function statusFilter(status: TransactionStatus): GroupStatus | undefined {
   return found;
 }
 
-/** What every part of the LedgerService's handlers works with, made once for the service. */
-export interface LedgerHandlerKit extends LedgerDeps, WritePath {
-  /** The scope of a call's command: who asks, and in which of their programs. */
-  scope: Scope;
-}
-
 /**
  * The ledger's RPC handlers: each validates, builds a command or query, and maps the result. The
  * entities' and the money commands' handlers are in entity-rpc.ts and transaction-rpc.ts; the
  * reads of transactions and the programs' handlers are here.
  */
 export function createLedgerService(deps: LedgerDeps): ServiceImpl<typeof LedgerService> {
-  const kit: LedgerHandlerKit = Object.assign({ scope: scopeWith(deps.resolveProgram) }, deps, createWritePath(deps));
+  const kit = createHandlerKit(deps);
   const { sql, mutate, scope } = kit;
 
   return {

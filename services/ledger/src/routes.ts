@@ -4,7 +4,8 @@ import { IdentityService } from "@ledger/proto/ledger/v1/identity_pb.js";
 import { LedgerService } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { ReservationService } from "@ledger/proto/ledger/v1/reservation_pb.js";
 import { createIdentityService } from "./identity-rpc.js";
-import { createLedgerService, type LedgerDeps } from "./ledger-rpc.js";
+import type { LedgerDeps } from "./handler-kit.js";
+import { createLedgerService } from "./ledger-rpc.js";
 import { createReservationService } from "./reservation-rpc.js";
 
 /** The ledger's RPC routes: the ledger, the reservations under holds, and the identity look-up. */

@@ -41,7 +41,7 @@ import {
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { AtomicRefusal, itemError, type Applied, type ItemAnswer, type Submission } from "./batch-units.js";
 import { groupToProto, legToProto } from "./groups.js";
-import type { LedgerHandlerKit } from "./ledger-rpc.js";
+import type { LedgerHandlerKit } from "./handler-kit.js";
 import { parseLegs, type LegSpec, type MoneyCommand } from "./money.js";
 import type { CommandScope, Scope } from "./programs.js";
 import { requireId } from "./rpc-input.js";
