@@ -7,7 +7,7 @@ import type { AccountWorkloadName } from "./account-workloads.js";
 import type { BatchWorkloadName } from "./batch-workloads.js";
 import type { HistoryReference } from "./history-reference.js";
 import { HISTORY_WORKLOADS, STATEMENT_PAGE, type HistoryWorkloadName } from "./history-workloads.js";
-import { searchTargets, type SearchWorkloadName } from "./search-workload.js";
+import { isSearchWorkload, SEARCH_P99_GOAL_MS, type SearchWorkloadName } from "./search-workload.js";
 import type { Transport, WorkloadName } from "./workloads.js";
 
 export interface Cell {
@@ -460,6 +460,18 @@ function rssTargets(report: Report): Target[] {
     });
   }
   return rows;
+}
+
+/** The search target (bench/README.md, "Targets"): each measured cell's p99 against SEARCH_P99_GOAL_MS. */
+export function searchTargets(cells: Cell[]): Target[] {
+  return cells
+    .filter((c) => isSearchWorkload(c.workload))
+    .map((c) => ({
+      target: `${c.transport === "rest" ? "REST" : "RPC"} at concurrency ${c.concurrency} (${c.layout})`,
+      measured: `p99 ${c.p99.toFixed(1)} ms (p50 ${c.p50.toFixed(1)} ms, ${Math.round(c.perSecond)}/s)`,
+      goal: `p99 < ${SEARCH_P99_GOAL_MS} ms`,
+      met: c.p99 < SEARCH_P99_GOAL_MS && Object.keys(c.errors).length === 0,
+    }));
 }
 
 /** Each webhook target against what this run measured. */

@@ -6,7 +6,6 @@
 import type postgres from "postgres";
 import type { Operation } from "./closed-loop.js";
 import { CallError, type Rpc } from "./connect.js";
-import type { Cell, Target } from "./report.js";
 
 export const SEARCH_WORKLOADS = ["search"] as const;
 export type SearchWorkloadName = (typeof SEARCH_WORKLOADS)[number];
@@ -92,16 +91,4 @@ export function rpcSearchOperation(rpc: Rpc): Operation {
     if (res.transactionGroups.length === 0) throw new CallError("empty_page");
     return 1;
   };
-}
-
-/** The search target (bench/README.md, "Targets"): each measured cell's p99 against SEARCH_P99_GOAL_MS. */
-export function searchTargets(cells: Cell[]): Target[] {
-  return cells
-    .filter((c) => isSearchWorkload(c.workload))
-    .map((c) => ({
-      target: `${c.transport === "rest" ? "REST" : "RPC"} at concurrency ${c.concurrency} (${c.layout})`,
-      measured: `p99 ${c.p99.toFixed(1)} ms (p50 ${c.p50.toFixed(1)} ms, ${Math.round(c.perSecond)}/s)`,
-      goal: `p99 < ${SEARCH_P99_GOAL_MS} ms`,
-      met: c.p99 < SEARCH_P99_GOAL_MS && Object.keys(c.errors).length === 0,
-    }));
 }

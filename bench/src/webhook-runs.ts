@@ -2,7 +2,7 @@
 // paced latency runs, and in the processes layout the drains and the steady runs beside a slow
 // destination.
 import { REQUEST_TIMEOUT_MS, type Rpc, rpcClients } from "./connect.js";
-import type { LayoutRun } from "./layout-run.js";
+import type { LayoutRun } from "./layout-context.js";
 import { endProgress, progress } from "./progress.js";
 import { DeliveryTracker, drain, HOOK_PATH, pacedLatency, slowBeside, type WebhookLatency } from "./webhooks.js";
 import { createFixtures, type Fixtures } from "./workloads.js";

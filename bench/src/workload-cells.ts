@@ -7,7 +7,7 @@ import { type LoopResult, runClosedLoop } from "./closed-loop.js";
 import { H2LOAD_WORKLOADS, type H2loadOptions, runH2load } from "./h2load.js";
 import { runHistoryReference } from "./history-reference.js";
 import { HISTORY_CONCURRENCY, type HistoryFixture, isHistoryWorkload, rpcHistoryOperation, seedHistory } from "./history-workloads.js";
-import type { LayoutRun, SearchAccount } from "./layout-run.js";
+import type { LayoutRun, SearchAccount } from "./layout-context.js";
 import { endProgress, progress } from "./progress.js";
 import { type Cell, cellsTable, historyReferenceText } from "./report.js";
 import { isSearchWorkload, rpcSearchOperation, SEARCH_CONCURRENCY, SEARCH_VALUES } from "./search-workload.js";
