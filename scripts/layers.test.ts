@@ -56,3 +56,76 @@ describe("packages/ depends on no service, no gateway and no e2e", () => {
     expect(UPPER.test("@ledger/webhooks")).toBe(false);
   });
 });
+
+// Within the workspace, no module imports itself back through others: in a loop of imports no
+// file can be read, tested or moved without the rest of the loop, and whichever loads first sees
+// the others half-initialised. What two modules both need goes in a third, below them.
+
+const CYCLE_DIRS = ["packages", "services", "gateway", "e2e", "bench", "scripts", "deploy"].map((dir) => join(ROOT, dir));
+
+/** The workspace file a relative specifier names (`./x.js` is `./x.ts` in the source), if any. */
+function resolveRelative(from: string, specifier: string, known: Set<string>): string | undefined {
+  const base = resolve(dirname(from), specifier);
+  return [base, base.replace(/\.js$/, ".ts"), base.replace(/\.mjs$/, ".mts"), `${base}.ts`].find((path) => known.has(path));
+}
+
+/** Each loop of imports among `graph`'s files (Tarjan's strongly connected components of more than one file). */
+function importLoops(graph: Map<string, string[]>): string[][] {
+  const index = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const onStack = new Set<string>();
+  const loops: string[][] = [];
+  const visit = (file: string): void => {
+    index.set(file, index.size);
+    low.set(file, index.get(file)!);
+    stack.push(file);
+    onStack.add(file);
+    for (const next of graph.get(file) ?? []) {
+      if (!index.has(next)) {
+        visit(next);
+        low.set(file, Math.min(low.get(file)!, low.get(next)!));
+      } else if (onStack.has(next)) low.set(file, Math.min(low.get(file)!, index.get(next)!));
+    }
+    if (low.get(file) !== index.get(file)) return;
+    const component: string[] = [];
+    let member: string;
+    do {
+      member = stack.pop()!;
+      onStack.delete(member);
+      component.push(member);
+    } while (member !== file);
+    if (component.length > 1) loops.push(component.sort());
+  };
+  for (const file of graph.keys()) if (!index.has(file)) visit(file);
+  return loops;
+}
+
+describe("imports between the workspace's files", () => {
+  it("find a loop, and only a loop", () => {
+    const graph = new Map([
+      ["a", ["b"]],
+      ["b", ["c"]],
+      ["c", ["a", "d"]],
+      ["d", []],
+      ["e", ["d"]],
+    ]);
+    expect(importLoops(graph)).toEqual([["a", "b", "c"]]);
+  });
+
+  it("make no loop", () => {
+    const files = CYCLE_DIRS.flatMap((dir) => sourceFiles(dir)).filter((path) => !/\.test\.ts$/.test(path));
+    expect(files.length).toBeGreaterThan(100);
+    const known = new Set(files);
+    const graph = new Map(
+      files.map((file) => [
+        file,
+        specifiers(readFileSync(file, "utf8")).flatMap((specifier) => {
+          const target = specifier.startsWith(".") ? resolveRelative(file, specifier, known) : undefined;
+          return target ? [target] : [];
+        }),
+      ]),
+    );
+    expect(importLoops(graph).map((loop) => loop.map((file) => relative(ROOT, file)))).toEqual([]);
+  });
+});
