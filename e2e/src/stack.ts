@@ -209,9 +209,6 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   };
 }
 
-/** What every RPC port of a stack accepts. */
-type RpcLimits = RateLimitConfig & { rpcBodyLimitBytes: number };
-
 /**
  * What the processes of one stack are started with: the run's database and NATS, a stream and
  * subject prefix of the stack's own, and what the test asked for.
@@ -227,9 +224,7 @@ interface StackSettings {
   logLevel: string;
   /** The services and the gateway call each other in memory rather than over HTTP/2. */
   inMemory: boolean;
-  rpcLimits: RpcLimits;
-  natsStreamLimits: StreamLimits;
-  /** The settings the hold and notification services share. */
+  /** The settings every service of the stack shares: its RPC limits, NATS, log level and tracing. */
   infra: InfraConfig;
 }
 
@@ -257,20 +252,15 @@ function stackSettings(options: StackOptions): StackSettings {
     logLevel,
     tracing: options.tracing,
   };
-  return { options, databaseUrl, natsUrl, tag, stream, subjectPrefix, logLevel, inMemory, rpcLimits, natsStreamLimits, infra };
+  return { options, databaseUrl, natsUrl, tag, stream, subjectPrefix, logLevel, inMemory, infra };
 }
 
 /** The stack's ledger settings: test-sized pools and batches, with `options.ledger` over them. */
 function ledgerConfigOf(settings: StackSettings): LedgerConfig {
   const { options } = settings;
   return {
-    ...settings.rpcLimits,
+    ...settings.infra,
     databaseUrl: settings.databaseUrl,
-    natsUrl: settings.natsUrl,
-    natsStream: settings.stream,
-    natsSubjectPrefix: settings.subjectPrefix,
-    natsStreamLimits: settings.natsStreamLimits,
-    logLevel: settings.logLevel,
     host: "127.0.0.1",
     port: 0,
     databasePoolSize: 10,
@@ -284,7 +274,6 @@ function ledgerConfigOf(settings: StackSettings): LedgerConfig {
     entityCacheSize: DEFAULT_ENTITY_CACHE_SIZE,
     chainedWrites: true,
     serviceToken: TEST_SERVICE_TOKEN,
-    tracing: options.tracing,
     ...options.ledger,
   };
 }
