@@ -47,6 +47,8 @@ export class RunRecord {
 export interface RunContext {
   settings: Settings;
   databaseUrl: string;
+  /** The database's name, which each layout drops and recreates. */
+  databaseName: string;
   natsUrl: string;
   repoRoot: string;
   receiver: WebhookReceiver;

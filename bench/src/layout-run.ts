@@ -16,8 +16,7 @@ import { runWorkloads } from "./workload-cells.js";
 
 /** Starts the layout's system on a fresh database, runs its cells, webhooks and invariants, and stops it. */
 export async function runLayout(run: RunContext, layout: Layout, reference: PgbenchResult | undefined, admin: postgres.Sql): Promise<void> {
-  const databaseName = decodeURIComponent(new URL(run.databaseUrl).pathname.slice(1));
-  await admin.unsafe(`drop database if exists "${databaseName.replace(/"/g, '""')}" with (force)`);
+  await admin.unsafe(`drop database if exists "${run.databaseName.replace(/"/g, '""')}" with (force)`);
   progress(
     layout === "processes"
       ? "starting ledger, hold, notification and gateway as four processes"

@@ -27,8 +27,11 @@ function checkLoadGenerators(settings: Settings): void {
     throw new Error("the h2load cells need h2load (Debian's nghttp2-client): bash scripts/ensure-bench-tools.sh installs it");
 }
 
-/** The database and NATS the run uses, refusing anything off this machine. */
-function localUrls(): { databaseUrl: string; natsUrl: string } {
+/**
+ * The database and NATS the run uses, refusing anything off this machine; with the database's name
+ * and the URL of the server's `postgres` database, from which the bench drops and recreates it.
+ */
+function localUrls(): { databaseUrl: string; databaseName: string; adminUrl: string; natsUrl: string } {
   const databaseUrl = process.env["BENCH_DATABASE_URL"] ?? "postgres://root@127.0.0.1:5432/ledger_bench";
   const natsUrl = process.env["NATS_URL"] ?? "nats://127.0.0.1:4222";
   for (const url of [databaseUrl, natsUrl]) {
@@ -36,25 +39,26 @@ function localUrls(): { databaseUrl: string; natsUrl: string } {
     if (new URL(url).hostname !== "127.0.0.1" && new URL(url).hostname !== "localhost")
       throw new Error(`the bench only runs against 127.0.0.1, not ${url}`);
   }
-  return { databaseUrl, natsUrl };
+  const databaseName = decodeURIComponent(new URL(databaseUrl).pathname.slice(1));
+  const adminUrl = new URL(databaseUrl);
+  adminUrl.pathname = "/postgres";
+  return { databaseUrl, databaseName, adminUrl: adminUrl.toString(), natsUrl };
 }
 
 /** pgbench on the bench's database, alone on the machine, printed as it ends. */
 async function measureReference(
   settings: Settings,
   admin: postgres.Sql,
-  databaseUrl: string,
+  adminUrl: string,
+  databaseName: string,
   when: string,
   tail: boolean,
 ): Promise<PgbenchResult> {
-  const databaseName = decodeURIComponent(new URL(databaseUrl).pathname.slice(1));
-  const adminUrl = new URL(databaseUrl);
-  adminUrl.pathname = "/postgres";
   progress(
     `pgbench ${when}: init scale ${settings.pgbenchScale}, then ${settings.pgbenchSeconds} s with 32 clients` +
       (tail ? `, then ${settings.pgbenchSeconds} s of -N with ${TAIL_CLIENTS} for the latency reference` : ""),
   );
-  const result = await runPgbench(admin, adminUrl.toString(), databaseName, settings.pgbenchScale, settings.pgbenchSeconds, { tail });
+  const result = await runPgbench(admin, adminUrl, databaseName, settings.pgbenchScale, settings.pgbenchSeconds, { tail });
   endProgress();
   console.log(
     `pgbench ${when}: ${Math.round(result.tps)} TPS (scale ${result.scale}, ${result.clients} clients, ${result.seconds} s, latency avg ${result.latencyMs.toFixed(2)} ms)`,
@@ -131,17 +135,15 @@ function writeReport(settings: Settings, report: Report, runStarted: number): vo
 async function main(): Promise<number> {
   const settings = readSettings(process.argv.slice(2));
   checkLoadGenerators(settings);
-  const { databaseUrl, natsUrl } = localUrls();
-  const adminUrl = new URL(databaseUrl);
-  adminUrl.pathname = "/postgres";
-  const admin = postgres(adminUrl.toString(), { max: 1, onnotice: () => {} });
+  const { databaseUrl, databaseName, adminUrl, natsUrl } = localUrls();
+  const admin = postgres(adminUrl, { max: 1, onnotice: () => {} });
   const runStarted = Date.now();
 
   // 1. The reference, alone on the machine: the opening run (with the latency reference), then a
   // TPC-B run right before each later layout, and one after the last. Each layout's `x pgbench`
   // divides by the run just before it: a shared machine's speed drifts over a long run, and a
   // reference taken half an hour before a cell says less of it (bench/README.md#method).
-  const reference = (when: string, tail: boolean) => measureReference(settings, admin, databaseUrl, when, tail);
+  const reference = (when: string, tail: boolean) => measureReference(settings, admin, adminUrl, databaseName, when, tail);
   const pgbench = settings.pgbench ? await reference("(opening)", true) : undefined;
 
   // 2. The webhook receiver, shared by every layout; then each layout on a fresh database and stream.
@@ -150,7 +152,7 @@ async function main(): Promise<number> {
   mkdirSync(resultsDir, { recursive: true });
   writeFileSync(files.caFile, receiver.ca);
   const record = new RunRecord();
-  const run: RunContext = { settings, databaseUrl, natsUrl, repoRoot, receiver, files, record };
+  const run: RunContext = { settings, databaseUrl, databaseName, natsUrl, repoRoot, receiver, files, record };
   try {
     for (const [index, layout] of settings.layouts.entries()) {
       let layoutReference = pgbench;
