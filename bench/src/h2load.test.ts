@@ -12,7 +12,7 @@ import {
 } from "@ledger/proto/ledger/v1/ledger_pb.js";
 import { isoMicros } from "@ledger/common";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { clientsPerProcess, parseH2loadOutput, runH2load } from "./h2load.js";
+import { callsPerProcess, parseH2loadOutput, runH2load } from "./h2load.js";
 
 // h2load run against a stand-in for the ledger's RPC port that records every request and refuses
 // every fifth: the h2load cells' numbers are only as good as the bodies they send and the answers
@@ -25,6 +25,8 @@ interface Seen {
   path: string;
   headers: Record<string, string | string[] | undefined>;
   body: Buffer;
+  /** The HTTP/2 connection the call came on. */
+  session: object;
 }
 
 let server: Http2Server;
@@ -38,7 +40,7 @@ beforeAll(async () => {
     const chunks: Buffer[] = [];
     req.on("data", (c: Buffer) => chunks.push(c));
     req.on("end", () => {
-      seen.push({ path: req.url, headers: req.headers, body: Buffer.concat(chunks) });
+      seen.push({ path: req.url, headers: req.headers, body: Buffer.concat(chunks), session: req.stream.session as object });
       res.writeHead(seen.length % 5 === 0 ? 400 : 200, { "content-type": "application/proto" });
       res.end();
     });
@@ -53,13 +55,29 @@ afterAll(async () => {
 });
 
 describe("h2load cells", () => {
-  it("spreads the clients over at most 16 processes, every client counted once", () => {
-    expect(clientsPerProcess(1)).toEqual([1]);
-    expect(clientsPerProcess(16)).toEqual(Array(16).fill(1));
-    expect(clientsPerProcess(64)).toEqual(Array(16).fill(4));
-    const odd = clientsPerProcess(37);
+  it("spreads the calls in flight over at most 16 processes, every call counted once", () => {
+    expect(callsPerProcess(1)).toEqual([1]);
+    expect(callsPerProcess(16)).toEqual(Array(16).fill(1));
+    expect(callsPerProcess(64)).toEqual(Array(16).fill(4));
+    const odd = callsPerProcess(37);
     expect(odd).toHaveLength(16);
     expect(odd.reduce((a, b) => a + b, 0)).toBe(37);
+  });
+
+  it("multiplexes each process's calls on one HTTP/2 connection, as an RPC client does", async () => {
+    seen = [];
+    await runH2load({ ledgerUrl: url, apiKey: "k", workload: "transfer", concurrency: 32, seconds: 1, fixtures: FIXTURES, dir });
+    // 32 calls in flight from 16 processes: 16 connections, each carrying one process's pair.
+    const pairsBySession = new Map<object, Set<string>>();
+    for (const s of seen) {
+      const req = fromBinary(CreateTransactionRequestSchema, s.body);
+      if (req.form.case !== "transfer") throw new Error("not a transfer");
+      const pairs = pairsBySession.get(s.session) ?? new Set<string>();
+      pairs.add(`${req.form.value.fromEntityId}>${req.form.value.toEntityId}`);
+      pairsBySession.set(s.session, pairs);
+    }
+    expect(pairsBySession.size).toBe(16);
+    for (const pairs of pairsBySession.values()) expect(pairs.size).toBe(1);
   });
 
   it("posts each process's own transfer as a Connect binary call and counts refusals by status", async () => {

@@ -6,8 +6,10 @@
 //
 // h2load posts one body file for all its requests, so the load runs as up to MAX_PROCESSES h2load
 // processes, each with a body of its own: its own pair of entities (transfer), its own entity
-// (deposit), or, in every other process, a debit of the hot entity (hot). Each client of a process
-// keeps one call in flight, as wrk's connections do. The history reads run at concurrency 1 as a
+// (deposit), or, in every other process, a debit of the hot entity (hot). Each process is one client
+// with one HTTP/2 connection, its share of the calls in flight multiplexed on it, as Connect's
+// client and our services' callers keep one connection per service (one call per connection, the
+// shape of HTTP/1.1 and wrk, is not how an RPC client talks). The history reads run at concurrency 1 as a
 // row of one-second h2load runs, each with a random moment or window of its own (a window holds
 // twice a page, so every page is full). Batches do not run this way: a batch answers 200 with refused
 // items inside, which h2load cannot see.
@@ -102,8 +104,8 @@ export function historyRequest(workload: HistoryWorkloadName, history: HistoryFi
   return { path: methodPath(LedgerService.method.getEntityStatement.name), body: toBinary(GetEntityStatementRequestSchema, request) };
 }
 
-/** Clients of each process: `concurrency` spread over at most MAX_PROCESSES processes. */
-export function clientsPerProcess(concurrency: number): number[] {
+/** Calls in flight on each process's connection: `concurrency` spread over at most MAX_PROCESSES processes. */
+export function callsPerProcess(concurrency: number): number[] {
   const processes = Math.min(concurrency, MAX_PROCESSES);
   return Array.from({ length: processes }, (_, i) => Math.floor(concurrency / processes) + (i < concurrency % processes ? 1 : 0));
 }
@@ -169,14 +171,14 @@ function percentile(sorted: number[], p: number): number {
  */
 export async function runH2load(options: H2loadOptions): Promise<H2loadResult> {
   const seconds = Math.max(1, Math.round(options.seconds));
-  /** One h2load process: `clients` calls in flight, posting `body` to `path` for `duration` seconds. */
-  const start = (i: number, clients: number, path: string, bodyBytes: Uint8Array, duration: number) => {
+  /** One h2load process: one connection with `calls` in flight, posting `body` to `path` for `duration` seconds. */
+  const start = (i: number, calls: number, path: string, bodyBytes: Uint8Array, duration: number) => {
     const body = join(options.dir, `h2load-${i}.bin`);
     const log = join(options.dir, `h2load-${i}.log`);
     writeFileSync(body, bodyBytes);
     writeFileSync(log, "");
     const args = [
-      ...["--clients", String(clients), "--threads", "1", "--max-concurrent-streams", "1"],
+      ...["--clients", "1", "--threads", "1", "--max-concurrent-streams", String(calls)],
       ...["--duration", String(duration), "--data", body, "--log-file", log],
       ...["--header", "content-type: application/proto", "--header", "connect-protocol-version: 1"],
       ...["--header", `authorization: ${options.apiKey}`, new URL(path, options.ledgerUrl).toString()],
@@ -193,9 +195,9 @@ export async function runH2load(options: H2loadOptions): Promise<H2loadResult> {
       runs.push(await start(i, 1, path, body, 1));
     }
   } else {
-    const clients = clientsPerProcess(options.concurrency);
-    const { path, bodies } = requests(options.workload, options.fixtures, clients.length);
-    runs = await Promise.all(clients.map((n, i) => start(i, n, path, bodies[i] as Uint8Array, seconds)));
+    const calls = callsPerProcess(options.concurrency);
+    const { path, bodies } = requests(options.workload, options.fixtures, calls.length);
+    runs = await Promise.all(calls.map((n, i) => start(i, n, path, bodies[i] as Uint8Array, seconds)));
   }
   const latencies: number[] = [];
   const errors: Record<string, number> = {};
