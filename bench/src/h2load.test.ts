@@ -67,17 +67,19 @@ describe("h2load cells", () => {
   it("multiplexes each process's calls on one HTTP/2 connection, as an RPC client does", async () => {
     seen = [];
     await runH2load({ ledgerUrl: url, apiKey: "k", workload: "transfer", concurrency: 32, seconds: 1, fixtures: FIXTURES, dir });
-    // 32 calls in flight from 16 processes: 16 connections, each carrying one process's pair.
-    const pairsBySession = new Map<object, Set<string>>();
+    // 32 calls in flight from 16 processes, two each: every process's pair comes on one connection
+    // (with a connection per call, each pair would come on two). On a busy machine a process may
+    // not get a request out in a second, so not every pair has to be seen.
+    const sessionsByPair = new Map<string, Set<object>>();
     for (const s of seen) {
       const req = fromBinary(CreateTransactionRequestSchema, s.body);
       if (req.form.case !== "transfer") throw new Error("not a transfer");
-      const pairs = pairsBySession.get(s.session) ?? new Set<string>();
-      pairs.add(`${req.form.value.fromEntityId}>${req.form.value.toEntityId}`);
-      pairsBySession.set(s.session, pairs);
+      const pair = `${req.form.value.fromEntityId}>${req.form.value.toEntityId}`;
+      sessionsByPair.set(pair, (sessionsByPair.get(pair) ?? new Set<object>()).add(s.session));
     }
-    expect(pairsBySession.size).toBe(16);
-    for (const pairs of pairsBySession.values()) expect(pairs.size).toBe(1);
+    expect(sessionsByPair.size).toBeGreaterThanOrEqual(8);
+    expect(sessionsByPair.size).toBeLessThanOrEqual(16);
+    for (const sessions of sessionsByPair.values()) expect(sessions.size).toBe(1);
   });
 
   it("posts each process's own transfer as a Connect binary call and counts refusals by status", async () => {
