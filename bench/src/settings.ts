@@ -13,7 +13,7 @@ const USAGE = `usage: pnpm bench [--duration S] [--warmup S] [--concurrency 1,16
 
   --duration S       measured seconds per workload, transport and concurrency (default 10)
   --warmup S         seconds before each measurement (default 2)
-  --concurrency L    closed-loop workers, comma-separated (default 1,16,64)
+  --concurrency L    calls in flight (a closed loop), comma-separated (default 1,16,64)
   --only LIST        any of pgbench,${ALL_WORKLOADS.join(",")},webhooks (default all)
                      (batch and batch-hot run at concurrency 1,4,16; as-of, statement and
                      search at 1, whatever --concurrency says; accounts and accounts-one
